@@ -1,0 +1,76 @@
+// swift-tools-version:6.0
+// Kaiten: selective sync and on-demand access for Syncthing, as a headless Syncthing device.
+//
+// Targets are cut by concern and import downward only (see Docs/architecture.md):
+//
+//   kaiten (CLI) → KaitenPeer → KaitenConfig → KaitenProtocol → CLZ4, SwiftProtobuf, NIOCore
+import PackageDescription
+
+let package = Package(
+    name: "kaiten",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "kaiten", targets: ["kaiten"])
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.30.0"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.0.0"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.10.0"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.3.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // liblz4 from the system (Debian: liblz4-dev); only KaitenProtocol's LZ4.swift imports it.
+        .systemLibrary(
+            name: "CLZ4",
+            pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"])]
+        ),
+        // Wire protocol: device IDs, BEP messages, framing, LZ4. No file system, no sockets.
+        .target(
+            name: "KaitenProtocol",
+            dependencies: [
+                "CLZ4",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
+        .target(
+            name: "KaitenConfig",
+            dependencies: [
+                "KaitenProtocol",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
+        // The thin command line: parse, call one library function, render, exit.
+        .executableTarget(
+            name: "kaiten",
+            dependencies: [
+                "KaitenProtocol",
+                "KaitenConfig",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // Test-only helpers: real syncthing instances on 127.0.0.1, temp dirs, running the CLI.
+        .target(
+            name: "KaitenTestSupport",
+            dependencies: ["KaitenProtocol", "KaitenConfig"]
+        ),
+        .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
+        .testTarget(name: "KaitenConfigTests", dependencies: ["KaitenConfig", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport"]),
+        .testTarget(
+            name: "InteropTests",
+            dependencies: ["kaiten", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]
+        ),
+    ]
+)

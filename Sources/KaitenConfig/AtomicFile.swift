@@ -1,0 +1,76 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Crash-safe file replacement: write a temporary file beside the target, fsync it, rename it
+/// over the target, fsync the directory. A crash leaves either the old content or the new,
+/// never a mix, and never a half-written file under the real name.
+package enum AtomicFile {
+    /// Replaces (or creates) `path` with `bytes`, with permission bits `mode`.
+    /// - Parameter exclusive: when true, fail if `path` already exists instead of replacing it.
+    package static func write(
+        _ bytes: some Collection<UInt8>, to path: String, mode: mode_t = 0o644, exclusive: Bool = false
+    ) throws(ConfigError) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let base = (path as NSString).lastPathComponent
+        let temp = (directory as NSString).appendingPathComponent(".\(base).kaiten-\(getpid()).tmp")
+        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw failure(path, "cannot create temporary file: \(errnoText())") }
+        var ok = false
+        defer {
+            if !ok { unlink(temp) }
+        }
+        let data = Array(bytes)
+        var written = 0
+        while written < data.count {
+            let n = data[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let text = errnoText()
+                close(fd)
+                throw failure(path, "write failed: \(text)")
+            }
+            written += n
+        }
+        // The mode given to open() is filtered by the umask; secrets must end up exactly at `mode`.
+        fchmod(fd, mode)
+        guard fsync(fd) == 0 else {
+            let text = errnoText()
+            close(fd)
+            throw failure(path, "fsync failed: \(text)")
+        }
+        close(fd)
+        if exclusive {
+            // link() fails if the target exists, so two writers cannot both win.
+            guard link(temp, path) == 0 else {
+                throw failure(path, errno == EEXIST ? "already exists" : "cannot create: \(errnoText())")
+            }
+            unlink(temp)
+        } else {
+            guard rename(temp, path) == 0 else { throw failure(path, "rename failed: \(errnoText())") }
+        }
+        ok = true
+        syncDirectory(directory)
+    }
+
+    /// Flushes a directory's entries (a rename is durable only once its directory is).
+    package static func syncDirectory(_ directory: String) {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            fsync(fd)
+            close(fd)
+        }
+    }
+
+    private static func failure(_ path: String, _ message: String) -> ConfigError {
+        ConfigError(.writeFailed, file: path, message)
+    }
+
+    package static func errnoText() -> String { String(cString: strerror(errno)) }
+}

@@ -1,0 +1,400 @@
+import Foundation
+import KaitenProtocol
+
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+/// A Syncthing `config.xml` (version 36), read, edited and written back without loss.
+///
+/// The file is kept as an XML document with its whitespace; the typed views (``folders``,
+/// ``devices``, ``options``, ``gui``) are read from it and the editing methods change only the
+/// elements they are about. Everything Kaiten does not model — elements, attributes, their
+/// order, comments — is written back as it was: a config.xml that syncthing wrote, read and
+/// written again, is byte-identical (syncthing writes no XML declaration, and neither does Kaiten).
+///
+/// Loading validates what Kaiten relies on and names the file and line of the first problem.
+public final class ConfigFile {
+    /// Where the file was read from, and where ``write()`` puts it.
+    public let path: String
+    private let document: XMLDocument
+    private var root: XMLElement { document.rootElement()! }
+
+    /// The config version syncthing 1.19.2 writes.
+    public static let currentVersion = 36
+
+    private init(path: String, document: XMLDocument) {
+        self.path = path
+        self.document = document
+    }
+
+    // MARK: - Loading
+
+    /// Reads and validates `path`.
+    /// - Throws: ``ConfigError`` naming the file and line: malformed XML, a version Kaiten does
+    ///   not know, an unknown folder type, a duplicate folder or device, an invalid device ID.
+    public static func load(path: String) throws(ConfigError) -> ConfigFile {
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw ConfigError(.missingFile, file: path, "missing; run `kaiten init` to create a home")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigError(.unreadable, file: path, "cannot be read (permissions?)")
+        }
+        return try parse(data: data, path: path)
+    }
+
+    /// Parses config.xml content; `path` is used in errors and by ``write()``.
+    public static func parse(data: Data, path: String) throws(ConfigError) -> ConfigFile {
+        let lines = try ElementLines.scan(data: data, path: path)
+        let document: XMLDocument
+        do {
+            document = try XMLDocument(data: data, options: [.nodePreserveWhitespace])
+        } catch {
+            throw ConfigError(.malformedXML, file: path, "not well-formed XML: \(error)")
+        }
+        guard let root = document.rootElement(), root.name == "configuration" else {
+            throw ConfigError(.malformedXML, file: path, line: 1, "the root element must be <configuration>")
+        }
+        let config = ConfigFile(path: path, document: document)
+        try config.validate(lines: lines)
+        return config
+    }
+
+    /// A new configuration for a fresh home, the way `syncthing generate` lays it out, with
+    /// global discovery, local discovery, relays, NAT traversal, usage and crash reporting and
+    /// auto-upgrade off: Kaiten talks only to the addresses it is given.
+    public static func makeNew(
+        path: String, myID: DeviceID, name: String, listenAddress: String, apiKey: String
+    ) throws(ConfigError) -> ConfigFile {
+        let text = ConfigTemplate.render(myID: myID, name: name, listenAddress: listenAddress, apiKey: apiKey)
+        return try parse(data: Data(text.utf8), path: path)
+    }
+
+    // MARK: - Typed views
+
+    /// The config's `version` attribute.
+    public var version: Int { Int(root.attribute(forName: "version")?.stringValue ?? "") ?? 0 }
+
+    /// Every top-level `<device>`, in file order.
+    public var devices: [DeviceConfiguration] {
+        root.elements(forName: "device").compactMap { try? Self.device(from: $0) }
+    }
+
+    /// Every `<folder>`, in file order.
+    public var folders: [FolderConfiguration] {
+        root.elements(forName: "folder").compactMap { try? Self.folder(from: $0) }
+    }
+
+    /// The `<options>` Kaiten uses.
+    public var options: OptionsConfiguration {
+        let element = root.elements(forName: "options").first
+        func text(_ name: String) -> String? { element?.elements(forName: name).first?.stringValue }
+        return OptionsConfiguration(
+            listenAddresses: element?.elements(forName: "listenAddress").compactMap(\.stringValue) ?? [],
+            globalAnnounceEnabled: text("globalAnnounceEnabled") == "true",
+            localAnnounceEnabled: text("localAnnounceEnabled") == "true",
+            relaysEnabled: text("relaysEnabled") == "true",
+            natEnabled: text("natEnabled") == "true",
+            urAccepted: Int(text("urAccepted") ?? "") ?? 0,
+            reconnectionIntervalS: Int(text("reconnectionIntervalS") ?? "") ?? 60)
+    }
+
+    /// The `<gui>` element's address and API key.
+    public var gui: GUIConfiguration {
+        let element = root.elements(forName: "gui").first
+        return GUIConfiguration(
+            isEnabled: element?.attribute(forName: "enabled")?.stringValue != "false",
+            address: element?.elements(forName: "address").first?.stringValue ?? "",
+            apiKey: element?.elements(forName: "apikey").first?.stringValue ?? "")
+    }
+
+    /// One folder by ID.
+    public func folder(id: String) -> FolderConfiguration? { folders.first { $0.id == id } }
+
+    /// One device by ID.
+    public func device(id: DeviceID) -> DeviceConfiguration? { devices.first { $0.id == id } }
+
+    // MARK: - Editing
+
+    /// Adds a peer.
+    /// - Throws: ``ConfigError/Code/duplicateDeviceID`` if the device is already configured.
+    public func addDevice(_ device: DeviceConfiguration) throws(ConfigError) {
+        if self.device(id: device.id) != nil {
+            throw ConfigError(.duplicateDeviceID, file: path, "device \(device.id) is already configured")
+        }
+        let element = XMLBuilder.device(device, depth: 1)
+        let anchor = root.elements(forName: "device").last ?? root.elements(forName: "folder").last
+        XMLBuilder.insert(element, into: root, after: anchor, depth: 1)
+    }
+
+    /// Removes a peer, and its entry in every folder shared with it.
+    /// - Throws: ``ConfigError/Code/unknownDevice`` if it is not configured.
+    public func removeDevice(_ id: DeviceID) throws(ConfigError) {
+        let matches = root.elements(forName: "device").filter { Self.deviceID(of: $0) == id }
+        guard !matches.isEmpty else {
+            throw ConfigError(.unknownDevice, file: path, "device \(id) is not configured")
+        }
+        for element in matches { XMLBuilder.remove(element) }
+        for folder in root.elements(forName: "folder") {
+            for element in folder.elements(forName: "device") where Self.deviceID(of: element) == id {
+                XMLBuilder.remove(element)
+            }
+        }
+    }
+
+    /// Adds a folder, spelling out every field syncthing needs: fields left out of a
+    /// hand-written `<folder>` become Go zero values in syncthing (`maxConflicts` 0 deletes
+    /// conflicting files instead of keeping a copy).
+    /// - Throws: ``ConfigError`` for a duplicate folder ID or a device that is not configured.
+    public func addFolder(_ folder: FolderConfiguration) throws(ConfigError) {
+        if self.folder(id: folder.id) != nil {
+            throw ConfigError(.duplicateFolderID, file: path, "folder \"\(folder.id)\" is already configured")
+        }
+        for id in folder.devices where device(id: id) == nil {
+            throw ConfigError(.unknownDevice, file: path, "device \(id) is not configured; add it with `kaiten peer add`")
+        }
+        let element = XMLBuilder.folder(folder, depth: 1)
+        let anchor = root.elements(forName: "folder").last
+        if let anchor {
+            XMLBuilder.insert(element, into: root, after: anchor, depth: 1)
+        } else {
+            XMLBuilder.insert(element, into: root, before: root.elements(forName: "device").first, depth: 1)
+        }
+    }
+
+    /// Shares a folder with a configured device (no-op if already shared).
+    public func shareFolder(id folderID: String, with deviceID: DeviceID) throws(ConfigError) {
+        guard let folder = root.elements(forName: "folder").first(where: { Self.attribute($0, "id") == folderID })
+        else {
+            throw ConfigError(.unknownFolder, file: path, "folder \"\(folderID)\" is not configured")
+        }
+        guard device(id: deviceID) != nil else {
+            throw ConfigError(
+                .unknownDevice, file: path, "device \(deviceID) is not configured; add it with `kaiten peer add`")
+        }
+        let existing = folder.elements(forName: "device")
+        if existing.contains(where: { Self.deviceID(of: $0) == deviceID }) { return }
+        let element = XMLBuilder.folderDevice(deviceID, depth: 2)
+        if let last = existing.last {
+            XMLBuilder.insert(element, into: folder, after: last, depth: 2)
+        } else {
+            XMLBuilder.insert(element, into: folder, before: folder.elements(forName: "minDiskFree").first, depth: 2)
+        }
+    }
+
+    /// Replaces the `<listenAddress>` entries of `<options>`.
+    public func setListenAddresses(_ addresses: [String]) {
+        guard let options = root.elements(forName: "options").first else { return }
+        let old = options.elements(forName: "listenAddress")
+        let children = options.children ?? []
+        var anchor: XMLElement?
+        if let first = old.first, let position = children.firstIndex(where: { $0 === first }) {
+            anchor = children[position...].first { ($0 as? XMLElement)?.name.map { $0 != "listenAddress" } ?? false }
+                as? XMLElement
+        } else {
+            anchor = children.first { $0.kind == .element } as? XMLElement
+        }
+        for element in old { XMLBuilder.remove(element) }
+        for address in addresses {
+            XMLBuilder.insert(
+                XMLElement(name: "listenAddress", stringValue: address), into: options, before: anchor, depth: 2)
+        }
+    }
+
+    /// Sets the text of one `<options>` child, adding it at the end if absent.
+    public func setOption(_ name: String, _ value: String) {
+        guard let options = root.elements(forName: "options").first else { return }
+        if let element = options.elements(forName: name).first {
+            element.stringValue = value
+        } else {
+            XMLBuilder.insert(
+                XMLElement(name: name, stringValue: value), into: options,
+                after: options.children?.compactMap { $0 as? XMLElement }.last, depth: 2)
+        }
+    }
+
+    /// Sets the GUI address and API key (used to run syncthing itself on a Kaiten home).
+    public func setGUI(address: String, apiKey: String) {
+        guard let gui = root.elements(forName: "gui").first else { return }
+        gui.elements(forName: "address").first?.stringValue = address
+        gui.elements(forName: "apikey").first?.stringValue = apiKey
+    }
+
+    // MARK: - Writing
+
+    /// The file's content as it would be written.
+    public func serialized() -> String {
+        var text = document.xmlString(options: [])
+        // libxml2 adds a declaration syncthing never writes; drop it so a round trip is exact.
+        if text.hasPrefix("<?xml"), let end = text.range(of: "?>") {
+            text.removeSubrange(text.startIndex..<end.upperBound)
+            while text.first == "\n" { text.removeFirst() }
+        }
+        if !text.hasSuffix("\n") { text += "\n" }
+        return text
+    }
+
+    /// Writes the file atomically: temporary file, fsync, rename, fsync of the directory.
+    public func write() throws(ConfigError) {
+        try AtomicFile.write(Array(serialized().utf8), to: path, mode: 0o600)
+    }
+
+    // MARK: - Validation and element decoding
+
+    private func validate(lines: ElementLines) throws(ConfigError) {
+        let versionText = root.attribute(forName: "version")?.stringValue ?? ""
+        guard let version = Int(versionText) else {
+            throw ConfigError(.unsupportedVersion, file: path, line: 1, "<configuration> has no numeric version")
+        }
+        guard version <= Self.currentVersion, version >= 30 else {
+            throw ConfigError(
+                .unsupportedVersion, file: path, line: 1,
+                "config version \(version) is not supported (Kaiten reads 30...\(Self.currentVersion), as syncthing 1.19.2 writes)"
+            )
+        }
+        var seenDevices = Set<DeviceID>()
+        for (i, element) in root.elements(forName: "device").enumerated() {
+            let line = lines.line(of: "device", index: i)
+            let device: DeviceConfiguration
+            do { device = try Self.device(from: element) } catch { throw error.located(file: path, line: line) }
+            guard seenDevices.insert(device.id).inserted else {
+                throw ConfigError(.duplicateDeviceID, file: path, line: line, "device \(device.id) is listed twice")
+            }
+        }
+        var seenFolders = Set<String>()
+        for (i, element) in root.elements(forName: "folder").enumerated() {
+            let line = lines.line(of: "folder", index: i)
+            let folder: FolderConfiguration
+            do { folder = try Self.folder(from: element) } catch { throw error.located(file: path, line: line) }
+            guard seenFolders.insert(folder.id).inserted else {
+                throw ConfigError(.duplicateFolderID, file: path, line: line, "folder ID \"\(folder.id)\" is used twice")
+            }
+        }
+    }
+
+    private static func attribute(_ element: XMLElement, _ name: String) -> String? {
+        element.attribute(forName: name)?.stringValue
+    }
+
+    private static func deviceID(of element: XMLElement) -> DeviceID? {
+        try? DeviceID(attribute(element, "id") ?? "")
+    }
+
+    private static func childText(_ element: XMLElement, _ name: String) -> String? {
+        element.elements(forName: name).first?.stringValue
+    }
+
+    static func device(from element: XMLElement) throws(ElementError) -> DeviceConfiguration {
+        let idText = attribute(element, "id") ?? ""
+        let id: DeviceID
+        do { id = try DeviceID(idText) } catch { throw ElementError(.invalidDeviceID, "<device>: \(error)") }
+        let compressionText = attribute(element, "compression") ?? "metadata"
+        guard let compression = Compression(configValue: compressionText) else {
+            throw ElementError(
+                .invalidValue, "device \(id.shortDescription): unknown compression \"\(compressionText)\" (metadata, never or always)")
+        }
+        return DeviceConfiguration(
+            id: id, name: attribute(element, "name") ?? "",
+            addresses: element.elements(forName: "address").compactMap(\.stringValue),
+            compression: compression,
+            isIntroducer: attribute(element, "introducer") == "true",
+            isPaused: childText(element, "paused") == "true",
+            certName: attribute(element, "certName") ?? "")
+    }
+
+    static func folder(from element: XMLElement) throws(ElementError) -> FolderConfiguration {
+        let id = attribute(element, "id") ?? ""
+        guard !id.isEmpty else { throw ElementError(.invalidValue, "<folder> has no id") }
+        let typeText = attribute(element, "type") ?? "sendreceive"
+        guard let type = FolderType(configValue: typeText) else {
+            throw ElementError(
+                .unknownFolderType,
+                "folder \"\(id)\": unknown type \"\(typeText)\" (sendreceive, sendonly, receiveonly or receiveencrypted)")
+        }
+        var devices: [DeviceID] = []
+        for deviceElement in element.elements(forName: "device") {
+            let text = attribute(deviceElement, "id") ?? ""
+            do { devices.append(try DeviceID(text)) } catch {
+                throw ElementError(.invalidDeviceID, "folder \"\(id)\": \(error)")
+            }
+        }
+        func int(_ text: String?, _ name: String, default value: Int) throws(ElementError) -> Int {
+            guard let text, !text.isEmpty else { return value }
+            guard let n = Int(text.trimmingCharacters(in: .whitespaces)) else {
+                throw ElementError(.invalidValue, "folder \"\(id)\": \(name) \"\(text)\" is not a number")
+            }
+            return n
+        }
+        let versioning = element.elements(forName: "versioning").first
+        return FolderConfiguration(
+            id: id, label: attribute(element, "label") ?? "", path: attribute(element, "path") ?? "",
+            type: type, devices: devices,
+            rescanIntervalS: try int(attribute(element, "rescanIntervalS"), "rescanIntervalS", default: 0),
+            ignorePerms: attribute(element, "ignorePerms") == "true",
+            versioningType: versioning.flatMap { attribute($0, "type") } ?? "",
+            // Absent means 0 in syncthing (Go zero value), not the GUI's default of 10.
+            maxConflicts: try int(childText(element, "maxConflicts"), "maxConflicts", default: 0),
+            markerName: childText(element, "markerName").flatMap { $0.isEmpty ? nil : $0 } ?? ".stfolder",
+            isPaused: childText(element, "paused") == "true")
+    }
+}
+
+/// An element-level problem, before the file and line are known.
+struct ElementError: Error {
+    let code: ConfigError.Code
+    let message: String
+    init(_ code: ConfigError.Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    func located(file: String, line: Int?) -> ConfigError { ConfigError(code, file: file, line: line, message) }
+}
+
+/// Line numbers of the top-level `<folder>` and `<device>` elements, and well-formedness with
+/// the line of the first error (libxml2 through XMLParser reports it; XMLDocument does not).
+struct ElementLines {
+    private var lines: [String: [Int]] = [:]
+
+    func line(of name: String, index: Int) -> Int? {
+        guard let list = lines[name], index < list.count else { return nil }
+        return list[index]
+    }
+
+    static func scan(data: Data, path: String) throws(ConfigError) -> ElementLines {
+        let parser = XMLParser(data: data)
+        let delegate = Delegate()
+        parser.delegate = delegate
+        delegate.parser = parser
+        if !parser.parse() {
+            let line = delegate.errorLine ?? parser.lineNumber
+            let reason = (parser.parserError as NSError?)?.localizedDescription ?? "parse error"
+            throw ConfigError(.malformedXML, file: path, line: max(line, 1), "not well-formed XML (\(reason))")
+        }
+        return ElementLines(lines: delegate.lines)
+    }
+
+    private final class Delegate: NSObject, XMLParserDelegate {
+        weak var parser: XMLParser?
+        var depth = 0
+        var lines: [String: [Int]] = [:]
+        var errorLine: Int?
+
+        func parser(
+            _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
+            qualifiedName qName: String?, attributes attributeDict: [String: String] = [:]
+        ) {
+            depth += 1
+            if depth == 2 { lines[elementName, default: []].append(parser.lineNumber) }
+        }
+
+        func parser(
+            _ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName qName: String?
+        ) {
+            depth -= 1
+        }
+
+        func parser(_ parser: XMLParser, parseErrorOccurred parseError: Error) {
+            if errorLine == nil { errorLine = parser.lineNumber }
+        }
+    }
+}

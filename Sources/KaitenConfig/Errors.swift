@@ -1,0 +1,44 @@
+/// A problem with a file Kaiten reads or writes in its home: config.xml, cert.pem, key.pem.
+///
+/// `description` is the one line a user sees: it names the file (and the line, where known),
+/// says what is wrong and, where it helps, what to do.
+public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// What went wrong, for programs and tests; people read `description`.
+    public enum Code: Equatable, Sendable {
+        case malformedXML
+        case unsupportedVersion
+        case unknownFolderType
+        case duplicateFolderID
+        case duplicateDeviceID
+        case invalidDeviceID
+        case invalidValue
+        case unknownFolder
+        case unknownDevice
+        case missingFile
+        case unreadable
+        case malformedPEM
+        case keyMismatch
+        case alreadyExists
+        case writeFailed
+    }
+
+    public let code: Code
+    /// The file the problem is in.
+    public let file: String
+    /// The 1-based line in `file`, when known.
+    public let line: Int?
+    /// What is wrong, and what to do about it.
+    public let message: String
+
+    public init(_ code: Code, file: String, line: Int? = nil, _ message: String) {
+        self.code = code
+        self.file = file
+        self.line = line
+        self.message = message
+    }
+
+    public var description: String {
+        if let line { return "\(file):\(line): \(message)" }
+        return "\(file): \(message)"
+    }
+}

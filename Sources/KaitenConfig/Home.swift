@@ -1,0 +1,61 @@
+import Foundation
+
+/// Kaiten's home directory and what lives in it.
+///
+/// ```
+/// <home>/
+///   config.xml              Syncthing-compatible configuration (version 36)
+///   cert.pem, key.pem       this device's identity; the device ID is SHA-256 of the certificate
+///   selections/<folder>.txt what the user wants locally, one file per folder
+///   index/<folder>.log      the global index: what peers announced, an append-only log
+///   scan/<folder>.cache     the local scan cache (size, mtime, inode, blocks per file)
+///   state/                  Kaiten's own records: index IDs, last-synced versions, locks
+/// ```
+///
+/// The home is chosen as: `--home DIR`, else `$KAITEN_HOME`, else
+/// `${XDG_CONFIG_HOME:-~/.config}/kaiten`.
+public struct Home: Sendable, Equatable {
+    /// The home directory itself.
+    public let path: String
+
+    public init(path: String) {
+        self.path = Home.absolute(path)
+    }
+
+    /// Picks the home from an explicit flag, then the environment, then the XDG default.
+    public static func resolve(explicit: String?, environment: [String: String]) -> Home {
+        if let explicit, !explicit.isEmpty { return Home(path: explicit) }
+        if let env = environment["KAITEN_HOME"], !env.isEmpty { return Home(path: env) }
+        let configBase: String
+        if let xdg = environment["XDG_CONFIG_HOME"], !xdg.isEmpty {
+            configBase = xdg
+        } else {
+            let userHome = environment["HOME"] ?? NSHomeDirectory()
+            configBase = (userHome as NSString).appendingPathComponent(".config")
+        }
+        return Home(path: (configBase as NSString).appendingPathComponent("kaiten"))
+    }
+
+    public var configPath: String { file("config.xml") }
+    public var certificatePath: String { file("cert.pem") }
+    public var keyPath: String { file("key.pem") }
+    public var selectionsDirectory: String { file("selections") }
+    public var indexDirectory: String { file("index") }
+    public var scanDirectory: String { file("scan") }
+    public var stateDirectory: String { file("state") }
+
+    /// The selection file of one folder.
+    public func selectionPath(folderID: String) -> String {
+        (selectionsDirectory as NSString).appendingPathComponent("\(folderID).txt")
+    }
+
+    private func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
+
+    static func absolute(_ path: String) -> String {
+        var expanded = (path as NSString).expandingTildeInPath
+        if !expanded.hasPrefix("/") {
+            expanded = (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
+        }
+        return (expanded as NSString).standardizingPath
+    }
+}

@@ -1,0 +1,117 @@
+import KaitenProtocol
+
+/// How a folder syncs, as in syncthing's `<folder type="…">`.
+public enum FolderType: String, Sendable, CaseIterable, Codable {
+    case sendreceive, sendonly, receiveonly, receiveencrypted
+
+    /// Parses syncthing's spellings, including the legacy `readwrite` and `readonly`.
+    public init?(configValue: String) {
+        switch configValue {
+        case "readwrite": self = .sendreceive
+        case "readonly": self = .sendonly
+        default: self.init(rawValue: configValue)
+        }
+    }
+}
+
+/// How a peer wants messages compressed, as in `<device compression="…">`.
+public enum Compression: String, Sendable, CaseIterable, Codable {
+    case metadata, never, always
+
+    /// Parses syncthing's spellings, including the legacy `true` and `false`.
+    public init?(configValue: String) {
+        switch configValue {
+        case "true": self = .metadata
+        case "false": self = .never
+        default: self.init(rawValue: configValue)
+        }
+    }
+}
+
+/// A `<device>` of config.xml: a peer (or this device itself).
+public struct DeviceConfiguration: Sendable, Equatable {
+    public var id: DeviceID
+    public var name: String
+    /// `dynamic` or `tcp://host:port` entries, in order.
+    public var addresses: [String]
+    public var compression: Compression
+    public var isIntroducer: Bool
+    public var isPaused: Bool
+    /// The certificate name syncthing checks (`certName` attribute); empty means `syncthing`.
+    public var certName: String
+
+    public init(
+        id: DeviceID, name: String = "", addresses: [String] = ["dynamic"], compression: Compression = .metadata,
+        isIntroducer: Bool = false, isPaused: Bool = false, certName: String = ""
+    ) {
+        self.id = id
+        self.name = name
+        self.addresses = addresses
+        self.compression = compression
+        self.isIntroducer = isIntroducer
+        self.isPaused = isPaused
+        self.certName = certName
+    }
+}
+
+/// A `<folder>` of config.xml.
+public struct FolderConfiguration: Sendable, Equatable {
+    public var id: String
+    public var label: String
+    public var path: String
+    public var type: FolderType
+    /// The devices the folder is shared with (this device included, as syncthing keeps it).
+    public var devices: [DeviceID]
+    public var rescanIntervalS: Int
+    public var ignorePerms: Bool
+    /// The versioning type; empty means no versioning.
+    public var versioningType: String
+    /// How many conflict copies syncthing keeps; 0 deletes conflicts, -1 keeps all.
+    public var maxConflicts: Int
+    public var markerName: String
+    public var isPaused: Bool
+
+    public init(
+        id: String, label: String = "", path: String, type: FolderType = .sendreceive, devices: [DeviceID] = [],
+        rescanIntervalS: Int = 3600, ignorePerms: Bool = false, versioningType: String = "",
+        maxConflicts: Int = 10, markerName: String = ".stfolder", isPaused: Bool = false
+    ) {
+        self.id = id
+        self.label = label
+        self.path = path
+        self.type = type
+        self.devices = devices
+        self.rescanIntervalS = rescanIntervalS
+        self.ignorePerms = ignorePerms
+        self.versioningType = versioningType
+        self.maxConflicts = maxConflicts
+        self.markerName = markerName
+        self.isPaused = isPaused
+    }
+}
+
+/// The parts of `<options>` Kaiten uses.
+public struct OptionsConfiguration: Sendable, Equatable {
+    /// `<listenAddress>` entries; `default` means `tcp://0.0.0.0:22000` (plus QUIC and relays,
+    /// which Kaiten does not use).
+    public var listenAddresses: [String]
+    public var globalAnnounceEnabled: Bool
+    public var localAnnounceEnabled: Bool
+    public var relaysEnabled: Bool
+    public var natEnabled: Bool
+    public var urAccepted: Int
+    public var reconnectionIntervalS: Int
+
+    /// The TCP listen addresses Kaiten would bind, with `default` expanded.
+    public var tcpListenAddresses: [String] {
+        listenAddresses.flatMap { $0 == "default" ? ["tcp://0.0.0.0:22000"] : [$0] }
+            .filter { $0.hasPrefix("tcp://") || $0.hasPrefix("tcp4://") || $0.hasPrefix("tcp6://") }
+    }
+}
+
+/// The parts of `<gui>` Kaiten uses (to reach a syncthing REST API on the same home, in tests).
+public struct GUIConfiguration: Sendable, Equatable {
+    public var isEnabled: Bool
+    public var address: String
+    public var apiKey: String
+}

@@ -1,0 +1,30 @@
+import ArgumentParser
+import KaitenConfig
+
+extension Kaiten {
+    struct ID: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "id",
+            abstract: "Print this device's ID.",
+            discussion: """
+                The device ID is derived from cert.pem, exactly as `syncthing serve --device-id` \
+                derives it; give it to peers so they can add this device.
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Flag(help: "Print the result as JSON.")
+        var json = false
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                if json {
+                    try Terminal.json(["device_id": opened.identity.deviceID.description])
+                } else {
+                    print(opened.identity.deviceID.description)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import ArgumentParser
+import Foundation
+import KaitenConfig
+
+/// The `kaiten` command: selective sync and on-demand access for Syncthing.
+@main
+struct Kaiten: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kaiten",
+        abstract: "Selective sync and on-demand access for Syncthing, as a headless Syncthing device.",
+        discussion: """
+            Kaiten is a Syncthing device: it reads a Syncthing-compatible config.xml and identity \
+            (cert.pem, key.pem) from its home and talks to real Syncthing peers itself.
+
+            Getting started:
+              kaiten init --name laptop
+              kaiten peer add PEER-DEVICE-ID --name nas --address tcp://nas.local:22000
+              kaiten folder add photos --path ~/Photos --share PEER-DEVICE-ID
+
+            The home is --home DIR, else $KAITEN_HOME, else ${XDG_CONFIG_HOME:-~/.config}/kaiten.
+
+            Exit codes: 0 success, 1 error (nothing changed), 2 changes pending (plan \
+            --detailed-exitcode), 3 stale saved plan, 4 refused by a safety brake, 5 partially \
+            applied, 64 usage error.
+            """,
+        version: "0.1.0",
+        subcommands: [Init.self, ID.self, Peer.self, Folder.self]
+    )
+}
+
+/// Options every verb takes.
+struct GlobalOptions: ParsableArguments {
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Kaiten's home directory (config.xml, cert.pem, key.pem, state).",
+            discussion: "When omitted: $KAITEN_HOME, else ${XDG_CONFIG_HOME:-~/.config}/kaiten.",
+            valueName: "dir"))
+    var home: String?
+
+    /// The home this invocation works on.
+    var resolvedHome: Home {
+        Home.resolve(explicit: home, environment: ProcessInfo.processInfo.environment)
+    }
+}
+
+/// Runs a command body, turning library errors into one line on stderr and exit code 1.
+///
+/// Libraries never print or exit; this is the one place their errors meet the user.
+func reportingErrors(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as ExitCode {
+        throw error
+    } catch let error as CleanExit {
+        throw error
+    } catch let error as ValidationError {
+        throw error
+    } catch {
+        Terminal.error("\(error)")
+        throw ExitCode(1)
+    }
+}
+
+/// Output helpers: results on stdout, diagnostics on stderr.
+enum Terminal {
+    static func error(_ message: String) {
+        FileHandle.standardError.write(Data("kaiten: \(message)\n".utf8))
+    }
+
+    static func json<T: Encodable>(_ value: T) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        var data = try encoder.encode(value)
+        data.append(0x0A)
+        FileHandle.standardOutput.write(data)
+    }
+
+    /// Prints rows as aligned columns, the last column unpadded.
+    static func table(_ header: [String], _ rows: [[String]]) {
+        let all = [header] + rows
+        var widths = [Int](repeating: 0, count: header.count)
+        for row in all {
+            for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) }
+        }
+        for row in all {
+            var line = ""
+            for (i, cell) in row.enumerated() {
+                if i == row.count - 1 {
+                    line += cell
+                } else {
+                    line += cell + String(repeating: " ", count: widths[i] - cell.count + 2)
+                }
+            }
+            print(line)
+        }
+    }
+}
