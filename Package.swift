@@ -63,10 +63,26 @@ let package = Package(
         // Test-only helpers: real syncthing instances on 127.0.0.1, temp dirs, running the CLI.
         .target(
             name: "KaitenTestSupport",
-            dependencies: ["KaitenProtocol", "KaitenConfig"]
+            dependencies: [
+                "KaitenProtocol", "KaitenConfig",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
-        .testTarget(name: "KaitenConfigTests", dependencies: ["KaitenConfig", "KaitenTestSupport"]),
+        .testTarget(
+            name: "KaitenConfigTests",
+            dependencies: [
+                "KaitenConfig", "KaitenTestSupport",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
+            resources: [.copy("Fixtures")]
+        ),
         .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport"]),
         .testTarget(
             name: "InteropTests",

@@ -10,8 +10,8 @@ import FoundationXML
 /// The file is kept as an XML document with its whitespace; the typed views (``folders``,
 /// ``devices``, ``options``, ``gui``) are read from it and the editing methods change only the
 /// elements they are about. Everything Kaiten does not model — elements, attributes, their
-/// order, comments — is written back as it was: a config.xml that syncthing wrote, read and
-/// written again, is byte-identical (syncthing writes no XML declaration, and neither does Kaiten).
+/// order, comments — is written back as it was, in syncthing's own encoding: a config.xml that
+/// syncthing wrote, read and written again, is byte-identical.
 ///
 /// Loading validates what Kaiten relies on and names the file and line of the first problem.
 public final class ConfigFile {
@@ -224,14 +224,7 @@ public final class ConfigFile {
 
     /// The file's content as it would be written.
     public func serialized() -> String {
-        var text = document.xmlString(options: [])
-        // libxml2 adds a declaration syncthing never writes; drop it so a round trip is exact.
-        if text.hasPrefix("<?xml"), let end = text.range(of: "?>") {
-            text.removeSubrange(text.startIndex..<end.upperBound)
-            while text.first == "\n" { text.removeFirst() }
-        }
-        if !text.hasSuffix("\n") { text += "\n" }
-        return text
+        ConfigSerializer.serialize(root)
     }
 
     /// Writes the file atomically: temporary file, fsync, rename, fsync of the directory.
@@ -365,9 +358,11 @@ struct ElementLines {
         let delegate = Delegate()
         parser.delegate = delegate
         delegate.parser = parser
-        if !parser.parse() {
+        // XMLParser on Linux can report success after libxml2 recovered from an error; any
+        // reported error counts.
+        if !parser.parse() || delegate.errorLine != nil {
             let line = delegate.errorLine ?? parser.lineNumber
-            let reason = (parser.parserError as NSError?)?.localizedDescription ?? "parse error"
+            let reason = delegate.errorText ?? (parser.parserError as NSError?)?.localizedDescription ?? "parse error"
             throw ConfigError(.malformedXML, file: path, line: max(line, 1), "not well-formed XML (\(reason))")
         }
         return ElementLines(lines: delegate.lines)
@@ -378,6 +373,24 @@ struct ElementLines {
         var depth = 0
         var lines: [String: [Int]] = [:]
         var errorLine: Int?
+        var errorText: String?
+
+        /// libxml2's xmlParserErrors, for the mistakes people make when editing config.xml by hand.
+        static func explain(_ code: Int) -> String {
+            switch code {
+            case 4: return "the document is empty"
+            case 5: return "extra content after the closing </configuration>"
+            case 23: return "an entity reference is missing its ';' (write & as &amp;)"
+            case 26, 27: return "unknown entity (write & as &amp;)"
+            case 38: return "'<' inside an attribute value (write &lt;)"
+            case 39, 40, 41: return "an attribute value is not in quotes"
+            case 68: return "a tag name is missing after '<' (write < as &lt;)"
+            case 73: return "'>' expected"
+            case 76: return "an opening and a closing tag do not match"
+            case 77: return "the file ends before all tags are closed"
+            default: return "libxml2 error \(code)"
+            }
+        }
 
         func parser(
             _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
@@ -394,7 +407,10 @@ struct ElementLines {
         }
 
         func parser(_ parser: XMLParser, parseErrorOccurred parseError: Error) {
-            if errorLine == nil { errorLine = parser.lineNumber }
+            if errorLine == nil {
+                errorLine = parser.lineNumber
+                errorText = Self.explain((parseError as NSError).code)
+            }
         }
     }
 }

@@ -1,0 +1,88 @@
+import Foundation
+
+/// What a finished program printed and how it exited.
+public struct ProcessResult: Sendable {
+    public let status: Int32
+    public let stdout: String
+    public let stderr: String
+}
+
+/// Runs a program to completion, capturing its output.
+public enum ProcessRunner {
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+        currentDirectory: String? = nil, stdin: String? = nil
+    ) throws -> ProcessResult {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        if let currentDirectory { process.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
+        let outFile = try TemporaryDirectory(prefix: "kaiten-proc")
+        defer { outFile.remove() }
+        FileManager.default.createFile(atPath: outFile.file("out"), contents: nil)
+        FileManager.default.createFile(atPath: outFile.file("err"), contents: nil)
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outFile.file("out")))
+        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: outFile.file("err")))
+        process.standardOutput = out
+        process.standardError = err
+        if let stdin {
+            let pipe = Pipe()
+            process.standardInput = pipe
+            try process.run()
+            pipe.fileHandleForWriting.write(Data(stdin.utf8))
+            try pipe.fileHandleForWriting.close()
+        } else {
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+        }
+        process.waitUntilExit()
+        try out.close()
+        try err.close()
+        return ProcessResult(
+            status: process.terminationStatus,
+            stdout: (try? String(contentsOfFile: outFile.file("out"), encoding: .utf8)) ?? "",
+            stderr: (try? String(contentsOfFile: outFile.file("err"), encoding: .utf8)) ?? "")
+    }
+
+    /// Finds a program on $PATH.
+    public static func which(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") {
+            let candidate = "\(directory)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+}
+
+/// Runs the built `kaiten` binary, as a user would.
+public enum KaitenCLI {
+    /// The `kaiten` executable next to the running test bundle (SwiftPM builds it there).
+    public static var executable: String {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let self_ = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        for candidate in [directory, self_.deletingLastPathComponent()] {
+            var d = candidate
+            for _ in 0..<4 {
+                let path = d.appendingPathComponent("kaiten").path
+                var isDirectory: ObjCBool = false
+                if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue {
+                    return path
+                }
+                d = d.deletingLastPathComponent()
+            }
+        }
+        directory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+        return directory.appendingPathComponent(".build/debug/kaiten").path
+    }
+
+    /// Runs `kaiten ARGS…` with a clean environment (no KAITEN_HOME leaking in from the user).
+    public static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws
+        -> ProcessResult
+    {
+        var env = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
+        env.merge(environment) { _, new in new }
+        return try ProcessRunner.run(executable, arguments, environment: env, stdin: stdin)
+    }
+}

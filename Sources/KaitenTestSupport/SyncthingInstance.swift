@@ -1,0 +1,243 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A real syncthing (Debian's 1.19.2) running on 127.0.0.1 for a test.
+///
+/// Everything that reaches beyond loopback is switched off in its config.xml: global and
+/// local discovery, relays, NAT traversal, STUN, usage and crash reporting, upgrades. It runs
+/// as one process (`STMONITORED=1`, bep-brief §8.2) so that the PID we hold is the one to stop,
+/// and it is always stopped by that PID — ``withSyncthing(_:_:)`` does it even when the test
+/// throws.
+public final class SyncthingInstance: @unchecked Sendable {
+    public let home: String
+    public let listenPort: Int
+    public let guiPort: Int
+    public let apiKey: String
+    public let deviceID: DeviceID
+    private let lock = NSLock()
+    private var process: Process?
+
+    /// The syncthing binary, `$KAITEN_SYNCTHING` or `syncthing` on `$PATH`.
+    public static var binary: String? {
+        if let env = ProcessInfo.processInfo.environment["KAITEN_SYNCTHING"], !env.isEmpty { return env }
+        return ProcessRunner.which("syncthing")
+    }
+
+    /// Where syncthing's BEP listener is, as a `tcp://` address for config.xml.
+    public var address: String { "tcp://127.0.0.1:\(listenPort)" }
+
+    private init(home: String, listenPort: Int, guiPort: Int, apiKey: String, deviceID: DeviceID) {
+        self.home = home
+        self.listenPort = listenPort
+        self.guiPort = guiPort
+        self.apiKey = apiKey
+        self.deviceID = deviceID
+    }
+
+    /// Makes a new syncthing home with `syncthing generate` and configures it for loopback only.
+    public static func generate(in directory: String, name: String = "st") throws -> SyncthingInstance {
+        guard let binary else { throw HarnessError("syncthing is not installed; scripts/test installs it") }
+        let home = (directory as NSString).appendingPathComponent(name)
+        let result = try ProcessRunner.run(
+            binary, ["generate", "--home", home, "--no-default-folder", "--skip-port-probing"],
+            environment: ["STNODEFAULTFOLDER": "1", "HOME": directory, "PATH": "/usr/bin:/bin"])
+        guard result.status == 0 else { throw HarnessError("syncthing generate failed: \(result.stderr)") }
+        let config = try ConfigFile.load(path: (home as NSString).appendingPathComponent("config.xml"))
+        let listenPort = try FreePort.next()
+        let guiPort = try FreePort.next()
+        let apiKey = "kaiten-test-" + UUID().uuidString.prefix(8)
+        config.setListenAddresses(["tcp://127.0.0.1:\(listenPort)"])
+        for (name, value) in loopbackOnlyOptions { config.setOption(name, value) }
+        config.setGUI(address: "127.0.0.1:\(guiPort)", apiKey: apiKey)
+        try config.write()
+        let id = try Identity.deviceID(certificatePath: (home as NSString).appendingPathComponent("cert.pem"))
+        return SyncthingInstance(home: home, listenPort: listenPort, guiPort: guiPort, apiKey: apiKey, deviceID: id)
+    }
+
+    /// Uses an existing home (one made by Kaiten, say) as it is; only the GUI address and API
+    /// key are given on the command line, so config.xml is not touched before syncthing reads it.
+    public static func existing(home: String) throws -> SyncthingInstance {
+        let config = try ConfigFile.load(path: (home as NSString).appendingPathComponent("config.xml"))
+        let port = config.options.tcpListenAddresses.first.flatMap { URL(string: $0)?.port } ?? 0
+        let id = try Identity.deviceID(certificatePath: (home as NSString).appendingPathComponent("cert.pem"))
+        return SyncthingInstance(
+            home: home, listenPort: port, guiPort: try FreePort.next(),
+            apiKey: "kaiten-test-" + UUID().uuidString.prefix(8), deviceID: id)
+    }
+
+    /// Options that keep a test instance on loopback and quiet (bep-brief §8.2).
+    public static let loopbackOnlyOptions: [(String, String)] = [
+        ("globalAnnounceEnabled", "false"), ("localAnnounceEnabled", "false"), ("relaysEnabled", "false"),
+        ("natEnabled", "false"), ("startBrowser", "false"), ("urAccepted", "-1"), ("urSeen", "3"),
+        ("autoUpgradeIntervalH", "0"), ("crashReportingEnabled", "false"), ("stunKeepaliveStartS", "0"),
+        ("stunKeepaliveMinS", "0"), ("announceLANAddresses", "false"), ("setLowPriority", "false"),
+        ("restartOnWakeup", "false"), ("reconnectionIntervalS", "2"), ("releasesURL", ""), ("urURL", ""),
+        ("crashReportingURL", ""),
+    ]
+
+    /// The syncthing log so far (for failure messages).
+    public var log: String {
+        (try? String(contentsOfFile: (home as NSString).appendingPathComponent("syncthing.log"), encoding: .utf8)) ?? ""
+    }
+
+    /// Starts syncthing and waits until its REST API answers.
+    public func start(timeout: TimeInterval = 60) async throws {
+        guard let binary = Self.binary else { throw HarnessError("syncthing is not installed") }
+        let logPath = (home as NSString).appendingPathComponent("syncthing.log")
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let logHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = [
+            "serve", "--home", home, "--no-browser", "--no-restart", "--no-upgrade", "--logflags=7",
+            "--gui-address=http://127.0.0.1:\(guiPort)", "--gui-apikey=\(apiKey)",
+        ]
+        process.environment = [
+            "STMONITORED": "1", "STNOUPGRADE": "1", "STNODEFAULTFOLDER": "1", "STNORESTART": "1",
+            "HOME": (home as NSString).deletingLastPathComponent, "PATH": "/usr/bin:/bin",
+        ]
+        process.standardOutput = logHandle
+        process.standardError = logHandle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        lock.withLock { self.process = process }
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if !process.isRunning {
+                throw HarnessError("syncthing exited during start (status \(process.terminationStatus)):\n\(log)")
+            }
+            if (try? await get("/rest/system/ping")) != nil { return }
+            try await Task.sleep(nanoseconds: 200_000_000)
+        }
+        stop()
+        throw HarnessError("syncthing's REST API did not come up within \(Int(timeout)) s:\n\(log)")
+    }
+
+    /// Stops syncthing by its PID: SIGTERM, then SIGKILL after 10 s.
+    public func stop() {
+        guard let process = lock.withLock({ () -> Process? in
+            let p = self.process
+            self.process = nil
+            return p
+        }) else { return }
+        guard process.isRunning else { return }
+        let pid = process.processIdentifier
+        kill(pid, SIGTERM)
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning && Date() < deadline { usleep(50_000) }
+        if process.isRunning {
+            kill(pid, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    public var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }
+
+    deinit { stop() }
+
+    // MARK: - REST
+
+    /// GET a REST endpoint and decode its JSON.
+    public func get(_ path: String) async throws -> Any {
+        try await request("GET", path, body: nil)
+    }
+
+    /// POST to a REST endpoint.
+    @discardableResult
+    public func post(_ path: String, json: Any? = nil) async throws -> Any {
+        try await request("POST", path, body: json)
+    }
+
+    /// PUT a JSON document to a REST endpoint.
+    @discardableResult
+    public func put(_ path: String, json: Any) async throws -> Any {
+        try await request("PUT", path, body: json)
+    }
+
+    private func request(_ method: String, _ path: String, body: Any?) async throws -> Any {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(guiPort)\(path)")!)
+        request.httpMethod = method
+        request.setValue(apiKey, forHTTPHeaderField: "X-API-Key")
+        request.timeoutInterval = 30
+        if let body {
+            request.httpBody = try JSONSerialization.data(withJSONObject: body)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard (200..<300).contains(status) else {
+            throw HarnessError("\(method) \(path): HTTP \(status): \(String(decoding: data, as: UTF8.self))")
+        }
+        if data.isEmpty { return [String: Any]() }
+        return (try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])) ?? [String: Any]()
+    }
+
+    /// Adds (or replaces) a folder through the REST API, with the watcher off and hourly
+    /// rescans, so that nothing changes behind a test's back.
+    public func addFolder(
+        id: String, path: String, type: String = "sendreceive", devices: [DeviceID], extra: [String: Any] = [:]
+    ) async throws {
+        var folder: [String: Any] = [
+            "id": id, "label": id, "path": path, "type": type, "rescanIntervalS": 3600,
+            "fsWatcherEnabled": false, "maxConflicts": 10,
+            "devices": ([deviceID] + devices).map { ["deviceID": $0.description] },
+        ]
+        folder.merge(extra) { _, new in new }
+        try await put("/rest/config/folders/\(id)", json: folder)
+    }
+
+    /// Adds (or replaces) a device through the REST API.
+    public func addDevice(_ id: DeviceID, name: String, addresses: [String] = ["dynamic"], compression: String = "metadata")
+        async throws
+    {
+        try await put(
+            "/rest/config/devices/\(id)",
+            json: ["deviceID": id.description, "name": name, "addresses": addresses, "compression": compression])
+    }
+
+    /// Polls until `condition` holds, or fails after `timeout` seconds.
+    public func waitUntil(
+        _ what: String, timeout: TimeInterval = 60, _ condition: () async throws -> Bool
+    ) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if (try? await condition()) == true { return }
+            try await Task.sleep(nanoseconds: 200_000_000)
+        }
+        throw HarnessError("timed out after \(Int(timeout)) s waiting for \(what)\n--- syncthing log ---\n\(log.suffix(3000))")
+    }
+
+    /// Waits until a folder is idle (scanned, nothing pulling).
+    public func waitIdle(folder: String, timeout: TimeInterval = 60) async throws {
+        try await waitUntil("folder \(folder) idle", timeout: timeout) {
+            let status = try await self.get("/rest/db/status?folder=\(folder)") as? [String: Any]
+            return status?["state"] as? String == "idle"
+        }
+    }
+}
+
+/// Starts syncthing, runs `body`, and stops syncthing by PID whatever happens.
+public func withSyncthing<T>(
+    _ instance: SyncthingInstance, _ body: (SyncthingInstance) async throws -> T
+) async throws -> T {
+    try await instance.start()
+    do {
+        let result = try await body(instance)
+        instance.stop()
+        return result
+    } catch {
+        instance.stop()
+        throw error
+    }
+}
+
+/// A failure of the test harness itself (as opposed to of Kaiten).
+public struct HarnessError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,179 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenConfig
+
+struct ConfigFileTests {
+    static let peer = try! DeviceID("LXONAJ2-BUJHTRL-4AZYOG4-5H4JWNG-XA4OJHO-JEGBUIY-D5N2DL5-KCJ33AQ")
+    static let other = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
+
+    static func fixture() throws -> Data {
+        let url = try #require(Bundle.module.url(forResource: "Fixtures/syncthing-written", withExtension: "xml"))
+        return try Data(contentsOf: url)
+    }
+
+    @Test func syncthingWrittenConfigRoundTripsByteForByte() throws {
+        let data = try Self.fixture()
+        let config = try ConfigFile.parse(data: data, path: "config.xml")
+        #expect(config.serialized() == String(decoding: data, as: UTF8.self))
+    }
+
+    @Test func readsTheModelledFields() throws {
+        let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
+        #expect(config.version == 36)
+        let folder = try #require(config.folder(id: "photos"))
+        #expect(folder.label == "Photos \"2026\"")
+        #expect(folder.type == .receiveonly)
+        #expect(folder.path == "/tmp/fx/data")
+        #expect(folder.versioningType == "simple")
+        #expect(folder.maxConflicts == 10)
+        #expect(folder.markerName == ".stfolder")
+        #expect(folder.devices.contains(Self.peer))
+        let device = try #require(config.device(id: Self.peer))
+        #expect(device.name == "laptop & <nas>")
+        #expect(device.compression == .never)
+        #expect(device.addresses == ["tcp://127.0.0.1:22999"])
+        #expect(config.gui.address == "127.0.0.1:8384")
+        #expect(config.options.listenAddresses == ["default"])
+        #expect(config.options.tcpListenAddresses == ["tcp://0.0.0.0:22000"])
+    }
+
+    @Test func editsKeepEverythingElseInPlace() throws {
+        var text = String(decoding: try Self.fixture(), as: UTF8.self)
+        // Elements and attributes Kaiten does not model, in odd places, must survive edits.
+        text = text.replacingOccurrences(
+            of: "<ldap></ldap>", with: "<ldap></ldap>\n    <!-- kept -->\n    <future flavour=\"x\">y</future>")
+        text = text.replacingOccurrences(of: "<order>random</order>", with: "<order>random</order><zz a=\"1\"></zz>")
+        let config = try ConfigFile.parse(data: Data(text.utf8), path: "config.xml")
+        try config.addDevice(DeviceConfiguration(id: Self.other, name: "nas", addresses: ["tcp://10.0.0.2:22000"]))
+        try config.shareFolder(id: "photos", with: Self.other)
+        let out = config.serialized()
+        #expect(out.contains("<ldap></ldap>\n    <!-- kept -->\n    <future flavour=\"x\">y</future>"))
+        #expect(out.contains("<order>random</order><zz a=\"1\"></zz>"))
+        let reread = try ConfigFile.parse(data: Data(out.utf8), path: "config.xml")
+        #expect(reread.device(id: Self.other)?.addresses == ["tcp://10.0.0.2:22000"])
+        #expect(reread.folder(id: "photos")?.devices.contains(Self.other) == true)
+
+        // Removing what was added gives back the file we started from.
+        try reread.removeDevice(Self.other)
+        #expect(reread.serialized() == text)
+    }
+
+    @Test func addedFolderSpellsOutEveryField() throws {
+        let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
+        try config.addFolder(
+            FolderConfiguration(id: "docs", label: "Docs", path: "/srv/docs", type: .receiveonly, devices: [Self.peer]))
+        let out = config.serialized()
+        let reread = try ConfigFile.parse(data: Data(out.utf8), path: "config.xml")
+        let folder = try #require(reread.folder(id: "docs"))
+        #expect(folder.type == .receiveonly)
+        #expect(folder.maxConflicts == 10)
+        #expect(folder.rescanIntervalS == 3600)
+        for field in ["<maxConflicts>10</maxConflicts>", "<markerName>.stfolder</markerName>", "<paused>false</paused>",
+            "<weakHashThresholdPct>25</weakHashThresholdPct>", "<maxConcurrentWrites>2</maxConcurrentWrites>"]
+        {
+            #expect(out.contains(field))
+        }
+        // The new folder sits after the existing one, indented like it.
+        #expect(out.contains("</folder>\n    <folder id=\"docs\""))
+    }
+
+    @Test func listenAddressesAreReplacedInPlace() throws {
+        let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
+        config.setListenAddresses(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"])
+        let out = config.serialized()
+        #expect(
+            out.contains(
+                "<options>\n        <listenAddress>tcp://127.0.0.1:1</listenAddress>\n        <listenAddress>tcp://127.0.0.1:2</listenAddress>\n        <globalAnnounceServer>"
+            ))
+    }
+
+    struct BadInput: CustomTestStringConvertible, Sendable {
+        let label: String
+        let xml: String
+        let code: ConfigError.Code
+        let line: Int?
+        var testDescription: String { label }
+    }
+
+    @Test(arguments: [
+        BadInput(label: "malformed XML", xml: "<configuration version=\"36\">\n  <folder id=\"a\">\n</configuration>\n", code: .malformedXML, line: 3),
+        BadInput(label: "not a config", xml: "<html></html>", code: .malformedXML, line: 1),
+        BadInput(label: "future version", xml: "<configuration version=\"99\"></configuration>", code: .unsupportedVersion, line: 1),
+        BadInput(
+            label: "unknown folder type",
+            xml: "<configuration version=\"36\">\n    <folder id=\"a\" path=\"/x\" type=\"mirror\"></folder>\n</configuration>",
+            code: .unknownFolderType, line: 2),
+        BadInput(
+            label: "duplicate folder ID",
+            xml: "<configuration version=\"36\">\n    <folder id=\"a\" path=\"/x\"></folder>\n\n    <folder id=\"a\" path=\"/y\"></folder>\n</configuration>",
+            code: .duplicateFolderID, line: 4),
+        BadInput(
+            label: "invalid device ID",
+            xml: "<configuration version=\"36\">\n    <device id=\"NOT-A-DEVICE\"></device>\n</configuration>",
+            code: .invalidDeviceID, line: 2),
+        BadInput(
+            label: "device ID typo in a folder",
+            xml: "<configuration version=\"36\">\n    <folder id=\"a\" path=\"/x\">\n        <device id=\"P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ3\"></device>\n    </folder>\n</configuration>",
+            code: .invalidDeviceID, line: 2),
+    ])
+    func badInputNamesFileAndLine(_ bad: BadInput) {
+        let error = #expect(throws: ConfigError.self) {
+            try ConfigFile.parse(data: Data(bad.xml.utf8), path: "/h/config.xml")
+        }
+        #expect(error?.code == bad.code)
+        #expect(error?.line == bad.line)
+        #expect(error?.description.hasPrefix("/h/config.xml:") == true)
+    }
+
+    @Test func duplicateAdditionsAreRefused() throws {
+        let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
+        #expect(throws: ConfigError.self) { try config.addDevice(DeviceConfiguration(id: Self.peer)) }
+        #expect(throws: ConfigError.self) { try config.addFolder(FolderConfiguration(id: "photos", path: "/x")) }
+        #expect(throws: ConfigError.self) {
+            try config.addFolder(FolderConfiguration(id: "new", path: "/x", devices: [Self.other]))
+        }
+        #expect(throws: ConfigError.self) { try config.shareFolder(id: "nope", with: Self.peer) }
+        #expect(throws: ConfigError.self) { try config.removeDevice(Self.other) }
+    }
+
+    @Test func writeIsAtomicAndLeavesNoTemporaryFiles() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("config.xml")
+        try Self.fixture().write(to: URL(fileURLWithPath: path))
+        let config = try ConfigFile.load(path: path)
+        try config.addDevice(DeviceConfiguration(id: Self.other, name: "nas"))
+        try config.write()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["config.xml"])
+        #expect(try ConfigFile.load(path: path).device(id: Self.other)?.name == "nas")
+    }
+
+    @Test func newConfigIsLoopbackFriendlyAndSilent() throws {
+        let id = try DeviceID(bytes: Array(0..<32))
+        let config = try ConfigFile.makeNew(
+            path: "config.xml", myID: id, name: "box <1>", listenAddress: "tcp://0.0.0.0:22000", apiKey: "k")
+        #expect(config.options.listenAddresses == ["tcp://0.0.0.0:22000"])
+        #expect(!config.options.globalAnnounceEnabled)
+        #expect(!config.options.localAnnounceEnabled)
+        #expect(!config.options.relaysEnabled)
+        #expect(!config.options.natEnabled)
+        #expect(config.options.urAccepted == -1)
+        #expect(config.device(id: id)?.name == "box <1>")
+        // Kaiten's own output also round-trips exactly.
+        let again = try ConfigFile.parse(data: Data(config.serialized().utf8), path: "config.xml")
+        #expect(again.serialized() == config.serialized())
+    }
+}
+
+struct HomeTests {
+    @Test func resolutionOrder() {
+        #expect(Home.resolve(explicit: "/a", environment: ["KAITEN_HOME": "/b"]).path == "/a")
+        #expect(Home.resolve(explicit: nil, environment: ["KAITEN_HOME": "/b", "XDG_CONFIG_HOME": "/c"]).path == "/b")
+        #expect(Home.resolve(explicit: nil, environment: ["XDG_CONFIG_HOME": "/c", "HOME": "/h"]).path == "/c/kaiten")
+        #expect(Home.resolve(explicit: nil, environment: ["HOME": "/h"]).path == "/h/.config/kaiten")
+        #expect(Home(path: "/x").selectionPath(folderID: "photos") == "/x/selections/photos.txt")
+    }
+}
