@@ -241,3 +241,17 @@ public struct HarnessError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }
+
+extension SyncthingInstance {
+    /// What `syncthing serve --home HOME --device-id` prints: syncthing's own reading of cert.pem.
+    public static func deviceIDAsSyncthingSees(home: String) throws -> String {
+        guard let binary else { throw HarnessError("syncthing is not installed") }
+        let result = try ProcessRunner.run(
+            binary, ["serve", "--home", home, "--device-id"],
+            environment: ["HOME": home, "PATH": "/usr/bin:/bin", "STNOUPGRADE": "1"])
+        guard result.status == 0 else {
+            throw HarnessError("syncthing serve --device-id failed (\(result.status)): \(result.stderr)")
+        }
+        return result.stdout.split(separator: "\n").last.map(String.init) ?? ""
+    }
+}
