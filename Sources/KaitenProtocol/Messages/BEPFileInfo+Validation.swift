@@ -1,0 +1,63 @@
+import Foundation
+
+/// Why a peer's FileInfo or request name is refused (syncthing lib/protocol/protocol.go:
+/// checkFilename, checkFileInfoConsistency).
+public enum WireNameError: Error, Equatable, Sendable, CustomStringConvertible {
+    case empty
+    case notCanonical(String)
+    case notNFC(String)
+    case escapesFolder(String)
+    case inconsistent(String, String)
+
+    public var description: String {
+        switch self {
+        case .empty: return "empty file name"
+        case .notCanonical(let n): return "file name \"\(n)\" is not in canonical form (//, ./, trailing / or \\)"
+        case .notNFC(let n): return "file name \"\(n)\" is not Unicode NFC"
+        case .escapesFolder(let n): return "file name \"\(n)\" is absolute or escapes the folder"
+        case .inconsistent(let n, let why): return "file \"\(n)\": \(why)"
+        }
+    }
+}
+
+/// The wire rules for names: UTF-8 NFC, `/`-separated, clean, relative, inside the folder.
+public enum WireName {
+    /// Checks a name as syncthing checks every FileInfo.name and Request.name.
+    public static func validate(_ name: String) throws(WireNameError) {
+        guard !name.isEmpty, name != ".", name != ".." else {
+            throw name.isEmpty ? .empty : .escapesFolder(name)
+        }
+        if name.hasPrefix("/") || name.hasPrefix("../") { throw .escapesFolder(name) }
+        // Swift's String == compares canonically equivalent strings as equal; compare the bytes.
+        if !name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8) { throw .notNFC(name) }
+        if name.contains("\0") { throw .notCanonical(name) }
+        for component in name.split(separator: "/", omittingEmptySubsequences: false) {
+            switch component {
+            case "": throw .notCanonical(name)  // "//" or a trailing "/"
+            case ".": throw .notCanonical(name)
+            case "..": throw .escapesFolder(name)
+            default: continue
+            }
+        }
+    }
+}
+
+extension BEPFileInfo {
+    /// Checks a received entry before anything else looks at it: its name, and that its
+    /// shape fits its kind (a deleted entry or a directory has no blocks; a live regular file
+    /// has at least one).
+    public func validate() throws(WireNameError) {
+        try WireName.validate(name)
+        if deleted && !blocks.isEmpty { throw .inconsistent(name, "deleted, but has blocks") }
+        if type == .directory && !blocks.isEmpty { throw .inconsistent(name, "a directory with blocks") }
+        if type == .file && !deleted && !invalid && blocks.isEmpty {
+            throw .inconsistent(name, "a file without blocks")
+        }
+        for block in blocks where block.size < 0 || block.offset < 0 || block.hash.count != 32 {
+            throw .inconsistent(name, "block at offset \(block.offset) is malformed")
+        }
+    }
+
+    /// The effective block size: syncthing's `BlockSize()` gives 128 KiB when the raw value is smaller.
+    public var effectiveBlockSize: Int { Int(max(blockSize, 128 << 10)) }
+}
