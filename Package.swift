@@ -37,7 +37,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
-            ]
+            ],
+            exclude: ["Proto/bep.proto"]
         ),
         // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
         .target(
@@ -50,12 +51,26 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
+        // TLS 1.3 connections to peers: dialling, listening, device-ID verification, BEP sessions.
+        .target(
+            name: "KaitenPeer",
+            dependencies: [
+                "KaitenProtocol",
+                "KaitenConfig",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
             dependencies: [
                 "KaitenProtocol",
                 "KaitenConfig",
+                "KaitenPeer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -83,10 +98,17 @@ let package = Package(
             ],
             resources: [.copy("Fixtures")]
         ),
+        .testTarget(
+            name: "KaitenPeerTests",
+            dependencies: ["KaitenPeer", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
+        ),
         .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport"]),
         .testTarget(
             name: "InteropTests",
-            dependencies: ["kaiten", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]
+            dependencies: [
+                "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
     ]
 )

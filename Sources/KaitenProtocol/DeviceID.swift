@@ -189,3 +189,12 @@ enum Luhn32 {
         return Base32.alphabet[(32 - sum % 32) % 32]
     }
 }
+
+extension DeviceID {
+    /// The text form of a short ID (a version-vector counter or `modified_by`), as syncthing
+    /// prints it: the first 7 base32 characters of its 8 big-endian bytes (e.g. `JMIZHSD`).
+    public static func shortIDString(_ shortID: UInt64) -> String {
+        let bytes = (0..<8).map { UInt8(truncatingIfNeeded: shortID >> (56 - 8 * UInt64($0))) }
+        return String(Base32.encode(bytes).prefix(7))
+    }
+}

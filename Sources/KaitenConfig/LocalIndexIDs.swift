@@ -1,0 +1,55 @@
+import Foundation
+
+/// This device's index ID per folder: a random non-zero number, made once and kept.
+///
+/// Peers remember what they last received from us under this ID. A zero ID would make
+/// syncthing drop what it knows about us on every connect, and a changed one makes it start
+/// over (bep-brief §4.2), so it is stored in `state/local-index-ids` and never changes.
+public struct LocalIndexIDs {
+    public let path: String
+
+    public init(home: Home) {
+        path = (home.stateDirectory as NSString).appendingPathComponent("local-index-ids")
+    }
+
+    /// The ID for each folder, creating and saving the missing ones.
+    public func ids(for folders: [String]) throws(ConfigError) -> [String: UInt64] {
+        var known = try load()
+        var changed = false
+        for folder in folders where known[folder] == nil {
+            known[folder] = UInt64.random(in: 1...UInt64.max)
+            changed = true
+        }
+        if changed {
+            let text = known.sorted { $0.key < $1.key }.map { "\(String($0.value, radix: 16)) \($0.key)\n" }.joined()
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try AtomicFile.write(Array(text.utf8), to: path, mode: 0o600)
+        }
+        return known
+    }
+
+    private func load() throws(ConfigError) -> [String: UInt64] {
+        guard let data = FileManager.default.contents(atPath: path) else { return [:] }
+        var result: [String: UInt64] = [:]
+        for (number, line) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
+            let parts = line.split(separator: " ", maxSplits: 1)
+            guard parts.count == 2, let id = UInt64(parts[0], radix: 16), id != 0 else {
+                throw ConfigError(.invalidValue, file: path, line: number + 1, "expected \"HEX-ID FOLDER-ID\"")
+            }
+            result[String(parts[1])] = id
+        }
+        return result
+    }
+}
+
+extension FileManager {
+    fileprivate func createDirectory(atPath path: String, withIntermediateDirectories: Bool) throws(ConfigError) {
+        do {
+            try createDirectory(
+                atPath: path, withIntermediateDirectories: withIntermediateDirectories, attributes: nil)
+        } catch {
+            throw ConfigError(.writeFailed, file: path, "cannot create directory: \(error.localizedDescription)")
+        }
+    }
+}

@@ -1,0 +1,341 @@
+import Crypto
+import KaitenProtocol
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOSSL
+
+/// The BEP session on one channel: Hello, ClusterConfig, index batches, requests in both
+/// directions, keepalive and Close. All state lives on the channel's event loop.
+///
+/// Peer input is checked where it enters: a bad frame, an invalid file name or an inconsistent
+/// FileInfo closes the connection with a reason that names the peer; nothing reaches a `!`.
+final class BEPConnectionHandler: ChannelInboundHandler {
+    typealias InboundIn = BEPFrame
+    typealias OutboundOut = BEPOutbound
+
+    private let myHello: BEPHello
+    private let settings: PeerSettings
+    private let logger: Logger
+    private let events: AsyncStream<PeerEvent>.Continuation
+    let stats: NIOLockedValueBox<PeerStats>
+    let helloPromise: EventLoopPromise<BEPHello>
+    let closedPromise: EventLoopPromise<PeerCloseReason>
+    /// Who the peer is, for messages: set once TLS verified the device.
+    let peerLabel: NIOLockedValueBox<String>
+    /// Answers the peer's block requests. Kaiten announces nothing yet, so: no such file.
+    var respond: @Sendable (BEPRequest) -> BEPResponse = { request in
+        var response = BEPResponse()
+        response.id = request.id
+        response.code = .noSuchFile
+        return response
+    }
+
+    private var context: ChannelHandlerContext?
+    private var started = false
+    private var receivedHello = false
+    private var closeReason: PeerCloseReason?
+    private var lastRead = NIODeadline.now()
+    private var lastWrite = NIODeadline.now()
+    private var keepalive: RepeatedTask?
+    private var helloTimeout: Scheduled<Void>?
+
+    private struct Pending {
+        let size: Int
+        let promise: EventLoopPromise<BEPResponse>
+    }
+    private var nextRequestID: Int32 = 0
+    private var pending: [Int32: Pending] = [:]
+    private var queued: [(BEPRequest, EventLoopPromise<BEPResponse>)] = []
+    private var queuedHead = 0
+    private var outstandingBytes = 0
+
+    init(
+        hello: BEPHello, settings: PeerSettings, logger: Logger, events: AsyncStream<PeerEvent>.Continuation,
+        eventLoop: EventLoop, peerLabel: String
+    ) {
+        self.myHello = hello
+        self.settings = settings
+        self.logger = logger
+        self.events = events
+        self.stats = NIOLockedValueBox(PeerStats())
+        self.helloPromise = eventLoop.makePromise()
+        self.closedPromise = eventLoop.makePromise()
+        self.peerLabel = NIOLockedValueBox(peerLabel)
+    }
+
+    static func amount(_ seconds: Double) -> TimeAmount { .nanoseconds(Int64(seconds * 1_000_000_000)) }
+
+    // MARK: - Lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { start(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        guard !started else { return }
+        started = true
+        lastRead = .now()
+        lastWrite = .now()
+        // Both sides send their Hello at once; neither waits (bep-brief §2.1).
+        context.writeAndFlush(wrapOutboundOut(.hello(myHello)), promise: nil)
+        let label = peerLabel.withLockedValue { $0 }
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let helloSeconds = Int(settings.helloTimeout)
+        helloTimeout = context.eventLoop.scheduleTask(in: Self.amount(settings.helloTimeout)) {
+            guard !bound.value.receivedHello else { return }
+            bound.value.drop(.protocolError("no Hello from \(label) within \(helloSeconds) s"))
+        }
+        let interval = Self.amount(settings.keepaliveCheckInterval)
+        keepalive = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            bound.value.checkKeepalive()
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(closeReason ?? .disconnected(""))
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        let label = peerLabel.withLockedValue { $0 }
+        switch error {
+        case let frameError as FrameError:
+            logger.warning("protocol error from \(label): \(frameError)")
+            close(.protocolError(frameError.description), sendClose: true)
+        case let sslError as NIOSSLError:
+            drop(.disconnected("TLS: \(sslError)"))
+        case let boring as BoringSSLError:
+            drop(.disconnected("TLS: \(boring)"))
+        default:
+            drop(.disconnected("\(error)"))
+        }
+    }
+
+    // MARK: - Reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        lastRead = .now()
+        let frame = unwrapInboundIn(data)
+        switch frame {
+        case .hello(let hello):
+            guard !receivedHello else { return }  // the decoder yields a Hello only once
+            receivedHello = true
+            helloTimeout?.cancel()
+            helloPromise.succeed(hello)
+        case .message(let message, let compressed):
+            stats.withLockedValue {
+                $0.framesReceived += 1
+                if compressed { $0.compressedFramesReceived += 1 }
+            }
+            handle(message)
+        case .unknown(let type):
+            logger.debug("skipping unknown message type \(type)")
+        }
+    }
+
+    private func handle(_ message: BEPMessage) {
+        switch message {
+        case .clusterConfig(let clusterConfig):
+            events.yield(.clusterConfig(clusterConfig))
+        case .index(let index):
+            deliver(folder: index.folder, files: index.files, isFullIndex: true)
+        case .indexUpdate(let update):
+            deliver(folder: update.folder, files: update.files, isFullIndex: false)
+        case .request(let request):
+            answer(request)
+        case .response(let response):
+            complete(response)
+        case .downloadProgress, .ping:
+            break
+        case .close(let close):
+            let label = peerLabel.withLockedValue { $0 }
+            logger.info("\(label) closed the connection: \(close.reason)")
+            self.close(.byPeer(close.reason), sendClose: false)
+        }
+    }
+
+    private func deliver(folder: String, files: [BEPFileInfo], isFullIndex: Bool) {
+        for file in files {
+            do {
+                try file.validate()
+            } catch {
+                close(.protocolError("invalid index entry in folder \"\(folder)\": \(error)"), sendClose: true)
+                return
+            }
+        }
+        stats.withLockedValue { $0.indexFilesReceived += files.count }
+        events.yield(.index(folder: folder, files: files, isFullIndex: isFullIndex))
+    }
+
+    private func answer(_ request: BEPRequest) {
+        // syncthing closes the connection on a request name that breaks the wire rules.
+        do {
+            try WireName.validate(request.name)
+        } catch {
+            close(.protocolError("invalid request: \(error)"), sendClose: true)
+            return
+        }
+        var response = respond(request)
+        response.id = request.id
+        stats.withLockedValue { $0.requestsAnswered += 1 }
+        write(.response(response))
+    }
+
+    private func complete(_ response: BEPResponse) {
+        guard let entry = pending.removeValue(forKey: response.id) else {
+            logger.debug("response to unknown request \(response.id)")
+            return
+        }
+        outstandingBytes -= entry.size
+        entry.promise.succeed(response)
+        pump()
+    }
+
+    // MARK: - Writing
+
+    func send(_ message: BEPMessage) -> EventLoopFuture<Void> {
+        guard let context, closeReason == nil else {
+            return helloPromise.futureResult.eventLoop.makeFailedFuture(closedError())
+        }
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        lastWrite = .now()
+        context.writeAndFlush(wrapOutboundOut(.message(message)), promise: promise)
+        return promise.futureResult
+    }
+
+    private func write(_ message: BEPMessage) {
+        guard let context, closeReason == nil else { return }
+        lastWrite = .now()
+        context.writeAndFlush(wrapOutboundOut(.message(message)), promise: nil)
+    }
+
+    /// Queues a block request; it goes out once it fits in the outstanding-bytes budget.
+    func request(_ request: BEPRequest) -> EventLoopFuture<BEPResponse> {
+        let promise = helloPromise.futureResult.eventLoop.makePromise(of: BEPResponse.self)
+        guard closeReason == nil, context != nil else {
+            promise.fail(closedError())
+            return promise.futureResult
+        }
+        queued.append((request, promise))
+        pump()
+        return promise.futureResult
+    }
+
+    private func pump() {
+        guard let context, closeReason == nil else { return }
+        var wrote = false
+        while queuedHead < queued.count {
+            let (request, promise) = queued[queuedHead]
+            let size = Int(max(request.size, 0))
+            guard outstandingBytes == 0 || outstandingBytes + size <= settings.maxOutstandingRequestBytes else { break }
+            queuedHead += 1
+            var numbered = request
+            numbered.id = takeRequestID()
+            pending[numbered.id] = Pending(size: size, promise: promise)
+            outstandingBytes += size
+            let outstanding = outstandingBytes
+            stats.withLockedValue {
+                $0.requestsSent += 1
+                $0.requestBytesSent += size
+                $0.maxOutstandingRequestBytes = max($0.maxOutstandingRequestBytes, outstanding)
+            }
+            context.write(wrapOutboundOut(.message(.request(numbered))), promise: nil)
+            wrote = true
+        }
+        if queuedHead > 1024 && queuedHead * 2 > queued.count {
+            queued.removeFirst(queuedHead)
+            queuedHead = 0
+        }
+        if wrote {
+            lastWrite = .now()
+            context.flush()
+        }
+    }
+
+    private func takeRequestID() -> Int32 {
+        repeat {
+            nextRequestID = nextRequestID == Int32.max ? 0 : nextRequestID + 1
+        } while pending[nextRequestID] != nil
+        return nextRequestID
+    }
+
+    private func checkKeepalive() {
+        let now = NIODeadline.now()
+        if now - lastRead >= Self.amount(settings.readTimeout) {
+            close(.byUs("read timeout: nothing received for \(Int(settings.readTimeout)) s"), sendClose: true)
+            return
+        }
+        if now - lastWrite >= Self.amount(settings.pingAfterWriteSilence) {
+            stats.withLockedValue { $0.pingsSent += 1 }
+            write(.ping)
+        }
+    }
+
+    // MARK: - Closing
+
+    /// Closes the connection, telling the peer why first when `sendClose` is true.
+    func close(_ reason: PeerCloseReason, sendClose: Bool) {
+        guard closeReason == nil, let context else { return }
+        closeReason = reason
+        if sendClose {
+            var message = BEPClose()
+            switch reason {
+            case .byUs(let text), .protocolError(let text), .byPeer(let text), .disconnected(let text):
+                message.reason = text
+            }
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(.message(.close(message)))).whenComplete { _ in
+                channel.close(promise: nil)
+            }
+        } else {
+            context.close(promise: nil)
+        }
+    }
+
+    private func drop(_ reason: PeerCloseReason) {
+        guard closeReason == nil else { return }
+        closeReason = reason
+        context?.close(promise: nil)
+    }
+
+    private var finished = false
+
+    private func finish(_ reason: PeerCloseReason) {
+        guard !finished else { return }
+        finished = true
+        if closeReason == nil { closeReason = reason }
+        keepalive?.cancel()
+        helloTimeout?.cancel()
+        let error = closedError()
+        if !receivedHello {
+            receivedHello = true
+            helloPromise.fail(error)
+        }
+        for (_, entry) in pending { entry.promise.fail(error) }
+        pending.removeAll()
+        for (_, promise) in queued[queuedHead...] { promise.fail(error) }
+        queued.removeAll()
+        queuedHead = 0
+        events.yield(.closed(closeReason ?? reason))
+        events.finish()
+        closedPromise.succeed(closeReason ?? reason)
+        context = nil
+    }
+
+    private func closedError() -> PeerError {
+        let label = peerLabel.withLockedValue { $0 }
+        switch closeReason {
+        case .byPeer(let reason)?: return PeerError(.closedByPeer, peer: label, "closed the connection: \(reason)")
+        case .protocolError(let reason)?: return PeerError(.protocolError, peer: label, reason)
+        case let reason?: return PeerError(.closed, peer: label, reason.description)
+        case nil: return PeerError(.closed, peer: label, "connection closed")
+        }
+    }
+}

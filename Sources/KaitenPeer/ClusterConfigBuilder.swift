@@ -1,0 +1,75 @@
+import KaitenConfig
+import KaitenProtocol
+
+/// What we already hold of a peer's index for one folder: sent back in our ClusterConfig so
+/// the peer sends only what is newer (a delta index, bep-brief §4.3).
+public struct RemoteIndexState: Sendable, Equatable {
+    public var indexID: UInt64
+    public var maxSequence: Int64
+
+    public init(indexID: UInt64, maxSequence: Int64) {
+        self.indexID = indexID
+        self.maxSequence = maxSequence
+    }
+}
+
+/// Builds the ClusterConfig Kaiten sends to one peer.
+public enum ClusterConfigBuilder {
+    /// Every folder shared with `peer` in config.xml, each listing both devices: us with our
+    /// index ID and max sequence, the peer with what we hold of its index (zero when nothing).
+    public static func make(
+        folders: [FolderConfiguration], devices: [DeviceConfiguration], me: DeviceID, peer: DeviceID,
+        localIndexIDs: [String: UInt64], localMaxSequence: [String: Int64] = [:],
+        remote: [String: RemoteIndexState] = [:]
+    ) -> BEPClusterConfig {
+        var clusterConfig = BEPClusterConfig()
+        let names = Dictionary(devices.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        for folder in folders where folder.devices.contains(peer) {
+            var wire = BEPFolder()
+            wire.id = folder.id
+            wire.label = folder.label
+            wire.readOnly = folder.type == .sendonly
+            wire.ignorePermissions = folder.ignorePerms
+            wire.paused = folder.isPaused
+            // Kaiten does not consume DownloadProgress messages.
+            wire.disableTempIndexes = true
+
+            var mine = BEPDevice()
+            mine.id = .init(me.bytes)
+            mine.name = names[me]?.name ?? ""
+            mine.addresses = names[me]?.addresses ?? []
+            mine.indexID = localIndexIDs[folder.id] ?? 0
+            mine.maxSequence = localMaxSequence[folder.id] ?? 0
+
+            var theirs = BEPDevice()
+            theirs.id = .init(peer.bytes)
+            theirs.name = names[peer]?.name ?? ""
+            theirs.addresses = names[peer]?.addresses ?? []
+            theirs.compression = BEPCompression(names[peer]?.compression ?? .metadata)
+            if let state = remote[folder.id] {
+                theirs.indexID = state.indexID
+                theirs.maxSequence = state.maxSequence
+            }
+            wire.devices = [mine, theirs].sorted { $0.id.lexicographicallyPrecedes($1.id) }
+            clusterConfig.folders.append(wire)
+        }
+        return clusterConfig
+    }
+}
+
+extension BEPCompression {
+    init(_ compression: Compression) {
+        switch compression {
+        case .metadata: self = .metadata
+        case .never: self = .never
+        case .always: self = .always
+        }
+    }
+}
+
+extension BEPClusterConfig {
+    /// What this ClusterConfig says about `device` in `folder`, if the folder lists it.
+    public func device(_ device: DeviceID, in folder: String) -> BEPDevice? {
+        folders.first { $0.id == folder }?.devices.first { $0.id.elementsEqual(device.bytes) }
+    }
+}

@@ -1,0 +1,148 @@
+import Crypto
+import KaitenConfig
+import KaitenProtocol
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import NIOSSL
+
+/// An established BEP connection to one verified peer.
+///
+/// Created by ``PeerDialer/connect(to:expecting:identity:hello:settings:logger:)`` or handed out
+/// by a ``PeerListener``; the Hello exchange is done. The first message Kaiten must send is a
+/// ClusterConfig (``sendClusterConfig(_:)``). What the peer sends arrives in ``events``, in order.
+public final class PeerConnection: Sendable {
+    /// The peer's device ID, from the certificate it presented.
+    public let deviceID: DeviceID
+    /// The peer's Hello: device name, client name and version.
+    public let hello: BEPHello
+    /// Where the peer is connected from or to.
+    public let remoteAddress: String
+    /// Everything the peer says, in order; ends with `.closed`.
+    public let events: AsyncStream<PeerEvent>
+
+    private let channel: Channel
+    private let handler: NIOLoopBound<BEPConnectionHandler>
+    private let statsBox: NIOLockedValueBox<PeerStats>
+    private let closedFuture: EventLoopFuture<PeerCloseReason>
+
+    init(
+        deviceID: DeviceID, hello: BEPHello, channel: Channel, handler: NIOLoopBound<BEPConnectionHandler>,
+        stats: NIOLockedValueBox<PeerStats>, closed: EventLoopFuture<PeerCloseReason>, events: AsyncStream<PeerEvent>
+    ) {
+        self.deviceID = deviceID
+        self.hello = hello
+        self.channel = channel
+        self.handler = handler
+        self.statsBox = stats
+        self.closedFuture = closed
+        self.events = events
+        self.remoteAddress = channel.remoteAddress?.description ?? "?"
+    }
+
+    /// A short name for messages: the peer's short device ID.
+    public var label: String { deviceID.shortDescription }
+
+    /// Counters about this connection.
+    public var stats: PeerStats { statsBox.withLockedValue { $0 } }
+
+    /// Sends any message.
+    public func send(_ message: BEPMessage) async throws {
+        let handler = self.handler
+        try await channel.eventLoop.flatSubmit { handler.value.send(message) }.get()
+    }
+
+    /// Sends our ClusterConfig (must be the first message after the Hello, and may be resent).
+    public func sendClusterConfig(_ clusterConfig: BEPClusterConfig) async throws {
+        try await send(.clusterConfig(clusterConfig))
+    }
+
+    /// Requests bytes of a file; at most 32 MiB are outstanding per peer, the rest wait.
+    /// - Returns: the response as the peer sent it (check `code`; the data is unverified).
+    public func request(_ request: BEPRequest) async throws -> BEPResponse {
+        let handler = self.handler
+        return try await channel.eventLoop.flatSubmit { handler.value.request(request) }.get()
+    }
+
+    /// Fetches one block of a file and checks its SHA-256.
+    /// - Throws: ``PeerError`` with `.requestFailed` (the peer's error code) or `.hashMismatch`.
+    public func fetchBlock(folder: String, file: BEPFileInfo, block: BEPBlockInfo) async throws -> [UInt8] {
+        var request = BEPRequest()
+        request.folder = folder
+        request.name = file.name
+        request.offset = block.offset
+        request.size = block.size
+        request.hash = block.hash
+        request.weakHash = block.weakHash
+        request.blockNo = Int32(clamping: block.offset / Int64(file.effectiveBlockSize))
+        let response = try await self.request(request)
+        guard response.code == .noError else {
+            throw PeerError(
+                .requestFailed, peer: label,
+                "refused \(file.name) at offset \(block.offset): \(Self.describe(response.code))")
+        }
+        let data = [UInt8](response.data)
+        guard data.count == Int(block.size), Array(SHA256.hash(data: data)) == [UInt8](block.hash) else {
+            throw PeerError(
+                .hashMismatch, peer: label, "sent data for \(file.name) at offset \(block.offset) whose SHA-256 is wrong")
+        }
+        return data
+    }
+
+    /// Sends a Close with `reason` and waits until the connection is gone.
+    public func close(reason: String) async {
+        let handler = self.handler
+        try? await channel.eventLoop.submit { handler.value.close(.byUs(reason), sendClose: true) }.get()
+        _ = try? await closedFuture.get()
+    }
+
+    /// Waits until the connection has ended, and says how.
+    public func waitUntilClosed() async -> PeerCloseReason {
+        (try? await closedFuture.get()) ?? .disconnected("")
+    }
+
+    /// Replaces how the peer's block requests are answered (default: NO_SUCH_FILE).
+    public func setRequestHandler(_ respond: @escaping @Sendable (BEPRequest) -> BEPResponse) async {
+        let handler = self.handler
+        try? await channel.eventLoop.submit { handler.value.respond = respond }.get()
+    }
+
+    static func describe(_ code: BEPErrorCode) -> String {
+        switch code {
+        case .noError: return "no error"
+        case .generic: return "generic error (folder unknown, not shared, or paused)"
+        case .noSuchFile: return "no such file (missing, changed, or not a regular file)"
+        case .invalidFile: return "invalid file (ignored or internal)"
+        case .UNRECOGNIZED(let n): return "error code \(n)"
+        }
+    }
+}
+
+/// Wires a channel for BEP: TLS, frame codec, session handler.
+enum PeerPipeline {
+    struct Parts: Sendable {
+        let handler: NIOLoopBound<BEPConnectionHandler>
+        let stats: NIOLockedValueBox<PeerStats>
+        let hello: EventLoopFuture<BEPHello>
+        let closed: EventLoopFuture<PeerCloseReason>
+    }
+
+    static func install(
+        on channel: Channel, tls: NIOSSLHandler, hello: BEPHello, settings: PeerSettings, logger: Logger,
+        events: AsyncStream<PeerEvent>.Continuation, peerLabel: String
+    ) throws -> Parts {
+        let handler = BEPConnectionHandler(
+            hello: hello, settings: settings, logger: logger, events: events, eventLoop: channel.eventLoop,
+            peerLabel: peerLabel)
+        try channel.pipeline.syncOperations.addHandlers([
+            tls,
+            ByteToMessageHandler(FrameDecoder(limits: settings.limits)),
+            MessageToByteHandler(FrameEncoder()),
+            handler,
+        ])
+        return Parts(
+            handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), stats: handler.stats,
+            hello: handler.helloPromise.futureResult, closed: handler.closedPromise.futureResult)
+    }
+}
