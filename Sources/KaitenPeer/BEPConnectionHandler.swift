@@ -10,6 +10,22 @@ import NIOSSL
 ///
 /// Peer input is checked where it enters: a bad frame, an invalid file name or an inconsistent
 /// FileInfo closes the connection with a reason that names the peer; nothing reaches a `!`.
+/// Where a connection's events go: an AsyncStream in production, a list in unit tests.
+struct PeerEventSink: Sendable {
+    let yield: @Sendable (PeerEvent) -> Void
+    let finish: @Sendable () -> Void
+
+    init(yield: @escaping @Sendable (PeerEvent) -> Void, finish: @escaping @Sendable () -> Void) {
+        self.yield = yield
+        self.finish = finish
+    }
+
+    init(_ continuation: AsyncStream<PeerEvent>.Continuation) {
+        self.yield = { continuation.yield($0) }
+        self.finish = { continuation.finish() }
+    }
+}
+
 final class BEPConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = BEPFrame
     typealias OutboundOut = BEPOutbound
@@ -17,7 +33,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private let myHello: BEPHello
     private let settings: PeerSettings
     private let logger: Logger
-    private let events: AsyncStream<PeerEvent>.Continuation
+    private let events: PeerEventSink
     let stats: NIOLockedValueBox<PeerStats>
     let helloPromise: EventLoopPromise<BEPHello>
     let closedPromise: EventLoopPromise<PeerCloseReason>
@@ -51,7 +67,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private var outstandingBytes = 0
 
     init(
-        hello: BEPHello, settings: PeerSettings, logger: Logger, events: AsyncStream<PeerEvent>.Continuation,
+        hello: BEPHello, settings: PeerSettings, logger: Logger, events: PeerEventSink,
         eventLoop: EventLoop, peerLabel: String
     ) {
         self.myHello = hello
@@ -81,8 +97,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private func start(_ context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
-        lastRead = .now()
-        lastWrite = .now()
+        lastRead = context.eventLoop.now
+        lastWrite = context.eventLoop.now
         // Both sides send their Hello at once; neither waits (bep-brief §2.1).
         context.writeAndFlush(wrapOutboundOut(.hello(myHello)), promise: nil)
         let label = peerLabel.withLockedValue { $0 }
@@ -121,7 +137,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     // MARK: - Reading
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        lastRead = .now()
+        lastRead = context.eventLoop.now
         let frame = unwrapInboundIn(data)
         switch frame {
         case .hello(let hello):
@@ -156,6 +172,12 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             break
         case .close(let close):
             let label = peerLabel.withLockedValue { $0 }
+            stats.withLockedValue { $0.peerCloseReason = close.reason }
+            if closeReason != nil {
+                // The peer's answer to our Close (syncthing echoes "closed by remote: …").
+                context?.close(promise: nil)
+                return
+            }
             logger.info("\(label) closed the connection: \(close.reason)")
             self.close(.byPeer(close.reason), sendClose: false)
         }
@@ -205,14 +227,14 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             return helloPromise.futureResult.eventLoop.makeFailedFuture(closedError())
         }
         let promise = context.eventLoop.makePromise(of: Void.self)
-        lastWrite = .now()
+        lastWrite = context.eventLoop.now
         context.writeAndFlush(wrapOutboundOut(.message(message)), promise: promise)
         return promise.futureResult
     }
 
     private func write(_ message: BEPMessage) {
         guard let context, closeReason == nil else { return }
-        lastWrite = .now()
+        lastWrite = context.eventLoop.now
         context.writeAndFlush(wrapOutboundOut(.message(message)), promise: nil)
     }
 
@@ -254,7 +276,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             queuedHead = 0
         }
         if wrote {
-            lastWrite = .now()
+            lastWrite = context.eventLoop.now
             context.flush()
         }
     }
@@ -267,7 +289,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     }
 
     private func checkKeepalive() {
-        let now = NIODeadline.now()
+        guard let context else { return }
+        let now = context.eventLoop.now
         if now - lastRead >= Self.amount(settings.readTimeout) {
             close(.byUs("read timeout: nothing received for \(Int(settings.readTimeout)) s"), sendClose: true)
             return
@@ -291,8 +314,15 @@ final class BEPConnectionHandler: ChannelInboundHandler {
                 message.reason = text
             }
             let channel = context.channel
+            let grace: TimeAmount
+            if case .byUs = reason { grace = Self.amount(settings.closeGrace) } else { grace = .zero }
             context.writeAndFlush(wrapOutboundOut(.message(.close(message)))).whenComplete { _ in
-                channel.close(promise: nil)
+                // Give the peer a moment to read our reason and answer with its own Close.
+                if grace == .zero {
+                    channel.close(promise: nil)
+                } else {
+                    channel.eventLoop.scheduleTask(in: grace) { channel.close(promise: nil) }
+                }
             }
         } else {
             context.close(promise: nil)

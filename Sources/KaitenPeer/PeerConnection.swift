@@ -130,7 +130,7 @@ enum PeerPipeline {
 
     static func install(
         on channel: Channel, tls: NIOSSLHandler, hello: BEPHello, settings: PeerSettings, logger: Logger,
-        events: AsyncStream<PeerEvent>.Continuation, peerLabel: String
+        events: PeerEventSink, peerLabel: String
     ) throws -> Parts {
         let handler = BEPConnectionHandler(
             hello: hello, settings: settings, logger: logger, events: events, eventLoop: channel.eventLoop,

@@ -37,7 +37,7 @@ public enum PeerDialer {
                         })
                     let parts = try PeerPipeline.install(
                         on: channel, tls: tls, hello: hello, settings: settings, logger: logger,
-                        events: continuation, peerLabel: label)
+                        events: PeerEventSink(continuation), peerLabel: label)
                     partsPromise.succeed(parts)
                 }
             }

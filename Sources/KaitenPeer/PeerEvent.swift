@@ -22,6 +22,8 @@ public struct PeerStats: Sendable, Equatable {
     public var requestsAnswered = 0
     public var pingsSent = 0
     public var maxOutstandingRequestBytes = 0
+    /// The reason in the last Close the peer sent (also its answer to ours).
+    public var peerCloseReason: String?
 }
 
 /// Timing and flow-control settings of a connection.
@@ -34,6 +36,8 @@ public struct PeerSettings: Sendable {
     public var readTimeout: TimeAmountSeconds = 300
     /// The TLS handshake plus Hello exchange must finish within this (syncthing: 10 s + 20 s).
     public var helloTimeout: TimeAmountSeconds = 30
+    /// After sending our Close, how long to wait for the peer's before hanging up.
+    public var closeGrace: TimeAmountSeconds = 1
     /// At most this many bytes of block requests outstanding (syncthing stalls above 32 MiB).
     public var maxOutstandingRequestBytes = 32 << 20
     /// Limits of the frame decoder.

@@ -59,7 +59,7 @@ public final class PeerListener: Sendable {
                     let (events, continuation) = AsyncStream<PeerEvent>.makeStream()
                     let parts = try PeerPipeline.install(
                         on: channel, tls: tls, hello: hello, settings: settings, logger: logger,
-                        events: continuation, peerLabel: remote)
+                        events: PeerEventSink(continuation), peerLabel: remote)
                     parts.hello.whenSuccess { peerHello in
                         guard let id = presented.withLockedValue({ $0 }) else { return }
                         parts.handler.value.peerLabel.withLockedValue { $0 = id.shortDescription }

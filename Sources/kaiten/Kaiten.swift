@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenConfig
+import Logging
 
 /// The `kaiten` command: selective sync and on-demand access for Syncthing.
 @main
@@ -37,6 +38,17 @@ struct GlobalOptions: ParsableArguments {
             discussion: "When omitted: $KAITEN_HOME, else ${XDG_CONFIG_HOME:-~/.config}/kaiten.",
             valueName: "dir"))
     var home: String?
+
+    @Flag(name: .shortAndLong, help: "Log connection details to stderr.")
+    var verbose = false
+
+    /// A logger writing to stderr: warnings only, or everything with --verbose.
+    var logger: Logger {
+        LogSetup.bootstrapOnce()
+        var logger = Logger(label: "kaiten")
+        logger.logLevel = verbose ? .debug : .warning
+        return logger
+    }
 
     /// The home this invocation works on.
     var resolvedHome: Home {
@@ -96,3 +108,15 @@ enum Terminal {
         }
     }
 }
+
+extension LogSetup {
+    private static let bootstrapped: Void = {
+        LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
+    }()
+
+    /// Sends every log line to stderr, so stdout stays clean for results.
+    static func bootstrapOnce() { _ = bootstrapped }
+}
+
+/// Namespace for logging setup.
+enum LogSetup {}

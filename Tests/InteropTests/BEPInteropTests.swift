@@ -351,3 +351,30 @@ struct BEPInteropTests {
         }
     }
 }
+
+/// Close reasons travel both ways.
+@Suite(.serialized)
+struct CloseReasonInteropTests {
+    @Test func closeReasonsAreSentAndSurfaced() async throws {
+        try await BEPInteropTests.withPeer { setup in
+            // Ours: syncthing reads the reason and answers with its own Close quoting it.
+            let first = try await setup.connect()
+            try await first.sendClusterConfig(setup.clusterConfig())
+            await first.close(reason: "kaiten says goodbye")
+            #expect(first.stats.peerCloseReason == "closed by remote: kaiten says goodbye")
+
+            // Theirs: an Index for a folder our ClusterConfig did not list gets a Close with a reason.
+            let second = try await setup.connect()
+            try await second.sendClusterConfig(BEPClusterConfig())
+            var index = BEPIndex()
+            index.folder = setup.folderID
+            try await second.send(.index(index))
+            let reason = await second.waitUntilClosed()
+            guard case .byPeer(let text) = reason else {
+                Issue.record("want a Close from the peer, got \(reason)")
+                return
+            }
+            #expect(text.contains("no such folder"))
+        }
+    }
+}

@@ -1,12 +1,13 @@
 import ArgumentParser
 import KaitenConfig
+import KaitenPeer
 import KaitenProtocol
 
 extension Kaiten {
     struct Peer: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Add, remove and list the peers this device talks to.",
-            subcommands: [Add.self, Remove.self, List.self])
+            subcommands: [Add.self, Remove.self, List.self, Check.self])
     }
 }
 
@@ -134,6 +135,69 @@ extension Kaiten.Peer {
                         })
                 }
             }
+        }
+    }
+}
+
+extension Kaiten.Peer {
+    struct Check: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Connect to peers, complete the handshake and report what each side shares.",
+            discussion: """
+                Dials each configured peer (or only DEVICE-ID) at its tcp:// addresses, checks \
+                that the device answering is the one configured (TLS 1.3, device ID from its \
+                certificate), exchanges Hello and ClusterConfig, prints the peer's name, client \
+                and version and which folders each side shares, then disconnects.
+
+                Exits 1 if any peer is unreachable, refuses TLS, does not know this device, or \
+                does not share a folder this device shares with it.
+
+                Example:
+                  kaiten peer check
+                  kaiten peer check MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD --json
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "Check only this peer. When omitted: every configured peer.")
+        var deviceID: String?
+
+        @Option(help: "Seconds to wait for each step (connect, Hello, ClusterConfig). When omitted: 10.")
+        var timeout: Double = 10
+
+        @Flag(help: "Print a JSON array of results instead of text.")
+        var json = false
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let only = try deviceID.map { text throws(DeviceIDError) in try DeviceID(text) }
+                let results = try await PeerCheck.run(home: opened, only: only, timeout: timeout, logger: global.logger)
+                if json {
+                    try Terminal.json(results)
+                } else {
+                    for result in results { print(Self.render(result)) }
+                    if results.isEmpty { Terminal.note("no peers configured; add one with `kaiten peer add`") }
+                }
+                if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
+            }
+        }
+
+        static func render(_ r: PeerCheck.Result) -> String {
+            let who = (r.name.isEmpty ? "" : r.name + " ") + "(" + String(r.deviceID.prefix(7)) + ")"
+            let at = r.address.map { " at \($0)" } ?? ""
+            var lines: [String] = []
+            if let client = r.clientName {
+                lines.append(
+                    "\(r.ok ? "ok" : "FAILED")  \(who)\(at): \(client) \(r.clientVersion ?? ""), calls itself \"\(r.remoteName ?? "")\"")
+            } else {
+                lines.append("FAILED  \(who)\(at)")
+            }
+            for folder in r.sharedBothWays { lines.append("    \(folder): shared both ways" + (r.pausedByPeer.contains(folder) ? " (paused by the peer)" : "")) }
+            for folder in r.sharedOnlyHere { lines.append("    \(folder): shared here, NOT by the peer") }
+            for folder in r.offeredByPeer { lines.append("    \(folder): offered by the peer, not configured here") }
+            if let problem = r.problem { lines.append("    problem: \(problem)") }
+            return lines.joined(separator: "\n")
         }
     }
 }

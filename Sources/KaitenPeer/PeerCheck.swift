@@ -1,0 +1,157 @@
+import KaitenConfig
+import KaitenProtocol
+import Logging
+
+/// `kaiten peer check`: can we reach each peer, do both sides know each other, and which
+/// folders does each side share?
+public enum PeerCheck {
+    /// The outcome for one peer.
+    public struct Result: Sendable, Codable {
+        public var deviceID: String
+        public var name: String
+        public var address: String?
+        public var ok: Bool
+        /// Why the check failed; nil when `ok`.
+        public var problem: String?
+        public var remoteName: String?
+        public var clientName: String?
+        public var clientVersion: String?
+        /// Folders both sides share with each other.
+        public var sharedBothWays: [String] = []
+        /// Folders this device shares with the peer, which the peer does not share back.
+        public var sharedOnlyHere: [String] = []
+        /// Folders the peer shares with this device, which this device does not have.
+        public var offeredByPeer: [String] = []
+        /// Folders the peer shares but has paused (or not started yet).
+        public var pausedByPeer: [String] = []
+    }
+
+    /// Checks one peer, or every configured peer when `only` is nil.
+    public static func run(
+        home: KaitenHome, only: DeviceID?, timeout: Double = 10, logger: Logger = Logger(label: "kaiten.peer")
+    ) async throws -> [Result] {
+        let me = home.identity.deviceID
+        let devices = home.config.devices.filter { $0.id != me && (only == nil || $0.id == only) }
+        if let only, devices.isEmpty {
+            throw ConfigError(.unknownDevice, file: home.config.path, "device \(only) is not configured")
+        }
+        let folders = home.config.folders
+        let indexIDs = try LocalIndexIDs(home: home.home).ids(for: folders.map(\.id))
+        var hello = BEPHello()
+        hello.deviceName = home.config.device(id: me)?.name ?? ""
+        hello.clientName = KaitenVersion.clientName
+        hello.clientVersion = KaitenVersion.current
+
+        var results: [Result] = []
+        for device in devices {
+            let clusterConfig = ClusterConfigBuilder.make(
+                folders: folders, devices: home.config.devices, me: me, peer: device.id, localIndexIDs: indexIDs)
+            results.append(
+                await check(
+                    device: device, me: me, identity: home.identity, hello: hello, clusterConfig: clusterConfig,
+                    ourFolders: Set(folders.filter { $0.devices.contains(device.id) }.map(\.id)),
+                    timeout: timeout, logger: logger))
+        }
+        return results
+    }
+
+    static func check(
+        device: DeviceConfiguration, me: DeviceID, identity: Identity, hello: BEPHello, clusterConfig: BEPClusterConfig,
+        ourFolders: Set<String>, timeout: Double, logger: Logger
+    ) async -> Result {
+        var result = Result(deviceID: device.id.description, name: device.name, ok: false)
+        let addresses = device.addresses.compactMap(PeerAddress.init)
+        guard !addresses.isEmpty else {
+            result.problem =
+                "no tcp:// address configured (\(device.addresses.joined(separator: ", "))); Kaiten does not use discovery, so it cannot dial this peer"
+            return result
+        }
+        var connection: PeerConnection?
+        var lastError = ""
+        for address in addresses {
+            result.address = address.description
+            do {
+                var settings = PeerSettings()
+                settings.helloTimeout = timeout
+                connection = try await PeerDialer.connect(
+                    to: address, expecting: device.id, identity: identity, hello: hello, settings: settings,
+                    logger: logger)
+                break
+            } catch let error as PeerError {
+                lastError = error.reason
+            } catch {
+                lastError = "\(error)"
+            }
+        }
+        guard let connection else {
+            result.problem = lastError
+            return result
+        }
+        result.remoteName = connection.hello.deviceName
+        result.clientName = connection.hello.clientName
+        result.clientVersion = connection.hello.clientVersion
+        // A peer that does not know us hangs up right after its Hello, possibly before this
+        // write lands; the events below say what happened either way.
+        try? await connection.sendClusterConfig(clusterConfig)
+        let theirs = await firstClusterConfig(from: connection, timeout: timeout)
+        await connection.close(reason: "kaiten peer check done")
+        guard case .success(let remote) = theirs else {
+            if case .failure(let why) = theirs { result.problem = why.reason }
+            return result
+        }
+        var offered = Set<String>()
+        var paused = Set<String>()
+        for folder in remote.folders where folder.devices.contains(where: { $0.id.elementsEqual(me.bytes) }) {
+            offered.insert(folder.id)
+            if folder.paused { paused.insert(folder.id) }
+        }
+        result.sharedBothWays = ourFolders.intersection(offered).sorted()
+        result.sharedOnlyHere = ourFolders.subtracting(offered).sorted()
+        result.offeredByPeer = offered.subtracting(ourFolders).sorted()
+        result.pausedByPeer = paused.intersection(ourFolders).sorted()
+        if !result.sharedOnlyHere.isEmpty {
+            result.problem =
+                "not shared by the peer: \(result.sharedOnlyHere.joined(separator: ", ")) (share it with this device on the peer)"
+        } else {
+            result.ok = true
+        }
+        return result
+    }
+
+    private struct Failure: Error { let reason: String }
+
+    private static func firstClusterConfig(from connection: PeerConnection, timeout: Double) async -> Swift.Result<
+        BEPClusterConfig, Failure
+    > {
+        let timer = Task {
+            try await Task.sleep(nanoseconds: UInt64(timeout * 1_000_000_000))
+            await connection.close(reason: "no ClusterConfig within \(Int(timeout)) s")
+        }
+        defer { timer.cancel() }
+        for await event in connection.events {
+            switch event {
+            case .clusterConfig(let clusterConfig):
+                return .success(clusterConfig)
+            case .closed(let reason):
+                switch reason {
+                case .byUs(let text): return .failure(Failure(reason: text))
+                default:
+                    return .failure(
+                        Failure(
+                            reason:
+                                "the peer closed the connection right after the Hello (\(reason)): it does not know this device, or refused it; add this device's ID there"
+                        ))
+                }
+            case .index:
+                continue
+            }
+        }
+        return .failure(Failure(reason: "connection ended"))
+    }
+}
+
+/// What Kaiten calls itself in its Hello.
+public enum KaitenVersion {
+    public static let clientName = "kaiten"
+    public static let current = "v0.1.0"
+}

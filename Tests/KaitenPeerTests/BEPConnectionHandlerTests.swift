@@ -1,0 +1,198 @@
+import Foundation
+import KaitenProtocol
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOEmbedded
+import Testing
+
+@testable import KaitenPeer
+
+/// The session logic with no socket: frames in, frames out, a fake clock.
+struct BEPConnectionHandlerTests {
+    final class Harness {
+        let channel = EmbeddedChannel()
+        let handler: BEPConnectionHandler
+        let events = NIOLockedValueBox<[PeerEvent]>([])
+        var loop: EmbeddedEventLoop { channel.embeddedEventLoop }
+
+        init(settings: PeerSettings = PeerSettings()) throws {
+            let events = self.events
+            handler = BEPConnectionHandler(
+                hello: BEPHello(), settings: settings, logger: Logger(label: "test"),
+                events: PeerEventSink(yield: { event in events.withLockedValue { $0.append(event) } }, finish: {}),
+                eventLoop: channel.eventLoop, peerLabel: "PEERXXX")
+            try channel.pipeline.syncOperations.addHandler(handler)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+            // Our Hello goes out first thing.
+            guard case .hello = try #require(try channel.readOutbound(as: BEPOutbound.self)) else {
+                throw HarnessFailure("no hello")
+            }
+            try channel.writeInbound(BEPFrame.hello(BEPHello()))
+        }
+
+        func outbound() throws -> [BEPMessage] {
+            var out: [BEPMessage] = []
+            while let item = try channel.readOutbound(as: BEPOutbound.self) {
+                if case .message(let message) = item { out.append(message) }
+            }
+            return out
+        }
+
+        func receive(_ message: BEPMessage) throws {
+            try channel.writeInbound(BEPFrame.message(message, wasCompressed: false))
+        }
+
+        var closeReason: PeerCloseReason? {
+            for event in events.withLockedValue({ $0 }) { if case .closed(let r) = event { return r } }
+            return nil
+        }
+    }
+
+    struct HarnessFailure: Error { let text: String; init(_ t: String) { text = t } }
+
+    static func response(id: Int32, data: [UInt8]) -> BEPMessage {
+        var response = BEPResponse()
+        response.id = id
+        response.data = Data(data)
+        return .response(response)
+    }
+
+    static func request(size: Int32) -> BEPRequest {
+        var request = BEPRequest()
+        request.folder = "f"
+        request.name = "a"
+        request.size = size
+        return request
+    }
+
+    @Test func pingsAfterSixtySecondsOfWriteSilenceOnly() throws {
+        let h = try Harness()
+        h.loop.advanceTime(by: .seconds(45))
+        #expect(try h.outbound().isEmpty)
+        h.loop.advanceTime(by: .seconds(30))
+        let sent = try h.outbound()
+        #expect(sent.count == 1)
+        guard case .ping = sent.first else { Issue.record("want a ping, got \(sent)"); return }
+    }
+
+    @Test func dropsAPeerSilentForThreeHundredSeconds() throws {
+        let h = try Harness()
+        h.loop.advanceTime(by: .seconds(240))
+        #expect(h.channel.isActive)
+        try h.receive(.ping)  // the peer is alive: the clock restarts
+        h.loop.advanceTime(by: .seconds(240))
+        #expect(h.channel.isActive)
+        h.loop.advanceTime(by: .seconds(75))
+        let sent = try h.outbound()
+        guard case .close(let close) = sent.last else { Issue.record("want a Close, got \(sent)"); return }
+        #expect(close.reason.contains("read timeout"))
+        #expect(!h.channel.isActive)
+        #expect(h.closeReason == .byUs(close.reason))
+    }
+
+    @Test func peerCloseReasonSurfaces() throws {
+        let h = try Harness()
+        var close = BEPClose()
+        close.reason = "handling index for x: no such folder"
+        try h.receive(.close(close))
+        #expect(h.closeReason == .byPeer("handling index for x: no such folder"))
+        #expect(!h.channel.isActive)
+    }
+
+    @Test func ourCloseSendsTheReason() throws {
+        let h = try Harness()
+        h.handler.close(.byUs("bye now"), sendClose: true)
+        let sent = try h.outbound()
+        guard case .close(let close) = sent.last else { Issue.record("got \(sent)"); return }
+        #expect(close.reason == "bye now")
+    }
+
+    @Test func responsesAreMatchedOutOfOrder() throws {
+        let h = try Harness()
+        let futures = (0..<3).map { i in h.handler.request(Self.request(size: Int32(i + 1))) }
+        let ids = try h.outbound().compactMap { message -> Int32? in
+            if case .request(let r) = message { return r.id } else { return nil }
+        }
+        #expect(ids.count == 3)
+        #expect(Set(ids).count == 3)
+        try h.receive(Self.response(id: ids[2], data: [3, 3, 3]))
+        try h.receive(Self.response(id: ids[0], data: [1]))
+        try h.receive(Self.response(id: ids[1], data: [2, 2]))
+        #expect(try futures.map { [UInt8](try $0.wait().data) } == [[1], [2, 2], [3, 3, 3]])
+    }
+
+    @Test func outstandingRequestBytesStayWithin32MiB() throws {
+        let h = try Harness()
+        let mib = Int32(1 << 20)
+        let futures = (0..<40).map { _ in h.handler.request(Self.request(size: mib)) }
+        var sent = try h.outbound().compactMap { message -> BEPRequest? in
+            if case .request(let r) = message { return r } else { return nil }
+        }
+        #expect(sent.count == 32)
+        try h.receive(Self.response(id: sent[0].id, data: []))
+        sent = try h.outbound().compactMap { message -> BEPRequest? in
+            if case .request(let r) = message { return r } else { return nil }
+        }
+        #expect(sent.count == 1)
+        #expect(h.handler.stats.withLockedValue { $0.maxOutstandingRequestBytes } == 32 << 20)
+        _ = futures
+    }
+
+    @Test func requestsForWhatWeDoNotAnnounceGetNoSuchFile() throws {
+        let h = try Harness()
+        var request = Self.request(size: 10)
+        request.id = 77
+        try h.receive(.request(request))
+        let sent = try h.outbound()
+        guard case .response(let response) = sent.first else { Issue.record("got \(sent)"); return }
+        #expect(response.id == 77)
+        #expect(response.code == .noSuchFile)
+    }
+
+    @Test func aRequestForAnEscapingNameClosesTheConnection() throws {
+        let h = try Harness()
+        var request = Self.request(size: 10)
+        request.name = "../etc/passwd"
+        try h.receive(.request(request))
+        guard case .protocolError(let reason)? = h.closeReason else {
+            Issue.record("got \(String(describing: h.closeReason))")
+            return
+        }
+        #expect(reason.contains("../etc/passwd"))
+    }
+
+    @Test func anInconsistentIndexEntryClosesTheConnection() throws {
+        let h = try Harness()
+        var file = BEPFileInfo()
+        file.name = "no-blocks.bin"
+        file.size = 10
+        var index = BEPIndex()
+        index.folder = "f"
+        index.files = [file]
+        try h.receive(.index(index))
+        guard case .protocolError(let reason)? = h.closeReason else {
+            Issue.record("got \(String(describing: h.closeReason))")
+            return
+        }
+        #expect(reason.contains("no-blocks.bin"))
+        let delivered = h.events.withLockedValue { $0 }.contains { if case .index = $0 { true } else { false } }
+        #expect(!delivered)
+    }
+
+    @Test func repeatedClusterConfigsAreAllDelivered() throws {
+        let h = try Harness()
+        try h.receive(.clusterConfig(BEPClusterConfig()))
+        try h.receive(.clusterConfig(BEPClusterConfig()))
+        let count = h.events.withLockedValue { $0 }.filter { if case .clusterConfig = $0 { true } else { false } }.count
+        #expect(count == 2)
+    }
+
+    @Test func pendingRequestsFailWhenTheConnectionEnds() throws {
+        let h = try Harness()
+        let future = h.handler.request(Self.request(size: 5))
+        _ = try h.outbound()
+        _ = try h.channel.close().wait()
+        #expect(throws: PeerError.self) { try future.wait() }
+    }
+}
