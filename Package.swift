@@ -86,6 +86,12 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
+        // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
+        .executableTarget(
+            name: "kaiten-bench",
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"],
+            path: "Benchmarks/KaitenBench"
+        ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
         .testTarget(
             name: "KaitenConfigTests",

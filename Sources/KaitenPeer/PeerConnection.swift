@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import KaitenConfig
 import KaitenProtocol
 import Logging
@@ -67,7 +68,7 @@ public final class PeerConnection: Sendable {
 
     /// Fetches one block of a file and checks its SHA-256.
     /// - Throws: ``PeerError`` with `.requestFailed` (the peer's error code) or `.hashMismatch`.
-    public func fetchBlock(folder: String, file: BEPFileInfo, block: BEPBlockInfo) async throws -> [UInt8] {
+    public func fetchBlock(folder: String, file: BEPFileInfo, block: BEPBlockInfo) async throws -> Data {
         var request = BEPRequest()
         request.folder = folder
         request.name = file.name
@@ -82,8 +83,8 @@ public final class PeerConnection: Sendable {
                 .requestFailed, peer: label,
                 "refused \(file.name) at offset \(block.offset): \(Self.describe(response.code))")
         }
-        let data = [UInt8](response.data)
-        guard data.count == Int(block.size), Array(SHA256.hash(data: data)) == [UInt8](block.hash) else {
+        let data = response.data
+        guard data.count == Int(block.size), SHA256.hash(data: data).elementsEqual(block.hash) else {
             throw PeerError(
                 .hashMismatch, peer: label, "sent data for \(file.name) at offset \(block.offset) whose SHA-256 is wrong")
         }

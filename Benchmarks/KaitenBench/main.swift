@@ -1,0 +1,245 @@
+// kaiten-bench: measures Kaiten against syncthing 1.19.2 on the same data, in the same run.
+//
+//   kaiten-bench index  [--files N]     full index of N small files: Kaiten vs a fresh syncthing
+//   kaiten-bench blocks [--mib M]       4 random files of M/4 MiB: Kaiten fetches every block into
+//                                       memory (SHA-256 verified) vs syncthing pulling the folder
+//
+// Each figure is time, peak RSS (VmHWM) and CPU seconds of the receiving process. Kaiten's side
+// runs in a child process (`kaiten-bench client …`) so that its RSS is its own.
+import Foundation
+import KaitenConfig
+import KaitenPeer
+import KaitenProtocol
+import KaitenTestSupport
+
+struct Measurement: Codable {
+    var seconds: Double
+    var peakRSSMiB: Double
+    var cpuSeconds: Double
+    var files: Int
+    var bytes: Int64
+}
+
+enum ProcStat {
+    /// VmHWM of a process, in MiB.
+    static func peakRSS(pid: Int32 = getpid()) -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            let kib = Double(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+            return kib / 1024
+        }
+        return 0
+    }
+
+    /// User + system CPU seconds of a process.
+    static func cpuSeconds(pid: Int32 = getpid()) -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return 0 }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // fields[0] is state (field 3); utime and stime are fields 14 and 15.
+        let ticks = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}
+
+func now() -> Double { Date().timeIntervalSince1970 }
+
+// MARK: - Client (runs in the child process)
+
+func runClient(_ args: [String]) async throws {
+    // client MODE HOME PEER-ID PORT FOLDER
+    let mode = args[0]
+    let home = Home(path: args[1])
+    let peer = try DeviceID(args[2])
+    let port = Int(args[3])!
+    let folderID = args[4]
+    let identity = try Identity.load(certificatePath: home.certificatePath, keyPath: home.keyPath)
+    var hello = BEPHello()
+    hello.clientName = "kaiten"
+    hello.clientVersion = KaitenVersion.current
+    let cpu0 = ProcStat.cpuSeconds()
+    let start = now()
+    let connection = try await PeerDialer.connect(
+        to: PeerAddress(host: "127.0.0.1", port: port), expecting: peer, identity: identity, hello: hello)
+    let folder = FolderConfiguration(id: folderID, path: "/unused", devices: [identity.deviceID, peer])
+    try await connection.sendClusterConfig(
+        ClusterConfigBuilder.make(
+            folders: [folder], devices: [DeviceConfiguration(id: identity.deviceID), DeviceConfiguration(id: peer)],
+            me: identity.deviceID, peer: peer, localIndexIDs: [folderID: 0x1234_5678]))
+    var files: [BEPFileInfo] = []
+    _ = try await connection.receiveIndexes(wanted: [folderID], me: identity.deviceID, timeout: 600) { _, batch, _ in
+        files += batch.filter { $0.type == .file && !$0.deleted && !$0.invalid }
+    }
+    var bytes: Int64 = 0
+    if mode == "blocks" {
+        bytes = try await withThrowingTaskGroup(of: Int64.self) { group in
+            // Keep a bounded number of blocks in flight; the connection adds its own 32 MiB cap.
+            var queue = files.flatMap { file in file.blocks.map { (file, $0) } }[...]
+            var total: Int64 = 0
+            for _ in 0..<min(256, queue.count) {
+                let (file, block) = queue.removeFirst()
+                group.addTask { Int64(try await connection.fetchBlock(folder: folderID, file: file, block: block).count) }
+            }
+            while let done = try await group.next() {
+                total += done
+                if let (file, block) = queue.popFirst() {
+                    group.addTask { Int64(try await connection.fetchBlock(folder: folderID, file: file, block: block).count) }
+                }
+            }
+            return total
+        }
+    }
+    let seconds = now() - start
+    await connection.close(reason: "benchmark done")
+    let result = Measurement(
+        seconds: seconds, peakRSSMiB: ProcStat.peakRSS(), cpuSeconds: ProcStat.cpuSeconds() - cpu0, files: files.count,
+        bytes: bytes)
+    print(String(decoding: try JSONEncoder().encode(result), as: UTF8.self))
+}
+
+// MARK: - Orchestration
+
+func makeSmallFiles(_ root: String, count: Int) throws {
+    let perDirectory = max(1, count / 1000)
+    var content = [UInt8](repeating: 0, count: 4096)
+    for i in 0..<count {
+        let dir = "\(root)/d\(i / perDirectory)"
+        if i % perDirectory == 0 { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+        withUnsafeBytes(of: UInt64(i)) { raw in for (j, b) in raw.enumerated() { content[j] = b } }
+        FileManager.default.createFile(atPath: "\(dir)/f\(i).bin", contents: Data(content))
+    }
+}
+
+func runComparison(mode: String, count: Int, mib: Int) async throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-bench")
+    defer { dir.remove() }
+    log("work dir \(dir.path)")
+    let data = dir.file("data")
+    try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+    var expectedFiles = count
+    if mode == "index" {
+        log("making \(count) files of 4 KiB in \(min(count, 1000)) directories")
+        try makeSmallFiles(data, count: count)
+    } else {
+        expectedFiles = 4
+        log("making 4 random files of \(mib / 4) MiB")
+        for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
+    }
+
+    let source = try SyncthingInstance.generate(in: dir.path, name: "source")
+    let receiver = try SyncthingInstance.generate(in: dir.path, name: "receiver")
+    let kaiten = try KaitenDevice(in: dir.path, name: "kaiten")
+    let folderID = "bench"
+
+    try await withSyncthing(source) { a in
+        try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])
+        try await a.addDevice(kaiten.deviceID, name: "kaiten")
+        let scanStart = now()
+        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [receiver.deviceID, kaiten.deviceID])
+        try await a.waitUntil("source scanned", timeout: 1800) {
+            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == expectedFiles
+        }
+        log(String(format: "source syncthing scanned in %.1f s", now() - scanStart))
+
+        // Kaiten, in its own process.
+        let client = try ProcessRunner.run(
+            CommandLine.arguments[0],
+            ["client", mode, kaiten.home.path, a.deviceID.description, String(a.listenPort), folderID])
+        guard client.status == 0, let line = client.stdout.split(separator: "\n").last else {
+            throw HarnessError("kaiten client failed: \(client.stderr)")
+        }
+        let ours = try JSONDecoder().decode(Measurement.self, from: Data(line.utf8))
+
+        // A fresh syncthing receiving the same folder.
+        let theirs = try await withSyncthing(receiver) { b in
+            try await b.addDevice(a.deviceID, name: "source", addresses: [a.address])
+            let folderPath = dir.file("receiver-data")
+            try FileManager.default.createDirectory(atPath: folderPath, withIntermediateDirectories: true)
+            if mode == "index" { try "*\n".write(toFile: folderPath + "/.stignore", atomically: true, encoding: .utf8) }
+            try await a.waitUntil("source and receiver connected", timeout: 60) {
+                let c = try await a.get("/rest/system/connections") as? [String: Any]
+                let conns = c?["connections"] as? [String: Any]
+                return (conns?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+            }
+            guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
+            let cpu0 = ProcStat.cpuSeconds(pid: pid)
+            let start = now()
+            try await b.addFolder(id: folderID, path: folderPath, type: "receiveonly", devices: [a.deviceID])
+            try await b.waitUntil("receiver done", timeout: 1800) {
+                let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+                if mode == "index" { return (s?["globalFiles"] as? Int ?? 0) == expectedFiles }
+                return (s?["localFiles"] as? Int ?? 0) == expectedFiles && (s?["needFiles"] as? Int ?? 1) == 0
+                    && s?["state"] as? String == "idle"
+            }
+            let seconds = now() - start
+            let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+            return Measurement(
+                seconds: seconds, peakRSSMiB: ProcStat.peakRSS(pid: pid), cpuSeconds: ProcStat.cpuSeconds(pid: pid) - cpu0,
+                files: expectedFiles, bytes: (s?["localBytes"] as? NSNumber)?.int64Value ?? 0)
+        }
+        report(mode: mode, ours: ours, theirs: theirs)
+    }
+}
+
+func pidOf(home: String) -> Int32? {
+    // The harness runs syncthing as one process whose command line names the home.
+    guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return nil }
+    for entry in entries {
+        guard let pid = Int32(entry),
+            let cmdline = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")
+        else { continue }
+        let args = cmdline.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+        if args.first?.hasSuffix("syncthing") == true, args.contains(home) { return pid }
+    }
+    return nil
+}
+
+func report(mode: String, ours: Measurement, theirs: Measurement) {
+    func row(_ name: String, _ m: Measurement) -> String {
+        let rate =
+            mode == "index"
+            ? String(format: "%8.0f files/s", Double(m.files) / m.seconds)
+            : String(format: "%8.0f MB/s", Double(m.bytes) / m.seconds / 1e6)
+        return String(
+            format: "%@ %8.2f s  %@  %8.1f MiB peak RSS  %6.2f CPU-s",
+            name.padding(toLength: 22, withPad: " ", startingAt: 0) as NSString, m.seconds, rate as NSString,
+            m.peakRSSMiB, m.cpuSeconds)
+    }
+    print("")
+    print(mode == "index" ? "== full index of \(ours.files) files ==" : "== \(ours.bytes >> 20) MiB of blocks ==")
+    print(row("kaiten", ours))
+    print(row("syncthing (receiver)", theirs))
+    print(
+        String(
+            format: "ratio kaiten/syncthing: time %.2f, peak RSS %.2f, CPU %.2f", ours.seconds / theirs.seconds,
+            ours.peakRSSMiB / theirs.peakRSSMiB, ours.cpuSeconds / max(theirs.cpuSeconds, 0.01)))
+    if mode == "blocks" {
+        print("(kaiten fetches into memory with SHA-256 checks; syncthing also writes and fsyncs its files)")
+    } else {
+        print("(kaiten receives and decodes the index without storing it; syncthing stores it in its database)")
+    }
+}
+
+func log(_ text: String) { FileHandle.standardError.write(Data("bench: \(text)\n".utf8)) }
+
+let args = Array(CommandLine.arguments.dropFirst())
+do {
+    switch args.first {
+    case "client":
+        try await runClient(Array(args.dropFirst()))
+    case "index":
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
+        try await runComparison(mode: "index", count: files, mib: 0)
+    case "blocks":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        try await runComparison(mode: "blocks", count: 4, mib: mib)
+    default:
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M]")
+        exit(64)
+    }
+} catch {
+    log("failed: \(error)")
+    exit(1)
+}
