@@ -40,6 +40,13 @@ let package = Package(
             ],
             exclude: ["Proto/bep.proto"]
         ),
+        // zlib from the system, for CRC32 in index log records.
+        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
+        // The global index: an append-only log per folder, replayed into syncthing's global view.
+        .target(
+            name: "KaitenIndex",
+            dependencies: ["KaitenProtocol", "CZlib", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+        ),
         // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
         .target(
             name: "KaitenConfig",
@@ -93,6 +100,7 @@ let package = Package(
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
+        .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenConfigTests",
             dependencies: [

@@ -238,3 +238,31 @@ struct WireNameTests {
         #expect(throws: WireNameError.self) { try empty.validate() }
     }
 }
+
+struct VectorTests {
+    static func v(_ pairs: [(UInt64, UInt64)]) -> BEPVector {
+        var vector = BEPVector()
+        vector.counters = pairs.map { var c = BEPCounter(); c.id = $0.0; c.value = $0.1; return c }
+        return vector
+    }
+
+    /// Cases from syncthing's lib/protocol/vector_test.go (TestCompare), by meaning.
+    @Test(arguments: [
+        ([], [], VectorOrdering.equal),
+        ([(1, 1)], [(1, 1)], .equal),
+        ([(1, 2)], [(1, 1)], .greater),
+        ([(1, 1)], [(1, 2)], .lesser),
+        ([(1, 1)], [], .greater),
+        ([], [(1, 1)], .lesser),
+        ([(1, 1), (2, 1)], [(1, 1)], .greater),
+        ([(1, 1)], [(1, 1), (2, 1)], .lesser),
+        ([(1, 2), (2, 1)], [(1, 1), (2, 2)], .concurrentGreater),
+        ([(1, 1), (2, 2)], [(1, 2), (2, 1)], .concurrentLesser),
+        ([(1, 1)], [(2, 1)], .concurrentGreater),
+        ([(2, 1)], [(1, 1)], .concurrentLesser),
+        ([(1, 0)], [], .equal),
+    ] as [([(UInt64, UInt64)], [(UInt64, UInt64)], VectorOrdering)])
+    func compare(a: [(UInt64, UInt64)], b: [(UInt64, UInt64)], want: VectorOrdering) {
+        #expect(Self.v(a).compare(Self.v(b)) == want)
+    }
+}

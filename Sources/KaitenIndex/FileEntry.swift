@@ -1,0 +1,62 @@
+import KaitenProtocol
+
+/// One device's announcement of one path, without its block list.
+///
+/// Block lists are most of an index's bytes and a plan never needs them; they stay in the log
+/// and ``IndexLog/blocks(of:)`` reads them when a pull does.
+public struct FileEntry: Sendable, Equatable {
+    public var name: String
+    public var type: BEPFileInfoType
+    public var size: Int64
+    public var permissions: UInt32
+    public var modifiedS: Int64
+    public var modifiedNs: Int32
+    public var modifiedBy: UInt64
+    public var isDeleted: Bool
+    public var isInvalid: Bool
+    public var noPermissions: Bool
+    public var version: BEPVector
+    public var sequence: Int64
+    public var blockSize: Int32
+    public var blockCount: Int32
+    public var symlinkTarget: String
+    /// Where the record holding this entry's blocks sits in the log.
+    public var recordOffset: Int64
+    public var recordLength: Int32
+
+    init(_ file: BEPFileInfo, recordOffset: Int64, recordLength: Int32) {
+        name = file.name
+        type = file.type
+        size = file.size
+        permissions = file.permissions
+        modifiedS = file.modifiedS
+        modifiedNs = file.modifiedNs
+        modifiedBy = file.modifiedBy
+        isDeleted = file.deleted
+        isInvalid = file.invalid
+        noPermissions = file.noPermissions
+        version = file.version
+        sequence = file.sequence
+        blockSize = file.blockSize
+        blockCount = Int32(clamping: file.blocks.count)
+        symlinkTarget = file.symlinkTarget
+        self.recordOffset = recordOffset
+        self.recordLength = recordLength
+    }
+
+    /// Whether this is a link (including the deprecated symlink types).
+    public var isSymlink: Bool { type == .symlink || type == .symlinkFile || type == .symlinkDirectory }
+
+    /// Syncthing's WinsConflict (lib/protocol/bep_extensions.go), for concurrent versions: the
+    /// valid one beats an invalid one, a modification beats a deletion, then the newer mtime,
+    /// then the version vector's tie-break.
+    public func winsConflict(over other: FileEntry) -> Bool {
+        if isInvalid != other.isInvalid { return !isInvalid }
+        if !isDeleted && other.isDeleted { return true }
+        if isDeleted && !other.isDeleted { return false }
+        if (modifiedS, modifiedNs) != (other.modifiedS, other.modifiedNs) {
+            return (modifiedS, modifiedNs) > (other.modifiedS, other.modifiedNs)
+        }
+        return version.compare(other.version) == .concurrentGreater
+    }
+}

@@ -1,0 +1,457 @@
+import Foundation
+import KaitenProtocol
+import SwiftProtobuf
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The global index of one folder: an append-only log of what peers announced, replayed into a
+/// ``GlobalIndex`` on open.
+///
+/// ```
+/// header:  "KAITENIX" | format version (u32 BE) = 1 | folder-ID length (u16 BE) | folder ID
+///          | CRC32 of the header bytes before it (u32 BE)
+/// record:  | payload length (u32 BE) | CRC32 of kind + payload (u32 BE) | kind (u8) | payload |
+///   kind 1 "replaced":   device ID (32) | index ID (u64 BE)
+///            the device sent a full Index: everything it announced before is void
+///   kind 2 "file":       device ID (32) | meta length (u32 BE) | FileInfo without blocks
+///                        | FileInfo holding only the blocks (the rest of the payload)
+///   kind 3 "checkpoint": device ID (32) | index ID (u64 BE) | highest sequence (i64 BE)
+///            what to send in the next ClusterConfig to get only deltas
+/// ```
+///
+/// Durability: ``apply(device:indexID:files:isFullIndex:)`` writes a batch's records and its
+/// checkpoint, then fsyncs, before it returns or changes the in-memory view. A crash loses at
+/// most the batch being written; the checkpoint on disk never claims more than the records
+/// before it, so the next sync asks for everything after it again. On open, a torn last
+/// record is cut off with a warning; damage anywhere else is an error naming the byte offset.
+public final class IndexLog {
+    public static let magic: [UInt8] = Array("KAITENIX".utf8)
+    public static let formatVersion: UInt32 = 1
+
+    enum Kind: UInt8 {
+        case replaced = 1
+        case file = 2
+        case checkpoint = 3
+    }
+
+    /// What we hold of one peer's index.
+    public struct Checkpoint: Sendable, Equatable {
+        public var indexID: UInt64
+        public var maxSequence: Int64
+    }
+
+    public let path: String
+    public let folderID: String
+    public private(set) var index = GlobalIndex()
+    public private(set) var checkpoints: [DeviceID: Checkpoint] = [:]
+    /// Bytes in the file, and bytes still backing the current state.
+    public private(set) var fileSize: Int64 = 0
+    public private(set) var liveBytes: Int64 = 0
+    /// Records read on open.
+    public private(set) var recordsReplayed = 0
+
+    private var fd: Int32 = -1
+    private var headerLength: Int64 = 0
+    private var checkpointRecordLength: [DeviceID: Int64] = [:]
+
+    /// The share of the file that still backs the current state.
+    public var liveFraction: Double { fileSize == 0 ? 1 : Double(liveBytes) / Double(fileSize) }
+
+    private init(path: String, folderID: String) {
+        self.path = path
+        self.folderID = folderID
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Opens (or creates) the log and replays it.
+    /// - Parameter warn: told about a torn tail that was cut off.
+    /// - Throws: ``IndexLogError`` naming the file and offset of damage that is not a torn tail.
+    public static func open(path: String, folderID: String, warn: (String) -> Void = { _ in }) throws(IndexLogError)
+        -> IndexLog
+    {
+        let log = IndexLog(path: path, folderID: folderID)
+        // A compaction that did not reach its rename leaves its temporary file: the old log is whole.
+        unlink(path + ".compact")
+        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw IndexLogError(.io, file: path, "cannot open: \(String(cString: strerror(errno)))") }
+        log.fd = fd
+        var info = stat()
+        fstat(fd, &info)
+        if info.st_size == 0 {
+            try log.writeHeader()
+        } else {
+            try log.replay(size: Int64(info.st_size), warn: warn)
+        }
+        return log
+    }
+
+    // MARK: - Appending
+
+    /// Appends one batch from `device` and makes it durable, then updates the view.
+    /// - Parameters:
+    ///   - indexID: the device's index ID for this folder, from its ClusterConfig.
+    ///   - isFullIndex: an `Index` message: everything earlier from this device is void.
+    public func apply(device: DeviceID, indexID: UInt64, files: [BEPFileInfo], isFullIndex: Bool) throws(IndexLogError) {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(files.count * 256)
+        var recordStarts: [(offset: Int, length: Int)] = []
+        if isFullIndex {
+            var payload = device.bytes
+            payload.appendBE(indexID)
+            Self.appendRecord(.replaced, payload, to: &buffer)
+        }
+        var maxSequence = isFullIndex ? 0 : (checkpoints[device]?.indexID == indexID ? checkpoints[device]?.maxSequence ?? 0 : 0)
+        for file in files {
+            let start = buffer.count
+            do {
+                try Self.appendFileRecord(device: device, file: file, to: &buffer)
+            } catch {
+                throw IndexLogError(.io, file: path, "cannot encode \(file.name): \(error)")
+            }
+            recordStarts.append((start, buffer.count - start))
+            maxSequence = max(maxSequence, file.sequence)
+        }
+        let checkpointStart = buffer.count
+        var checkpointPayload = device.bytes
+        checkpointPayload.appendBE(indexID)
+        checkpointPayload.appendBE(UInt64(bitPattern: maxSequence))
+        Self.appendRecord(.checkpoint, checkpointPayload, to: &buffer)
+
+        let base = fileSize
+        try writeAll(buffer, at: base)
+        guard fsync(fd) == 0 else {
+            _ = ftruncate(fd, off_t(base))
+            throw IndexLogError(.io, file: path, "fsync failed: \(String(cString: strerror(errno)))")
+        }
+        fileSize = base + Int64(buffer.count)
+
+        // The batch is on disk; now the view.
+        if isFullIndex { forget(device) }
+        for (file, (offset, length)) in zip(files, recordStarts) {
+            record(FileEntry(file, recordOffset: base + Int64(offset), recordLength: Int32(length)), from: device)
+        }
+        setCheckpoint(device, Checkpoint(indexID: indexID, maxSequence: maxSequence), length: Int64(buffer.count - checkpointStart))
+    }
+
+    /// The block list of an entry, read from the log.
+    public func blocks(of entry: FileEntry) throws(IndexLogError) -> [BEPBlockInfo] {
+        var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
+        let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
+        guard n == record.count else {
+            throw IndexLogError(.io, file: path, offset: entry.recordOffset, "cannot read the record of \(entry.name)")
+        }
+        let payload = record[9...]
+        guard record[8] == Kind.file.rawValue, payload.count >= 36 else {
+            throw IndexLogError(.corruptRecord, file: path, offset: entry.recordOffset, "not a file record")
+        }
+        let metaLength = Int(payload.readBE32(at: payload.startIndex + 32))
+        let blocksStart = payload.startIndex + 36 + metaLength
+        guard blocksStart <= payload.endIndex else {
+            throw IndexLogError(.corruptRecord, file: path, offset: entry.recordOffset, "bad meta length")
+        }
+        do {
+            return try BEPFileInfo(serializedBytes: Array(payload[blocksStart...])).blocks
+        } catch {
+            throw IndexLogError(.corruptRecord, file: path, offset: entry.recordOffset, "blocks do not decode: \(error)")
+        }
+    }
+
+    // MARK: - Compaction
+
+    /// Whether dead records outweigh live ones (and the file is big enough to bother).
+    public var shouldCompact: Bool { fileSize > 1 << 20 && liveBytes * 2 < fileSize }
+
+    /// Rewrites the log with only live records: a new file, fsynced, renamed over the old one.
+    /// A crash at any moment leaves either the old log or the new one, whole.
+    public func compact() throws(IndexLogError) {
+        let temp = path + ".compact"
+        let out = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard out >= 0 else { throw IndexLogError(.io, file: temp, "cannot create: \(String(cString: strerror(errno)))") }
+        var ok = false
+        defer {
+            if !ok {
+                close(out)
+                unlink(temp)
+            }
+        }
+        var buffer = Self.header(folderID: folderID)
+        func flush() throws(IndexLogError) {
+            var written = 0
+            while written < buffer.count {
+                let n = buffer[written...].withUnsafeBytes { Glibc.write(out, $0.baseAddress, $0.count) }
+                guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
+                written += n
+            }
+            buffer.removeAll(keepingCapacity: true)
+        }
+        for name in index.paths.keys.sorted() {
+            for (_, entry) in index.paths[name]!.sorted(by: { $0.key < $1.key }) {
+                var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
+                let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
+                guard n == record.count else { throw IndexLogError(.io, file: path, offset: entry.recordOffset, "read failed") }
+                buffer += record
+                if buffer.count > 4 << 20 { try flush() }
+            }
+        }
+        for (device, checkpoint) in checkpoints.sorted(by: { $0.key < $1.key }) {
+            var payload = device.bytes
+            payload.appendBE(checkpoint.indexID)
+            payload.appendBE(UInt64(bitPattern: checkpoint.maxSequence))
+            Self.appendRecord(.checkpoint, payload, to: &buffer)
+        }
+        try flush()
+        guard fsync(out) == 0 else { throw IndexLogError(.io, file: temp, "fsync failed") }
+        close(out)
+        guard rename(temp, path) == 0 else {
+            throw IndexLogError(.io, file: path, "rename failed: \(String(cString: strerror(errno)))")
+        }
+        ok = true
+        let directory = (path as NSString).deletingLastPathComponent
+        let dirFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dirFD >= 0 {
+            fsync(dirFD)
+            close(dirFD)
+        }
+        // Re-read the new file so every entry points at its new offset.
+        close(fd)
+        fd = -1
+        let fresh = try IndexLog.open(path: path, folderID: folderID)
+        fd = fresh.fd
+        fresh.fd = -1
+        index = fresh.index
+        checkpoints = fresh.checkpoints
+        fileSize = fresh.fileSize
+        liveBytes = fresh.liveBytes
+        checkpointRecordLength = fresh.checkpointRecordLength
+        headerLength = fresh.headerLength
+    }
+
+    // MARK: - Replay
+
+    private func replay(size: Int64, warn: (String) -> Void) throws(IndexLogError) {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)
+        } catch {
+            throw IndexLogError(.io, file: path, "cannot read: \(error.localizedDescription)")
+        }
+        do {
+            try replay(data: data, warn: warn)
+        } catch let error as IndexLogError {
+            throw error
+        } catch {
+            throw IndexLogError(.io, file: path, "\(error)")
+        }
+    }
+
+    private func replay(data: Data, warn: (String) -> Void) throws {
+        try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) throws in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            try readHeader(bytes)
+            var offset = Int(headerLength)
+            liveBytes = headerLength
+            while offset < bytes.count {
+                let remaining = bytes.count - offset
+                if remaining < 9 {
+                    try cutTornTail(at: offset, warn: warn, why: "a record header is incomplete")
+                    break
+                }
+                let length = Int(bytes.readBE32(at: offset))
+                let checksum = bytes.readBE32(at: offset + 4)
+                if 9 + length > remaining {
+                    try cutTornTail(at: offset, warn: warn, why: "the last record is incomplete")
+                    break
+                }
+                let body = UnsafeRawBufferPointer(rebasing: raw[(offset + 8)..<(offset + 9 + length)])
+                if CRC32.checksum(body) != checksum {
+                    if offset + 9 + length == bytes.count {
+                        try cutTornTail(at: offset, warn: warn, why: "the last record's checksum does not match")
+                        break
+                    }
+                    throw corruption(at: offset, "record checksum mismatch")
+                }
+                try applyRecord(bytes, at: offset, length: length)
+                recordsReplayed += 1
+                offset += 9 + length
+            }
+            fileSize = Int64(offset)
+        }
+    }
+
+    private func corruption(at offset: Int, _ what: String) -> IndexLogError {
+        IndexLogError(
+            .corruptRecord, file: path, offset: Int64(offset),
+            "\(what); the log is damaged. Run `kaiten index rebuild \(folderID)` to drop it and fetch full indexes again")
+    }
+
+    private func cutTornTail(at offset: Int, warn: (String) -> Void, why: String) throws(IndexLogError) {
+        warn("\(path): \(why) at byte \(offset) (an interrupted write); cutting the log back to its last whole record")
+        guard ftruncate(fd, off_t(offset)) == 0, fsync(fd) == 0 else {
+            throw IndexLogError(.io, file: path, offset: Int64(offset), "cannot truncate the torn tail")
+        }
+    }
+
+    private func readHeader(_ bytes: UnsafeBufferPointer<UInt8>) throws(IndexLogError) {
+        guard bytes.count >= 18, Array(bytes[0..<8]) == Self.magic else {
+            throw IndexLogError(
+                .notAnIndexLog, file: path, offset: 0,
+                "not a Kaiten index log; run `kaiten index rebuild \(folderID)` to replace it")
+        }
+        let version = bytes.readBE32(at: 8)
+        guard version == Self.formatVersion else {
+            throw IndexLogError(.unsupportedVersion, file: path, offset: 8, "log format \(version) is not supported (want \(Self.formatVersion))")
+        }
+        let nameLength = Int(UInt16(bytes[12]) << 8 | UInt16(bytes[13]))
+        let end = 14 + nameLength
+        guard bytes.count >= end + 4 else { throw IndexLogError(.notAnIndexLog, file: path, offset: 12, "header is cut short") }
+        guard CRC32.checksum(Array(bytes[0..<end])) == bytes.readBE32(at: end) else {
+            throw IndexLogError(.corruptRecord, file: path, offset: 0, "header checksum mismatch; run `kaiten index rebuild \(folderID)`")
+        }
+        let name = String(decoding: bytes[14..<end], as: UTF8.self)
+        guard name == folderID else {
+            throw IndexLogError(.wrongFolder, file: path, offset: 14, "this log belongs to folder \"\(name)\", not \"\(folderID)\"")
+        }
+        headerLength = Int64(end + 4)
+    }
+
+    private func applyRecord(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, length: Int) throws(IndexLogError) {
+        let payloadStart = offset + 9
+        guard let kind = Kind(rawValue: bytes[offset + 8]), length >= 32,
+            let device = try? DeviceID(bytes: Array(bytes[payloadStart..<(payloadStart + 32)]))
+        else { throw corruption(at: offset, "unknown record kind \(bytes[offset + 8])") }
+        switch kind {
+        case .replaced:
+            forget(device)
+        case .checkpoint:
+            guard length == 48 else { throw corruption(at: offset, "bad checkpoint record") }
+            let indexID = bytes.readBE64(at: payloadStart + 32)
+            let sequence = Int64(bitPattern: bytes.readBE64(at: payloadStart + 40))
+            setCheckpoint(device, Checkpoint(indexID: indexID, maxSequence: sequence), length: Int64(9 + length))
+        case .file:
+            guard length >= 36 else { throw corruption(at: offset, "file record too short") }
+            let metaLength = Int(bytes.readBE32(at: payloadStart + 32))
+            guard 36 + metaLength <= length else { throw corruption(at: offset, "bad meta length") }
+            let meta = UnsafeRawBufferPointer(
+                rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36)..<(payloadStart + 36 + metaLength)])
+            var file: BEPFileInfo
+            do {
+                file = try BEPFileInfo(serializedBytes: Array(meta))
+            } catch {
+                throw corruption(at: offset, "file record does not decode")
+            }
+            var entry = FileEntry(file, recordOffset: Int64(offset), recordLength: Int32(9 + length))
+            entry.blockCount = Int32(clamping: Int(file.size > 0 ? (file.size + Int64(file.effectiveBlockSize) - 1) / Int64(file.effectiveBlockSize) : 1))
+            file.blocks = []
+            record(entry, from: device)
+        }
+    }
+
+    // MARK: - State bookkeeping
+
+    private func forget(_ device: DeviceID) {
+        for (_, versions) in index.paths {
+            if let old = versions[device] { liveBytes -= Int64(old.recordLength) }
+        }
+        index.removeAll(from: device)
+    }
+
+    private func record(_ entry: FileEntry, from device: DeviceID) {
+        if let old = index.paths[entry.name]?[device] { liveBytes -= Int64(old.recordLength) }
+        liveBytes += Int64(entry.recordLength)
+        index.set(entry, for: device)
+    }
+
+    private func setCheckpoint(_ device: DeviceID, _ checkpoint: Checkpoint, length: Int64) {
+        liveBytes -= checkpointRecordLength[device] ?? 0
+        liveBytes += length
+        checkpointRecordLength[device] = length
+        checkpoints[device] = checkpoint
+    }
+
+    // MARK: - Encoding
+
+    static func header(folderID: String) -> [UInt8] {
+        var header = magic
+        header.appendBE32(formatVersion)
+        let name = Array(folderID.utf8)
+        header.append(UInt8(name.count >> 8 & 0xFF))
+        header.append(UInt8(name.count & 0xFF))
+        header += name
+        header.appendBE32(CRC32.checksum(header))
+        return header
+    }
+
+    private func writeHeader() throws(IndexLogError) {
+        let header = Self.header(folderID: folderID)
+        try writeAll(header, at: 0)
+        guard fsync(fd) == 0 else { throw IndexLogError(.io, file: path, "fsync failed") }
+        headerLength = Int64(header.count)
+        fileSize = headerLength
+        liveBytes = headerLength
+    }
+
+    private func writeAll(_ bytes: [UInt8], at offset: Int64) throws(IndexLogError) {
+        var written = 0
+        while written < bytes.count {
+            let n = bytes[written...].withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset) + off_t(written)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let reason = String(cString: strerror(errno))
+                _ = ftruncate(fd, off_t(offset))
+                throw IndexLogError(.io, file: path, offset: offset, "write failed: \(reason)")
+            }
+            written += n
+        }
+    }
+
+    static func appendRecord(_ kind: Kind, _ payload: [UInt8], to buffer: inout [UInt8]) {
+        var body = [kind.rawValue]
+        body += payload
+        buffer.appendBE32(UInt32(payload.count))
+        buffer.appendBE32(CRC32.checksum(body))
+        buffer += body
+    }
+
+    static func appendFileRecord(device: DeviceID, file: BEPFileInfo, to buffer: inout [UInt8]) throws {
+        var meta = file
+        meta.blocks = []
+        let metaBytes: [UInt8] = try meta.serializedBytes()
+        var blocksOnly = BEPFileInfo()
+        blocksOnly.blocks = file.blocks
+        let blockBytes: [UInt8] = try blocksOnly.serializedBytes()
+        var payload = device.bytes
+        payload.reserveCapacity(36 + metaBytes.count + blockBytes.count)
+        payload.appendBE32(UInt32(metaBytes.count))
+        payload += metaBytes
+        payload += blockBytes
+        appendRecord(.file, payload, to: &buffer)
+    }
+}
+
+extension Array where Element == UInt8 {
+    mutating func appendBE32(_ value: UInt32) {
+        append(UInt8(value >> 24))
+        append(UInt8(value >> 16 & 0xFF))
+        append(UInt8(value >> 8 & 0xFF))
+        append(UInt8(value & 0xFF))
+    }
+
+    mutating func appendBE(_ value: UInt64) {
+        for shift in stride(from: 56, through: 0, by: -8) { append(UInt8(value >> UInt64(shift) & 0xFF)) }
+    }
+}
+
+extension Collection where Element == UInt8, Index == Int {
+    func readBE32(at i: Int) -> UInt32 {
+        UInt32(self[i]) << 24 | UInt32(self[i + 1]) << 16 | UInt32(self[i + 2]) << 8 | UInt32(self[i + 3])
+    }
+
+    func readBE64(at i: Int) -> UInt64 {
+        (0..<8).reduce(UInt64(0)) { $0 << 8 | UInt64(self[i + $1]) }
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenIndex
+
+struct IndexLogTests {
+    static let peerA = try! DeviceID(bytes: Array(repeating: 0xA0, count: 32))
+    static let peerB = try! DeviceID(bytes: Array(repeating: 0xB0, count: 32))
+
+    static func file(
+        _ name: String, size: Int64 = 10, sequence: Int64, version: [(UInt64, UInt64)], deleted: Bool = false,
+        invalid: Bool = false, mtime: Int64 = 1000, type: BEPFileInfoType = .file
+    ) -> BEPFileInfo {
+        var file = BEPFileInfo()
+        file.name = name
+        file.type = type
+        file.size = deleted || type != .file ? 0 : size
+        file.sequence = sequence
+        file.deleted = deleted
+        file.invalid = invalid
+        file.modifiedS = mtime
+        var vector = BEPVector()
+        vector.counters = version.map { var c = BEPCounter(); c.id = $0.0; c.value = $0.1; return c }
+        file.version = vector
+        if type == .file && !deleted && !invalid {
+            var block = BEPBlockInfo()
+            block.size = Int32(size)
+            block.hash = Data(repeating: UInt8(sequence & 0xFF), count: 32)
+            block.weakHash = 7
+            file.blocks = [block]
+        }
+        return file
+    }
+
+    func withLog(_ body: (String) throws -> Void) throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-index")
+        defer { dir.remove() }
+        try body(dir.file("photos.log"))
+    }
+
+    @Test func appendThenReplayGivesTheSameView() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(
+                device: Self.peerA, indexID: 11,
+                files: [Self.file("a.jpg", sequence: 1, version: [(1, 100)]), Self.file("b.jpg", sequence: 2, version: [(1, 101)])],
+                isFullIndex: true)
+            try log.apply(device: Self.peerA, indexID: 11, files: [Self.file("a.jpg", size: 20, sequence: 3, version: [(1, 102)])], isFullIndex: false)
+            let again = try IndexLog.open(path: path, folderID: "photos")
+            #expect(again.checkpoints[Self.peerA] == IndexLog.Checkpoint(indexID: 11, maxSequence: 3))
+            #expect(again.index.global("a.jpg")?.file.size == 20)
+            #expect(again.index.global("b.jpg")?.holders == [Self.peerA])
+            let entry = try #require(again.index.global("a.jpg")?.file)
+            #expect(try again.blocks(of: entry).first?.size == 20)
+            #expect(again.fileSize == log.fileSize)
+            #expect(again.liveBytes == log.liveBytes)
+        }
+    }
+
+    @Test func aFullIndexVoidsEverythingEarlierFromThatPeer() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("old.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            try log.apply(device: Self.peerB, indexID: 2, files: [Self.file("old.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            try log.apply(device: Self.peerA, indexID: 3, files: [Self.file("new.txt", sequence: 1, version: [(1, 2)])], isFullIndex: true)
+            for view in [log, try IndexLog.open(path: path, folderID: "photos")] {
+                #expect(view.index.global("old.txt")?.holders == [Self.peerB])
+                #expect(view.index.global("new.txt")?.holders == [Self.peerA])
+                #expect(view.checkpoints[Self.peerA]?.indexID == 3)
+            }
+        }
+    }
+
+    /// A crash mid-append: every possible cut of the last record is a torn tail, cut back with a
+    /// warning, and appending afterwards works.
+    @Test func tornTailIsCutBackAtEveryOffset() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("keep.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            let good = log.fileSize
+            try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("torn.txt", sequence: 2, version: [(1, 2)])], isFullIndex: false)
+            let full = try Data(contentsOf: URL(fileURLWithPath: path))
+            for cut in Int(good)..<full.count {
+                try full.prefix(cut).write(to: URL(fileURLWithPath: path))
+                var warnings: [String] = []
+                let reopened = try IndexLog.open(path: path, folderID: "photos") { warnings.append($0) }
+                #expect(reopened.index.global("keep.txt") != nil, "cut at \(cut)")
+                // A cut on a record boundary is a clean (shorter) log; anywhere else it is torn.
+                #expect(warnings.isEmpty == (reopened.fileSize == Int64(cut)), "cut at \(cut)")
+                #expect(reopened.fileSize >= good)
+                try reopened.apply(device: Self.peerA, indexID: 1, files: [Self.file("after.txt", sequence: 3, version: [(1, 3)])], isFullIndex: false)
+                let third = try IndexLog.open(path: path, folderID: "photos")
+                #expect(third.index.global("after.txt") != nil)
+                #expect(third.index.global("keep.txt") != nil)
+            }
+        }
+    }
+
+    @Test func aFlippedByteInTheMiddleNamesTheOffsetAndTheRemedy() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            for i in 0..<5 {
+                try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("f\(i)", sequence: Int64(i + 1), version: [(1, UInt64(i + 1))])], isFullIndex: i == 0)
+            }
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+            let middle = bytes.count / 2
+            bytes[middle] ^= 0xFF
+            try Data(bytes).write(to: URL(fileURLWithPath: path))
+            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") }
+            #expect(error?.code == .corruptRecord)
+            #expect(error?.offset != nil && error!.offset! <= Int64(middle))
+            #expect(error?.description.contains("kaiten index rebuild photos") == true)
+        }
+    }
+
+    @Test func randomBytesAreNotALog() throws {
+        try withLog { path in
+            var generator = SystemRandomNumberGenerator()
+            for size in [1, 17, 100, 4096] {
+                try Data((0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }).write(to: URL(fileURLWithPath: path))
+                #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") }
+            }
+        }
+    }
+
+    @Test func aLogOfAnotherFolderIsRefused() throws {
+        try withLog { path in
+            _ = try IndexLog.open(path: path, folderID: "photos")
+            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "music") }
+            #expect(error?.code == .wrongFolder)
+        }
+    }
+
+    @Test func compactionKeepsOnlyLiveStateAndTheSameView() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            for round in 0..<30 {
+                let files = (0..<200).map { i in
+                    Self.file("f\(i)", size: Int64(round * 10 + i), sequence: Int64(round * 200 + i + 1), version: [(1, UInt64(round + 1))])
+                }
+                try log.apply(device: Self.peerA, indexID: 5, files: files, isFullIndex: round == 0)
+            }
+            #expect(log.liveFraction < 0.1)
+            let before = log.index.allGlobal().map { ($0.path, $0.file.size) }
+            let oldSize = log.fileSize
+            try log.compact()
+            #expect(log.fileSize < oldSize / 10)
+            #expect(log.liveFraction > 0.99)
+            #expect(log.index.allGlobal().map { ($0.path, $0.file.size) }.elementsEqual(before, by: ==))
+            #expect(log.checkpoints[Self.peerA] == IndexLog.Checkpoint(indexID: 5, maxSequence: 6000))
+            let entry = try #require(log.index.global("f7")?.file)
+            #expect(try log.blocks(of: entry).first?.size == Int32(297))
+            let reopened = try IndexLog.open(path: path, folderID: "photos")
+            #expect(reopened.index.allGlobal().map { ($0.path, $0.file.size) }.elementsEqual(before, by: ==))
+            // A leftover temporary file from a compaction that crashed before its rename is ignored.
+            try Data([1, 2, 3]).write(to: URL(fileURLWithPath: path + ".compact"))
+            _ = try IndexLog.open(path: path, folderID: "photos")
+            #expect(!FileManager.default.fileExists(atPath: path + ".compact"))
+        }
+    }
+}
+
+/// syncthing's global-version rule, one case per row (bep-brief §5.4-5.5).
+struct GlobalVersionTests {
+    struct Case: CustomTestStringConvertible, Sendable {
+        let label: String
+        let a: BEPFileInfo
+        let b: BEPFileInfo
+        let winner: String  // "a" or "b"
+        var testDescription: String { label }
+    }
+
+    static let f = IndexLogTests.file
+
+    @Test(arguments: [
+        Case(label: "newer version wins", a: f("x", 10, 1, [(1, 2)], false, false, 1000, .file), b: f("x", 20, 1, [(1, 1)], false, false, 2000, .file), winner: "a"),
+        Case(label: "concurrent: newer mtime wins", a: f("x", 10, 1, [(1, 2)], false, false, 1000, .file), b: f("x", 20, 1, [(2, 2)], false, false, 2000, .file), winner: "b"),
+        Case(label: "concurrent: modification beats deletion", a: f("x", 10, 1, [(1, 2)], true, false, 3000, .file), b: f("x", 20, 1, [(2, 2)], false, false, 2000, .file), winner: "b"),
+        Case(label: "concurrent: valid beats invalid", a: f("x", 10, 1, [(1, 2)], false, true, 3000, .file), b: f("x", 20, 1, [(2, 2)], false, false, 2000, .file), winner: "b"),
+        Case(label: "concurrent, same mtime: vector tie-break", a: f("x", 10, 1, [(1, 2)], false, false, 1000, .file), b: f("x", 20, 1, [(2, 2)], false, false, 1000, .file), winner: "a"),
+        Case(label: "a newer deletion wins over an older modification", a: f("x", 0, 1, [(1, 3)], true, false, 1000, .file), b: f("x", 20, 1, [(1, 2)], false, false, 2000, .file), winner: "a"),
+    ])
+    func winner(_ c: Case) throws {
+        var index = GlobalIndex()
+        index.set(FileEntry(c.a, recordOffset: 0, recordLength: 0), for: IndexLogTests.peerA)
+        index.set(FileEntry(c.b, recordOffset: 0, recordLength: 0), for: IndexLogTests.peerB)
+        let global = try #require(index.global("x"))
+        #expect(global.holders == [c.winner == "a" ? IndexLogTests.peerA : IndexLogTests.peerB])
+    }
+
+    @Test func equalVersionsShareHoldersButInvalidOnesDoNotHold() throws {
+        var index = GlobalIndex()
+        let valid = Self.f("x", 10, 1, [(1, 2)], false, false, 1000, .file)
+        let ignored = Self.f("x", 0, 1, [(1, 2)], false, true, 1000, .file)
+        index.set(FileEntry(valid, recordOffset: 0, recordLength: 0), for: IndexLogTests.peerA)
+        index.set(FileEntry(ignored, recordOffset: 0, recordLength: 0), for: IndexLogTests.peerB)
+        let global = try #require(index.global("x"))
+        #expect(global.holders == [IndexLogTests.peerA])
+        #expect(!global.file.isInvalid)
+        #expect(global.file.size == 10)
+    }
+}
