@@ -71,6 +71,14 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // Orchestration that needs peers and the index log together: index sync.
+        .target(
+            name: "KaitenSync",
+            dependencies: [
+                "KaitenPeer", "KaitenIndex", "KaitenConfig", "KaitenProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
@@ -78,6 +86,8 @@ let package = Package(
                 "KaitenProtocol",
                 "KaitenConfig",
                 "KaitenPeer",
+                "KaitenIndex",
+                "KaitenSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -120,7 +130,7 @@ let package = Package(
         .testTarget(
             name: "InteropTests",
             dependencies: [
-                "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport",
+                "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

@@ -49,6 +49,28 @@ public struct Home: Sendable, Equatable {
         (selectionsDirectory as NSString).appendingPathComponent("\(folderID).txt")
     }
 
+    /// The index log of one folder. Folder IDs may hold characters unfit for a file name;
+    /// those are percent-encoded.
+    public func indexLogPath(folderID: String) -> String {
+        (indexDirectory as NSString).appendingPathComponent("\(Home.fileSafe(folderID)).log")
+    }
+
+    static func fileSafe(_ name: String) -> String {
+        var out = ""
+        for byte in name.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                out.append(Character(UnicodeScalar(byte)))
+            case UInt8(ascii: ".") where !out.isEmpty:
+                out.append(".")
+            default:
+                out += String(format: "%%%02X", byte)
+            }
+        }
+        return out
+    }
+
     private func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
 
     static func absolute(_ path: String) -> String {

@@ -53,6 +53,7 @@ public final class IndexLog {
     public private(set) var recordsReplayed = 0
 
     private var fd: Int32 = -1
+    private var isReadOnly = false
     private var headerLength: Int64 = 0
     private var checkpointRecordLength: [DeviceID: Int64] = [:]
 
@@ -71,15 +72,23 @@ public final class IndexLog {
     /// Opens (or creates) the log and replays it.
     /// - Parameter warn: told about a torn tail that was cut off.
     /// - Throws: ``IndexLogError`` naming the file and offset of damage that is not a torn tail.
-    public static func open(path: String, folderID: String, warn: (String) -> Void = { _ in }) throws(IndexLogError)
-        -> IndexLog
-    {
+    /// - Parameter readOnly: open for reading only (`ls`, `status`): no file is created, a torn
+    ///   tail is skipped rather than cut, and writers are only waited for, not blocked out.
+    public static func open(
+        path: String, folderID: String, readOnly: Bool = false, warn: (String) -> Void = { _ in }
+    ) throws(IndexLogError) -> IndexLog {
         let log = IndexLog(path: path, folderID: folderID)
+        log.isReadOnly = readOnly
+        if readOnly && !FileManager.default.fileExists(atPath: path) { return log }
         // A compaction that did not reach its rename leaves its temporary file: the old log is whole.
-        unlink(path + ".compact")
-        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if !readOnly { unlink(path + ".compact") }
+        let fd = Glibc.open(path, (readOnly ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw IndexLogError(.io, file: path, "cannot open: \(String(cString: strerror(errno)))") }
         log.fd = fd
+        // One writer per log: a second `kaiten index sync` on the same folder must not interleave.
+        guard flock(fd, readOnly ? LOCK_SH : LOCK_EX | LOCK_NB) == 0 else {
+            throw IndexLogError(.io, file: path, "in use by another kaiten process (try again when it has finished)")
+        }
         var info = stat()
         fstat(fd, &info)
         if info.st_size == 0 {
@@ -97,6 +106,7 @@ public final class IndexLog {
     ///   - indexID: the device's index ID for this folder, from its ClusterConfig.
     ///   - isFullIndex: an `Index` message: everything earlier from this device is void.
     public func apply(device: DeviceID, indexID: UInt64, files: [BEPFileInfo], isFullIndex: Bool) throws(IndexLogError) {
+        precondition(!isReadOnly, "apply on a read-only index log")
         var buffer: [UInt8] = []
         buffer.reserveCapacity(files.count * 256)
         var recordStarts: [(offset: Int, length: Int)] = []
@@ -217,7 +227,8 @@ public final class IndexLog {
             fsync(dirFD)
             close(dirFD)
         }
-        // Re-read the new file so every entry points at its new offset.
+        // Re-read the new file so every entry points at its new offset (closing drops our lock on
+        // the old inode; the fresh open locks the new one).
         close(fd)
         fd = -1
         let fresh = try IndexLog.open(path: path, folderID: folderID)
@@ -290,6 +301,7 @@ public final class IndexLog {
     }
 
     private func cutTornTail(at offset: Int, warn: (String) -> Void, why: String) throws(IndexLogError) {
+        if isReadOnly { return }
         warn("\(path): \(why) at byte \(offset) (an interrupted write); cutting the log back to its last whole record")
         guard ftruncate(fd, off_t(offset)) == 0, fsync(fd) == 0 else {
             throw IndexLogError(.io, file: path, offset: Int64(offset), "cannot truncate the torn tail")

@@ -25,7 +25,7 @@ struct Kaiten: AsyncParsableCommand {
             applied, 64 usage error.
             """,
         version: "0.1.0",
-        subcommands: [Init.self, ID.self, Peer.self, Folder.self]
+        subcommands: [Init.self, ID.self, Peer.self, Folder.self, Index.self, Ls.self, Status.self]
     )
 }
 

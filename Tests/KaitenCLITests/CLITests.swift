@@ -172,7 +172,8 @@ struct CLITests {
 
     @Test(arguments: [
         ["--help"], ["init", "--help"], ["id", "--help"], ["peer", "add", "--help"], ["peer", "rm", "--help"],
-        ["peer", "ls", "--help"], ["peer", "check", "--help"], ["folder", "add", "--help"], ["folder", "share", "--help"], ["folder", "ls", "--help"],
+        ["peer", "ls", "--help"], ["peer", "check", "--help"], ["index", "sync", "--help"], ["index", "compact", "--help"],
+        ["index", "rebuild", "--help"], ["ls", "--help"], ["status", "--help"], ["folder", "add", "--help"], ["folder", "share", "--help"], ["folder", "ls", "--help"],
     ])
     func everyVerbHasHelp(_ args: [String]) throws {
         let result = try KaitenCLI.run(args)

@@ -1,0 +1,133 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenPeer
+import KaitenProtocol
+import Logging
+
+/// `kaiten index sync`: connect to every peer sharing the folders, receive what is new, append
+/// it to each folder's log, disconnect.
+public enum IndexSync {
+    /// What happened with one peer and one folder.
+    public struct Report: Sendable, Codable {
+        public var folder: String
+        public var deviceID: String
+        public var name: String
+        public var ok: Bool
+        public var problem: String?
+        public var filesReceived = 0
+        public var fullIndex = false
+        public var indexID: String?
+        public var sequence: Int64 = 0
+    }
+
+    /// Opens the log of each folder (creating missing ones).
+    public static func openLogs(home: KaitenHome, folders: [String], warn: (String) -> Void) throws -> [String: IndexLog] {
+        try FileManager.default.createDirectory(atPath: home.home.indexDirectory, withIntermediateDirectories: true)
+        var logs: [String: IndexLog] = [:]
+        for folder in folders {
+            logs[folder] = try IndexLog.open(path: home.home.indexLogPath(folderID: folder), folderID: folder, warn: warn)
+        }
+        return logs
+    }
+
+    /// Syncs the given folders (all configured folders when empty).
+    public static func run(
+        home: KaitenHome, folders requested: [String], timeout: Double = 120,
+        logger: Logger = Logger(label: "kaiten.sync"), warn: (String) -> Void = { _ in }
+    ) async throws -> [Report] {
+        let configured = home.config.folders
+        for id in requested where !configured.contains(where: { $0.id == id }) {
+            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
+        }
+        let folders = configured.filter { requested.isEmpty || requested.contains($0.id) }
+        let me = home.identity.deviceID
+        let logs = try openLogs(home: home, folders: folders.map(\.id), warn: warn)
+        let indexIDs = try LocalIndexIDs(home: home.home).ids(for: configured.map(\.id))
+        var hello = BEPHello()
+        hello.deviceName = home.config.device(id: me)?.name ?? ""
+        hello.clientName = KaitenVersion.clientName
+        hello.clientVersion = KaitenVersion.current
+
+        var reports: [Report] = []
+        for device in home.config.devices where device.id != me {
+            let shared = folders.filter { $0.devices.contains(device.id) }
+            guard !shared.isEmpty else { continue }
+            var perFolder = Dictionary(
+                uniqueKeysWithValues: shared.map {
+                    ($0.id, Report(folder: $0.id, deviceID: device.id.description, name: device.name, ok: false))
+                })
+            do {
+                let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
+                var since: [String: RemoteIndexState] = [:]
+                for folder in shared {
+                    if let checkpoint = logs[folder.id]?.checkpoints[device.id] {
+                        since[folder.id] = RemoteIndexState(indexID: checkpoint.indexID, maxSequence: checkpoint.maxSequence)
+                    }
+                }
+                try await connection.sendClusterConfig(
+                    ClusterConfigBuilder.make(
+                        folders: configured, devices: home.config.devices, me: me, peer: device.id,
+                        localIndexIDs: indexIDs, remote: since))
+                var peerIndexIDs: [String: UInt64] = [:]
+                let receiver = try await connection.receiveIndexes(
+                    wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
+                    onClusterConfig: { clusterConfig in
+                        for folder in shared {
+                            if let theirs = clusterConfig.device(device.id, in: folder.id) {
+                                peerIndexIDs[folder.id] = theirs.indexID
+                            }
+                        }
+                    },
+                    onBatch: { folder, files, isFull in
+                        guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
+                        try log.apply(device: device.id, indexID: indexID, files: files, isFullIndex: isFull)
+                        perFolder[folder]?.filesReceived += files.count
+                        if isFull { perFolder[folder]?.fullIndex = true }
+                    })
+                await connection.close(reason: "index sync done")
+                for folder in shared {
+                    if receiver.notSharedByPeer.contains(folder.id) {
+                        perFolder[folder.id]?.problem = "the peer does not share this folder with this device"
+                        continue
+                    }
+                    if receiver.folders[folder.id]?.isPaused == true {
+                        perFolder[folder.id]?.problem = "the peer has this folder paused"
+                    }
+                    let hasProblem = perFolder[folder.id]?.problem != nil
+                    perFolder[folder.id]?.ok = !hasProblem
+                    if let checkpoint = logs[folder.id]?.checkpoints[device.id] {
+                        perFolder[folder.id]?.indexID = String(checkpoint.indexID, radix: 16)
+                        perFolder[folder.id]?.sequence = checkpoint.maxSequence
+                    }
+                }
+            } catch {
+                for folder in shared { perFolder[folder.id]?.problem = "\((error as? PeerError)?.reason ?? "\(error)")" }
+            }
+            reports += shared.compactMap { perFolder[$0.id] }
+        }
+        for (_, log) in logs where log.shouldCompact { try log.compact() }
+        return reports
+    }
+
+    static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger) async throws
+        -> PeerConnection
+    {
+        let addresses = device.addresses.compactMap(PeerAddress.init)
+        guard !addresses.isEmpty else {
+            throw PeerError(
+                .invalidAddress, peer: device.id.shortDescription,
+                "no tcp:// address configured; Kaiten does not use discovery, so it cannot dial this peer")
+        }
+        var lastError: Error = PeerError(.unreachable, peer: device.id.shortDescription, "unreachable")
+        for address in addresses {
+            do {
+                return try await PeerDialer.connect(
+                    to: address, expecting: device.id, identity: identity, hello: hello, logger: logger)
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError
+    }
+}

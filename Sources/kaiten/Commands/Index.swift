@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenSync
+
+extension Kaiten {
+    struct Index: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Fetch, compact and rebuild the global index Kaiten keeps per folder.",
+            discussion: """
+                The global index is what peers announced, kept in an append-only log per folder \
+                (index/<folder>.log in the home). `index sync` brings it up to date; peers send \
+                only what changed since the last sync.
+                """,
+            subcommands: [Sync.self, Compact.self, Rebuild.self])
+    }
+}
+
+extension Kaiten.Index {
+    struct Sync: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Receive what is new from every peer sharing the folders, and append it to the log.",
+            discussion: """
+                Connects to each peer that shares one of the folders, sends what Kaiten already \
+                holds so that only newer entries come, appends them (fsynced per batch) and \
+                disconnects. Prints a line per folder and peer. Exits 1 if any peer failed.
+
+                Example:
+                  kaiten index sync photos
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "Folder IDs. When omitted: every configured folder.")
+        var folders: [String] = []
+
+        @Option(help: "Seconds to wait for a peer's index. When omitted: 120.")
+        var timeout: Double = 120
+
+        @Flag(help: "Print a JSON array of per-peer results.")
+        var json = false
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let reports = try await IndexSync.run(
+                    home: opened, folders: folders, timeout: timeout, logger: global.logger,
+                    warn: { Terminal.error($0) })
+                try Self.render(reports, json: json)
+                if reports.contains(where: { !$0.ok }) { throw ExitCode(1) }
+            }
+        }
+
+        static func render(_ reports: [IndexSync.Report], json: Bool) throws {
+            if json {
+                try Terminal.json(reports)
+                return
+            }
+            if reports.isEmpty { Terminal.note("no peer shares these folders") }
+            for r in reports {
+                let who = (r.name.isEmpty ? "" : r.name + " ") + "(" + String(r.deviceID.prefix(7)) + ")"
+                if r.ok {
+                    print(
+                        "\(r.folder)  \(who): \(r.filesReceived) files received\(r.fullIndex ? " (full index)" : ""), sequence now \(r.sequence)"
+                    )
+                } else {
+                    print("\(r.folder)  \(who): FAILED: \(r.problem ?? "unknown error")")
+                }
+            }
+        }
+    }
+
+    struct Compact: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Rewrite index logs with only their live records.",
+            discussion: """
+                Kaiten compacts a log by itself when dead records outweigh live ones. The new log is \
+                written beside the old one, fsynced and renamed over it: a crash leaves one or \
+                the other, whole.
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "Folder IDs. When omitted: every configured folder.")
+        var folders: [String] = []
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let ids = try FolderSelection.resolve(folders, in: opened)
+                let logs = try IndexSync.openLogs(home: opened, folders: ids, warn: { Terminal.error($0) })
+                for id in ids {
+                    guard let log = logs[id] else { continue }
+                    let before = log.fileSize
+                    try log.compact()
+                    print("\(id): \(before) → \(log.fileSize) bytes")
+                }
+            }
+        }
+    }
+
+    struct Rebuild: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Drop a folder's index log and fetch full indexes from its peers again.",
+            discussion: """
+                The remedy for a damaged log. Only Kaiten's copy of what peers announced is \
+                dropped; no file in the folder is touched.
+
+                Example:
+                  kaiten index rebuild photos
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Option(help: "Seconds to wait for a peer's index. When omitted: 120.")
+        var timeout: Double = 120
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                _ = try FolderSelection.resolve([folder], in: opened)
+                let path = opened.home.indexLogPath(folderID: folder)
+                if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+                let reports = try await IndexSync.run(
+                    home: opened, folders: [folder], timeout: timeout, logger: global.logger, warn: { Terminal.error($0) })
+                try Sync.render(reports, json: false)
+                if reports.contains(where: { !$0.ok }) { throw ExitCode(1) }
+            }
+        }
+    }
+}
+
+/// Folder arguments: the named ones (each must be configured), or all.
+enum FolderSelection {
+    static func resolve(_ requested: [String], in home: KaitenHome) throws -> [String] {
+        let configured = home.config.folders.map(\.id)
+        for id in requested where !configured.contains(id) {
+            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
+        }
+        return requested.isEmpty ? configured : requested
+    }
+
+    static func openLog(_ folder: String, in home: KaitenHome) throws -> IndexLog {
+        _ = try resolve([folder], in: home)
+        return try IndexLog.open(
+            path: home.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true, warn: { Terminal.error($0) })
+    }
+}

@@ -1,0 +1,121 @@
+import ArgumentParser
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+
+extension Kaiten {
+    struct Ls: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the global tree of a folder, as peers announced it.",
+            discussion: """
+                Reads the index log as it is (run `kaiten index sync` first to refresh it). For \
+                each entry: name, type, size, modification time, and the peers that hold the \
+                global version. Deleted entries are left out unless --deleted.
+
+                Examples:
+                  kaiten ls photos
+                  kaiten ls photos 2025/summer -l
+                  kaiten ls photos -R --json | jq '.[] | select(.size > 1e9) | .path'
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Argument(help: "A directory inside the folder. When omitted: the folder root.")
+        var path: String = ""
+
+        @Flag(name: .short, help: "Long format: type, size, modification time and peers.")
+        var long = false
+
+        @Flag(name: .customShort("R"), help: "Everything below PATH, not just its direct entries.")
+        var recursive = false
+
+        @Flag(help: "Include deleted entries.")
+        var deleted = false
+
+        @Flag(help: "Print a JSON array of entries.")
+        var json = false
+
+        struct Row: Encodable {
+            let path: String
+            let type: String
+            let size: Int64
+            let modified: String
+            let peers: [String]
+            let deleted: Bool
+            let version: [String]
+        }
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let log = try FolderSelection.openLog(folder, in: opened)
+                let directory = path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+                let entries = log.index.list(under: directory, recursive: recursive, includeDeleted: deleted)
+                if !directory.isEmpty && entries.isEmpty && log.index.global(directory) == nil {
+                    throw ConfigError(.invalidValue, file: log.path, "\"\(directory)\" is not in the global index of \(folder)")
+                }
+                let names = Dictionary(
+                    opened.config.devices.map { ($0.id, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
+                    uniquingKeysWith: { a, _ in a })
+                let rows = entries.map { entry in
+                    Row(
+                        path: entry.path, type: Self.typeName(entry.file), size: entry.file.size,
+                        modified: Self.rfc3339(entry.file), peers: entry.holders.map(\.description),
+                        deleted: entry.file.isDeleted, version: entry.file.version.descriptions)
+                }
+                if json {
+                    try Terminal.json(rows)
+                    return
+                }
+                for (row, entry) in zip(rows, entries) {
+                    let name = recursive ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
+                    let shown = name + (row.type == "directory" ? "/" : "") + (row.deleted ? " (deleted)" : "")
+                    if long {
+                        let peers = entry.holders.map { names[$0] ?? $0.shortDescription }.joined(separator: ",")
+                        print(
+                            "\(row.type.prefix(4).padding(toLength: 4, withPad: " ", startingAt: 0))  \(Self.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
+                        )
+                    } else {
+                        print(shown)
+                    }
+                }
+            }
+        }
+
+        static func typeName(_ file: FileEntry) -> String {
+            switch file.type {
+            case .directory: return "directory"
+            case .file: return "file"
+            default: return "symlink"
+            }
+        }
+
+        static func rfc3339(_ file: FileEntry) -> String {
+            let date = Date(timeIntervalSince1970: TimeInterval(file.modifiedS) + TimeInterval(file.modifiedNs) / 1e9)
+            let formatter = ISO8601DateFormatter()
+            formatter.formatOptions = [.withInternetDateTime]
+            return formatter.string(from: date)
+        }
+
+        static func human(_ bytes: Int64) -> String {
+            let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+            var value = Double(bytes)
+            var unit = 0
+            while value >= 1024 && unit < units.count - 1 {
+                value /= 1024
+                unit += 1
+            }
+            return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+        }
+    }
+}
+
+extension String {
+    func leftPad(_ width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+}

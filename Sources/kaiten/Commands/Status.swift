@@ -1,0 +1,79 @@
+import ArgumentParser
+import Foundation
+import KaitenConfig
+import KaitenIndex
+
+extension Kaiten {
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show each folder's global index: totals, what Kaiten holds from each peer, log size.",
+            discussion: "Reads the index logs as they are; `kaiten index sync` refreshes them.")
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "A folder ID. When omitted: every configured folder.")
+        var folder: String?
+
+        @Flag(help: "Print JSON.")
+        var json = false
+
+        struct PeerRow: Encodable {
+            let device_id: String
+            let name: String
+            let index_id: String
+            let sequence: Int64
+        }
+
+        struct FolderRow: Encodable {
+            let id: String
+            let path: String
+            let global_files: Int
+            let global_directories: Int
+            let global_symlinks: Int
+            let global_bytes: Int64
+            let peers: [PeerRow]
+            let log_bytes: Int64
+            let log_live_fraction: Double
+        }
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let ids = try FolderSelection.resolve(folder.map { [$0] } ?? [], in: opened)
+                var rows: [FolderRow] = []
+                for id in ids {
+                    let log = try FolderSelection.openLog(id, in: opened)
+                    let totals = log.index.totals()
+                    let peers = log.checkpoints.sorted { $0.key < $1.key }.map { device, checkpoint in
+                        PeerRow(
+                            device_id: device.description, name: opened.config.device(id: device)?.name ?? "",
+                            index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence)
+                    }
+                    rows.append(
+                        FolderRow(
+                            id: id, path: opened.config.folder(id: id)?.path ?? "", global_files: totals.files,
+                            global_directories: totals.directories, global_symlinks: totals.symlinks,
+                            global_bytes: totals.bytes, peers: peers, log_bytes: log.fileSize,
+                            log_live_fraction: (log.liveFraction * 1000).rounded() / 1000))
+                }
+                if json {
+                    try Terminal.json(rows)
+                    return
+                }
+                for row in rows {
+                    print("\(row.id)  \(row.path)")
+                    print(
+                        "  global: \(row.global_files) files, \(row.global_directories) directories, \(row.global_symlinks) symlinks, \(Kaiten.Ls.human(row.global_bytes))"
+                    )
+                    for peer in row.peers {
+                        print(
+                            "  peer \(peer.name.isEmpty ? "" : peer.name + " ")(\(peer.device_id.prefix(7))): index ID \(peer.index_id), sequence \(peer.sequence)"
+                        )
+                    }
+                    if row.peers.isEmpty { print("  no index yet: run `kaiten index sync \(row.id)`") }
+                    print("  log: \(Kaiten.Ls.human(row.log_bytes)), \(Int(row.log_live_fraction * 100))% live")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+/// The index log and global view against syncthing itself.
+@Suite(.serialized)
+struct IndexInteropTests {
+    func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
+
+    static func status(_ st: SyncthingInstance, _ folder: String) async throws -> [String: Any] {
+        try await st.get("/rest/db/status?folder=\(folder)") as? [String: Any] ?? [:]
+    }
+
+    static func settled(_ a: SyncthingInstance, _ b: SyncthingInstance, folder: String) async throws -> Bool {
+        let sa = try await status(a, folder)
+        let sb = try await status(b, folder)
+        return sa["state"] as? String == "idle" && sb["state"] as? String == "idle"
+            && sa["needTotalItems"] as? Int == 0 && sb["needTotalItems"] as? Int == 0
+            && sa["globalTotalItems"] as? Int == sb["globalTotalItems"] as? Int
+    }
+
+    static func setMTime(_ path: String, _ seconds: TimeInterval) throws {
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: seconds)], ofItemAtPath: path)
+    }
+
+    /// Two syncthing peers make conflicts while apart, settle, and Kaiten's global view of every
+    /// path equals syncthing A's (`/rest/db/file`), and its tree equals `/rest/db/browse`.
+    @Test func globalViewEqualsSyncthingsOwn() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-oracle")
+        defer { dir.remove() }
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        let home = dir.file("kaiten")
+        let created = try kaiten(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let folder = "oracle"
+        let pathA = dir.file("data-a")
+        let pathB = dir.file("data-b")
+        for p in [pathA, pathB] { try FileManager.default.createDirectory(atPath: p, withIntermediateDirectories: true) }
+        for name in ["conflict-b-newer.txt", "conflict-a-newer.txt", "edit-vs-delete.txt", "dir-to-file/inner.txt",
+            "ignored-on-b.txt", "to-delete.txt", "keep/deep/file.txt"]
+        {
+            try TestFiles.write(pathA + "/" + name, "base \(name)\n")
+        }
+
+        try await withSyncthing(a) { a in
+            try await withSyncthing(b) { b in
+                try await a.addDevice(b.deviceID, name: "b", addresses: [b.address])
+                try await b.addDevice(a.deviceID, name: "a", addresses: [a.address])
+                try await a.addDevice(me, name: "k")
+                try await b.addDevice(me, name: "k")
+                try await a.addFolder(id: folder, path: pathA, devices: [b.deviceID, me])
+                try await b.addFolder(id: folder, path: pathB, devices: [a.deviceID, me])
+                try await a.waitUntil("initial sync", timeout: 90) {
+                    let sb = try await Self.status(b, folder)
+                    return try await Self.settled(a, b, folder: folder) && (sb["localFiles"] as? Int) == 7
+                }
+
+                // Apart: pause each other, then make the hard cases.
+                try await a.post("/rest/system/pause?device=\(b.deviceID)")
+                try await b.post("/rest/system/pause?device=\(a.deviceID)")
+                let now = Date().timeIntervalSince1970
+                try TestFiles.write(pathA + "/conflict-b-newer.txt", "A's edit\n")
+                try Self.setMTime(pathA + "/conflict-b-newer.txt", now - 100)
+                try TestFiles.write(pathB + "/conflict-b-newer.txt", "B's edit, newer\n")
+                try Self.setMTime(pathB + "/conflict-b-newer.txt", now - 10)
+                try TestFiles.write(pathA + "/conflict-a-newer.txt", "A's edit, newer\n")
+                try Self.setMTime(pathA + "/conflict-a-newer.txt", now - 10)
+                try TestFiles.write(pathB + "/conflict-a-newer.txt", "B's edit\n")
+                try Self.setMTime(pathB + "/conflict-a-newer.txt", now - 100)
+                try TestFiles.write(pathA + "/edit-vs-delete.txt", "edited on A\n")
+                try FileManager.default.removeItem(atPath: pathB + "/edit-vs-delete.txt")
+                try FileManager.default.removeItem(atPath: pathA + "/dir-to-file")
+                try TestFiles.write(pathA + "/dir-to-file", "now a file\n")
+                try await b.post("/rest/db/ignores?folder=\(folder)", json: ["ignore": ["ignored-on-b.txt"]])
+                try TestFiles.write(pathA + "/new-on-a.txt", "a\n")
+                try TestFiles.write(pathB + "/new-on-b.txt", "b\n")
+                try FileManager.default.removeItem(atPath: pathA + "/to-delete.txt")
+                for st in [a, b] {
+                    try await st.post("/rest/db/scan?folder=\(folder)")
+                    try await st.waitIdle(folder: folder)
+                }
+
+                // Together again; let them settle (conflict copies included).
+                try await a.post("/rest/system/resume?device=\(b.deviceID)")
+                try await b.post("/rest/system/resume?device=\(a.deviceID)")
+                var stableFor = 0
+                try await a.waitUntil("A and B settle", timeout: 120) {
+                    stableFor = try await Self.settled(a, b, folder: folder) ? stableFor + 1 : 0
+                    return stableFor >= 10
+                }
+
+                // Kaiten learns both peers' indexes.
+                #expect(try kaiten(["peer", "add", "--home", home, a.deviceID.description, "--name", "a", "--address", a.address]).status == 0)
+                #expect(try kaiten(["peer", "add", "--home", home, b.deviceID.description, "--name", "b", "--address", b.address]).status == 0)
+                #expect(
+                    try kaiten([
+                        "folder", "add", "--home", home, folder, "--path", dir.file("k-data"), "--share", a.deviceID.description,
+                        "--share", b.deviceID.description,
+                    ]).status == 0)
+                let sync = try kaiten(["index", "sync", "--home", home])
+                #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+
+                let kaitenHome = try KaitenHome.open(Home(path: home))
+                let log = try IndexLog.open(path: kaitenHome.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true)
+                let globals = log.index.allGlobal()
+                #expect(globals.count >= 10)
+                let formatter = ISO8601DateFormatter()
+                formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                for entry in globals {
+                    let encoded = entry.path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? entry.path
+                    let info = try #require(try await a.get("/rest/db/file?folder=\(folder)&file=\(encoded)") as? [String: Any])
+                    let theirs = try #require(info["global"] as? [String: Any], "\(entry.path)")
+                    #expect(theirs["version"] as? [String] == entry.file.version.descriptions, "\(entry.path)")
+                    #expect(theirs["deleted"] as? Bool == entry.file.isDeleted, "\(entry.path)")
+                    if entry.file.type == .file {
+                        #expect((theirs["size"] as? NSNumber)?.int64Value == entry.file.size, "\(entry.path)")
+                    }
+                    if let text = theirs["modified"] as? String, let date = formatter.date(from: text), !entry.file.isSymlink {
+                        #expect(Int64(date.timeIntervalSince1970.rounded(.down)) == entry.file.modifiedS, "\(entry.path)")
+                    }
+                }
+                let byPath = Dictionary(uniqueKeysWithValues: globals.map { ($0.path, $0) })
+                #expect(byPath["dir-to-file"]?.file.type == .file)
+                #expect(byPath["edit-vs-delete.txt"]?.file.isDeleted == false)
+                #expect(byPath["to-delete.txt"]?.file.isDeleted == true)
+
+                // The tree `kaiten ls -R --json` shows equals syncthing's browse of its global tree.
+                let ls = try kaiten(["ls", "--home", home, folder, "-R", "--json"])
+                #expect(ls.status == 0, "\(ls.stderr)")
+                let rows = try #require(try JSONSerialization.jsonObject(with: Data(ls.stdout.utf8)) as? [[String: Any]])
+                let ours = Dictionary(uniqueKeysWithValues: rows.map { ($0["path"] as! String, $0) })
+                let browse = try #require(try await a.get("/rest/db/browse?folder=\(folder)") as? [[String: Any]])
+                var theirs: [String: String] = [:]
+                func walk(_ nodes: [[String: Any]], _ prefix: String) {
+                    for node in nodes {
+                        let name = prefix + (node["name"] as? String ?? "")
+                        theirs[name] = node["type"] as? String
+                        walk(node["children"] as? [[String: Any]] ?? [], name + "/")
+                    }
+                }
+                walk(browse, "")
+                #expect(Set(ours.keys) == Set(theirs.keys))
+                for (path, type) in theirs {
+                    let want = type == "FILE_INFO_TYPE_DIRECTORY" ? "directory" : type == "FILE_INFO_TYPE_FILE" ? "file" : "symlink"
+                    #expect(ours[path]?["type"] as? String == want, "\(path)")
+                }
+                #expect(ours.keys.contains { $0.contains(".sync-conflict-") })
+            }
+        }
+    }
+
+    /// kill -9 while the log is being appended: the log loads, nothing before the torn record is
+    /// lost, and the next sync completes it. A flipped byte names its offset; rebuild recovers.
+    @Test func survivesKillNineAndCorruption() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-crash")
+        defer { dir.remove() }
+        let st = try SyncthingInstance.generate(in: dir.path)
+        let home = dir.file("kaiten")
+        let created = try kaiten(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let data = dir.file("data")
+        let count = 20_000
+        for d in 0..<100 {
+            let sub = "\(data)/d\(d)"
+            try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+            for i in 0..<(count / 100) { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
+        }
+        try await withSyncthing(st) { st in
+            try await st.addDevice(me, name: "k")
+            try await st.addFolder(id: "big", path: data, devices: [me])
+            try await st.waitUntil("scanned", timeout: 120) {
+                let s = try await Self.status(st, "big")
+                return s["state"] as? String == "idle" && (s["localFiles"] as? Int) == count
+            }
+            #expect(try kaiten(["peer", "add", "--home", home, st.deviceID.description, "--address", st.address]).status == 0)
+            #expect(try kaiten(["folder", "add", "--home", home, "big", "--path", dir.file("k"), "--share", st.deviceID.description]).status == 0)
+            let logPath = Home(path: home).indexLogPath(folderID: "big")
+
+            // Start a sync and kill it once a good part of the index is in the log.
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+            process.arguments = ["index", "sync", "--home", home]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let deadline = Date().addingTimeInterval(60)
+            var killedAt: Int64 = 0
+            while Date() < deadline && process.isRunning {
+                let size = (try? FileManager.default.attributesOfItem(atPath: logPath)[.size] as? Int64) ?? 0
+                if size > 400_000 {
+                    kill(process.processIdentifier, SIGKILL)
+                    killedAt = size
+                    break
+                }
+                usleep(2_000)
+            }
+            process.waitUntilExit()
+            #expect(killedAt > 0, "the sync finished before it could be killed")
+
+            // The log loads (a torn tail is cut) and holds a prefix of the index.
+            let status = try kaiten(["status", "--home", home, "big", "--json"])
+            #expect(status.status == 0, "\(status.stderr)")
+            let partial = try IndexLog.open(path: logPath, folderID: "big")
+            let held = partial.index.totals().files
+            #expect(held > 0 && held < count, "held \(held)")
+            let checkpoint = partial.checkpoints[st.deviceID]?.maxSequence ?? 0
+            #expect(checkpoint > 0)
+            for entry in partial.index.allGlobal() { #expect(entry.file.sequence <= checkpoint) }
+            let partialFiles = Set(partial.index.allGlobal().map(\.path))
+            _ = consume partial
+
+            // The next sync completes it, as a delta.
+            let resumed = try kaiten(["index", "sync", "--home", home])
+            #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+            #expect(!resumed.stdout.contains("full index"))
+            let complete = try IndexLog.open(path: logPath, folderID: "big", readOnly: true)
+            #expect(complete.index.totals().files == count)
+            #expect(partialFiles.isSubset(of: Set(complete.index.allGlobal().map(\.path))))
+            _ = consume complete
+
+            // Flip a byte in the middle: the error names the offset and the remedy.
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: logPath)))
+            bytes[bytes.count / 2] ^= 0x5A
+            try Data(bytes).write(to: URL(fileURLWithPath: logPath))
+            let broken = try kaiten(["ls", "--home", home, "big"])
+            #expect(broken.status == 1)
+            #expect(broken.stderr.contains("at byte"))
+            #expect(broken.stderr.contains("kaiten index rebuild big"))
+            let rebuilt = try kaiten(["index", "rebuild", "--home", home, "big"])
+            #expect(rebuilt.status == 0, "\(rebuilt.stdout)\(rebuilt.stderr)")
+            let after = try kaiten(["status", "--home", home, "big", "--json"])
+            let rows = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [[String: Any]]
+            #expect(rows?.first?["global_files"] as? Int == count)
+        }
+    }
+}
