@@ -106,7 +106,7 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),

@@ -8,6 +8,7 @@
 // runs in a child process (`kaiten-bench client …`) so that its RSS is its own.
 import Foundation
 import KaitenConfig
+import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
 import KaitenTestSupport
@@ -68,8 +69,18 @@ func runClient(_ args: [String]) async throws {
             folders: [folder], devices: [DeviceConfiguration(id: identity.deviceID), DeviceConfiguration(id: peer)],
             me: identity.deviceID, peer: peer, localIndexIDs: [folderID: 0x1234_5678]))
     var files: [BEPFileInfo] = []
-    _ = try await connection.receiveIndexes(wanted: [folderID], me: identity.deviceID, timeout: 600) { _, batch, _ in
-        files += batch.filter { $0.type == .file && !$0.deleted && !$0.invalid }
+    var peerIndexID: UInt64 = 0
+    let log = mode == "index" ? try IndexLog.open(path: home.indexLogPath(folderID: folderID), folderID: folderID) : nil
+    _ = try await connection.receiveIndexes(
+        wanted: [folderID], me: identity.deviceID, timeout: 600,
+        onClusterConfig: { peerIndexID = $0.device(peer, in: folderID)?.indexID ?? 0 }
+    ) { _, batch, isFull in
+        if let log {
+            // What `kaiten index sync` does: every batch appended and fsynced.
+            try log.apply(device: peer, indexID: peerIndexID, files: batch, isFullIndex: isFull)
+        } else {
+            files += batch.filter { $0.type == .file && !$0.deleted && !$0.invalid }
+        }
     }
     var bytes: Int64 = 0
     if mode == "blocks" {
@@ -93,8 +104,8 @@ func runClient(_ args: [String]) async throws {
     let seconds = now() - start
     await connection.close(reason: "benchmark done")
     let result = Measurement(
-        seconds: seconds, peakRSSMiB: ProcStat.peakRSS(), cpuSeconds: ProcStat.cpuSeconds() - cpu0, files: files.count,
-        bytes: bytes)
+        seconds: seconds, peakRSSMiB: ProcStat.peakRSS(), cpuSeconds: ProcStat.cpuSeconds() - cpu0,
+        files: log.map { $0.index.totals().files } ?? files.count, bytes: log?.fileSize ?? bytes)
     print(String(decoding: try JSONEncoder().encode(result), as: UTF8.self))
 }
 
@@ -174,13 +185,77 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
                     && s?["state"] as? String == "idle"
             }
             let seconds = now() - start
+            if mode == "index" { try await Task.sleep(nanoseconds: 3_000_000_000) }  // let LevelDB settle
             let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+            let bytes = mode == "index" ? directorySize(b.home + "/index-v0.14.0.db") : (s?["localBytes"] as? NSNumber)?.int64Value ?? 0
             return Measurement(
                 seconds: seconds, peakRSSMiB: ProcStat.peakRSS(pid: pid), cpuSeconds: ProcStat.cpuSeconds(pid: pid) - cpu0,
-                files: expectedFiles, bytes: (s?["localBytes"] as? NSNumber)?.int64Value ?? 0)
+                files: expectedFiles, bytes: bytes)
         }
         report(mode: mode, ours: ours, theirs: theirs)
     }
+}
+
+func directorySize(_ path: String) -> Int64 {
+    guard let names = try? FileManager.default.subpathsOfDirectory(atPath: path) else { return 0 }
+    return names.reduce(0) { sum, name in
+        sum + ((try? FileManager.default.attributesOfItem(atPath: path + "/" + name)[.size] as? Int64) ?? 0)
+    }
+}
+
+/// Replays a synthetic log of `records` file records (10 peers' worth of 100k-path folders).
+func runReplay(records: Int) throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-replay")
+    defer { dir.remove() }
+    let path = dir.file("synthetic.log")
+    do {
+        let log = try IndexLog.open(path: path, folderID: "synthetic")
+        let devices = try (0..<10).map { try DeviceID(bytes: Array(repeating: UInt8(0x10 + $0), count: 32)) }
+        let perBatch = 1000
+        var written = 0
+        while written < records {
+            let device = devices[(written / 100_000) % devices.count]
+            let batch = (0..<min(perBatch, records - written)).map { i -> BEPFileInfo in
+                let n = written + i
+                var file = BEPFileInfo()
+                file.name = "dir\(n % 1000)/file-\(n % 100_000).bin"
+                file.size = Int64(n % 500_000)
+                file.sequence = Int64(n + 1)
+                file.modifiedS = 1_790_000_000 + Int64(n)
+                file.permissions = 0o644
+                var counter = BEPCounter()
+                counter.id = device.shortID
+                counter.value = UInt64(1_790_000_000 + n)
+                file.version.counters = [counter]
+                file.blockSize = 131_072
+                var block = BEPBlockInfo()
+                block.size = Int32(file.size)
+                block.hash = Data(repeating: UInt8(n & 0xFF), count: 32)
+                block.weakHash = UInt32(n)
+                file.blocks = [block]
+                return file
+            }
+            try log.apply(device: device, indexID: 1, files: batch, isFullIndex: false)
+            written += batch.count
+        }
+    }
+    let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64) ?? 0
+    // Measure the replay in a fresh process so its peak RSS is the replay's own.
+    let child = try ProcessRunner.run(CommandLine.arguments[0], ["replay-child", path])
+    guard child.status == 0 else { throw HarnessError("replay failed: \(child.stderr)") }
+    print("")
+    print("== replay of a synthetic log: \(records) file records, \(String(format: "%.1f", Double(size) / 1048576)) MiB ==")
+    print(child.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+}
+
+func runReplayChild(path: String) throws {
+    let start = now()
+    let log = try IndexLog.open(path: path, folderID: "synthetic", readOnly: true)
+    let seconds = now() - start
+    print(
+        String(
+            format: "kaiten replay: %.2f s, %.0f records/s, %.1f MiB peak RSS, %d paths", seconds,
+            Double(log.recordsReplayed) / seconds, ProcStat.peakRSS(), log.index.paths.count))
 }
 
 func pidOf(home: String) -> Int32? {
@@ -218,7 +293,11 @@ func report(mode: String, ours: Measurement, theirs: Measurement) {
     if mode == "blocks" {
         print("(kaiten fetches into memory with SHA-256 checks; syncthing also writes and fsyncs its files)")
     } else {
-        print("(kaiten receives and decodes the index without storing it; syncthing stores it in its database)")
+        print(
+            String(
+                format: "index on disk: kaiten log %.1f MiB, syncthing database %.1f MiB (ratio %.2f)",
+                Double(ours.bytes) / 1048576, Double(theirs.bytes) / 1048576, Double(ours.bytes) / Double(max(theirs.bytes, 1))))
+        print("(both store the index durably: kaiten fsyncs its log per batch, syncthing writes LevelDB)")
     }
 }
 
@@ -229,6 +308,11 @@ do {
     switch args.first {
     case "client":
         try await runClient(Array(args.dropFirst()))
+    case "replay":
+        let records = args.firstIndex(of: "--records").flatMap { Int(args[$0 + 1]) } ?? 1_000_000
+        try runReplay(records: records)
+    case "replay-child":
+        try runReplayChild(path: args[1])
     case "index":
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
         try await runComparison(mode: "index", count: files, mib: 0)
@@ -236,7 +320,7 @@ do {
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         try await runComparison(mode: "blocks", count: 4, mib: mib)
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N]")
         exit(64)
     }
 } catch {
