@@ -66,7 +66,13 @@ public final class IndexLog {
     }
 
     deinit {
-        if fd >= 0 { close(fd) }
+        if fd >= 0 { Glibc.close(fd) }
+    }
+
+    /// Closes the file (and releases its lock); the view stays readable, appending does not work.
+    public func close() {
+        if fd >= 0 { Glibc.close(fd) }
+        fd = -1
     }
 
     /// Opens (or creates) the log and replays it.
@@ -185,7 +191,7 @@ public final class IndexLog {
         var ok = false
         defer {
             if !ok {
-                close(out)
+                Glibc.close(out)
                 unlink(temp)
             }
         }
@@ -216,7 +222,7 @@ public final class IndexLog {
         }
         try flush()
         guard fsync(out) == 0 else { throw IndexLogError(.io, file: temp, "fsync failed") }
-        close(out)
+        Glibc.close(out)
         guard rename(temp, path) == 0 else {
             throw IndexLogError(.io, file: path, "rename failed: \(String(cString: strerror(errno)))")
         }
@@ -225,11 +231,11 @@ public final class IndexLog {
         let dirFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dirFD >= 0 {
             fsync(dirFD)
-            close(dirFD)
+            Glibc.close(dirFD)
         }
         // Re-read the new file so every entry points at its new offset (closing drops our lock on
         // the old inode; the fresh open locks the new one).
-        close(fd)
+        Glibc.close(fd)
         fd = -1
         let fresh = try IndexLog.open(path: path, folderID: folderID)
         fd = fresh.fd

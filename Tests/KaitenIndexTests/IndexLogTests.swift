@@ -48,6 +48,7 @@ struct IndexLogTests {
                 files: [Self.file("a.jpg", sequence: 1, version: [(1, 100)]), Self.file("b.jpg", sequence: 2, version: [(1, 101)])],
                 isFullIndex: true)
             try log.apply(device: Self.peerA, indexID: 11, files: [Self.file("a.jpg", size: 20, sequence: 3, version: [(1, 102)])], isFullIndex: false)
+            log.close()
             let again = try IndexLog.open(path: path, folderID: "photos")
             #expect(again.checkpoints[Self.peerA] == IndexLog.Checkpoint(indexID: 11, maxSequence: 3))
             #expect(again.index.global("a.jpg")?.file.size == 20)
@@ -65,6 +66,7 @@ struct IndexLogTests {
             try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("old.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
             try log.apply(device: Self.peerB, indexID: 2, files: [Self.file("old.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
             try log.apply(device: Self.peerA, indexID: 3, files: [Self.file("new.txt", sequence: 1, version: [(1, 2)])], isFullIndex: true)
+            log.close()
             for view in [log, try IndexLog.open(path: path, folderID: "photos")] {
                 #expect(view.index.global("old.txt")?.holders == [Self.peerB])
                 #expect(view.index.global("new.txt")?.holders == [Self.peerA])
@@ -81,6 +83,7 @@ struct IndexLogTests {
             try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("keep.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
             let good = log.fileSize
             try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("torn.txt", sequence: 2, version: [(1, 2)])], isFullIndex: false)
+            log.close()
             let full = try Data(contentsOf: URL(fileURLWithPath: path))
             for cut in Int(good)..<full.count {
                 try full.prefix(cut).write(to: URL(fileURLWithPath: path))
@@ -91,9 +94,11 @@ struct IndexLogTests {
                 #expect(warnings.isEmpty == (reopened.fileSize == Int64(cut)), "cut at \(cut)")
                 #expect(reopened.fileSize >= good)
                 try reopened.apply(device: Self.peerA, indexID: 1, files: [Self.file("after.txt", sequence: 3, version: [(1, 3)])], isFullIndex: false)
+                reopened.close()
                 let third = try IndexLog.open(path: path, folderID: "photos")
                 #expect(third.index.global("after.txt") != nil)
                 #expect(third.index.global("keep.txt") != nil)
+                third.close()
             }
         }
     }
@@ -104,6 +109,7 @@ struct IndexLogTests {
             for i in 0..<5 {
                 try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("f\(i)", sequence: Int64(i + 1), version: [(1, UInt64(i + 1))])], isFullIndex: i == 0)
             }
+            log.close()
             var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
             let middle = bytes.count / 2
             bytes[middle] ^= 0xFF
@@ -125,9 +131,19 @@ struct IndexLogTests {
         }
     }
 
+    @Test func aSecondWriterIsRefusedWhileTheFirstHoldsTheLog() throws {
+        try withLog { path in
+            let first = try IndexLog.open(path: path, folderID: "photos")
+            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") }
+            #expect(error?.description.contains("in use") == true)
+            first.close()
+            try IndexLog.open(path: path, folderID: "photos").close()
+        }
+    }
+
     @Test func aLogOfAnotherFolderIsRefused() throws {
         try withLog { path in
-            _ = try IndexLog.open(path: path, folderID: "photos")
+            try IndexLog.open(path: path, folderID: "photos").close()
             let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "music") }
             #expect(error?.code == .wrongFolder)
         }
@@ -152,8 +168,10 @@ struct IndexLogTests {
             #expect(log.checkpoints[Self.peerA] == IndexLog.Checkpoint(indexID: 5, maxSequence: 6000))
             let entry = try #require(log.index.global("f7")?.file)
             #expect(try log.blocks(of: entry).first?.size == Int32(297))
+            log.close()
             let reopened = try IndexLog.open(path: path, folderID: "photos")
             #expect(reopened.index.allGlobal().map { ($0.path, $0.file.size) }.elementsEqual(before, by: ==))
+            reopened.close()
             // A leftover temporary file from a compaction that crashed before its rename is ignored.
             try Data([1, 2, 3]).write(to: URL(fileURLWithPath: path + ".compact"))
             _ = try IndexLog.open(path: path, folderID: "photos")
