@@ -47,6 +47,8 @@ let package = Package(
             name: "KaitenIndex",
             dependencies: ["KaitenProtocol", "CZlib", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
+        // Selection files and the .stignore allowlist (Sushitrain's grammar). No I/O.
+        .target(name: "KaitenSelection", dependencies: ["KaitenProtocol"]),
         // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
         .target(
             name: "KaitenConfig",
@@ -110,6 +112,7 @@ let package = Package(
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
+        .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenConfigTests",

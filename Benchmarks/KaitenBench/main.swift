@@ -88,7 +88,8 @@ func runClient(_ args: [String]) async throws {
             // Keep a bounded number of blocks in flight; the connection adds its own 32 MiB cap.
             var queue = files.flatMap { file in file.blocks.map { (file, $0) } }[...]
             var total: Int64 = 0
-            for _ in 0..<min(256, queue.count) {
+            // 128 × 256 KiB = the connection's 32 MiB budget: enough to keep the peer busy.
+            for _ in 0..<min(128, queue.count) {
                 let (file, block) = queue.removeFirst()
                 group.addTask { Int64(try await connection.fetchBlock(folder: folderID, file: file, block: block).count) }
             }

@@ -1,0 +1,165 @@
+import Foundation
+
+/// A selection file, `selections/<folder>.txt`: what the user wants of a folder on this machine.
+///
+/// ```
+/// # Comments start with '#'; blank lines are ignored.
+/// photos/2025            a path (leading '/' optional); a directory selects all below it
+/// docs/*.pdf             a glob, expanded against the global index when planning
+/// notes/\[draft\].txt    '\' makes a glob character literal (also '\#' for a leading '#')
+/// (?d).DS_Store          a global-ignore line, passed to .stignore as is (no '/', no '**')
+/// ```
+///
+/// The file keeps every line as written, so `kaiten select` and `deselect` can edit it while
+/// preserving comments and order.
+public struct SelectionFile: Sendable, Equatable {
+    /// One line, as parsed.
+    public enum Line: Sendable, Equatable {
+        /// A literal path, normalized (NFC, no leading or trailing '/').
+        case path(String, text: String)
+        /// A glob, matched against folder-relative paths.
+        case pattern(Glob, text: String)
+        /// `(?d)NAME`, kept verbatim.
+        case globalIgnore(String)
+        /// A comment or blank line, kept verbatim.
+        case other(String)
+
+        var text: String {
+            switch self {
+            case .path(_, let text), .pattern(_, let text): return text
+            case .globalIgnore(let name): return "(?d)" + name
+            case .other(let text): return text
+            }
+        }
+    }
+
+    public private(set) var lines: [Line]
+
+    public init(lines: [Line] = []) {
+        self.lines = lines
+    }
+
+    /// Parses a selection file's text; `file` is used in errors.
+    public static func parse(_ text: String, file: String) throws(SelectionError) -> SelectionFile {
+        var lines: [Line] = []
+        var rows = text.components(separatedBy: "\n")
+        if rows.last == "" { rows.removeLast() }
+        for (index, raw) in rows.enumerated() {
+            let number = index + 1
+            let row = raw.hasSuffix("\r") ? String(raw.dropLast()) : raw
+            let trimmed = row.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") {
+                lines.append(.other(row))
+                continue
+            }
+            if trimmed.hasPrefix("(?d)") {
+                let name = String(trimmed.dropFirst(4))
+                guard !name.isEmpty, !name.contains("/"), !name.contains("**") else {
+                    throw SelectionError(
+                        .badGlobalIgnore, file: file, line: number,
+                        "a (?d) line names a file anywhere in the folder: no '/' and no '**' (got \"\(trimmed)\")")
+                }
+                lines.append(.globalIgnore(name))
+                continue
+            }
+            if Glob.hasMetacharacters(trimmed) {
+                let body = try normalize(trimmed, file: file, line: number, keepEscapes: true)
+                do {
+                    lines.append(.pattern(try Glob(body), text: row))
+                } catch {
+                    throw SelectionError(.badPattern, file: file, line: number, "\(error)")
+                }
+                continue
+            }
+            let path = try normalize(Glob.unescape(trimmed), file: file, line: number, keepEscapes: false)
+            lines.append(.path(path, text: row))
+        }
+        return SelectionFile(lines: lines)
+    }
+
+    /// The file's text.
+    public func render() -> String {
+        lines.map(\.text).joined(separator: "\n") + (lines.isEmpty ? "" : "\n")
+    }
+
+    /// The literal paths selected, in file order.
+    public var paths: [String] {
+        lines.compactMap { if case .path(let p, _) = $0 { p } else { nil } }
+    }
+
+    /// The glob lines, in file order.
+    public var patterns: [Glob] {
+        lines.compactMap { if case .pattern(let g, _) = $0 { g } else { nil } }
+    }
+
+    /// The `(?d)` names, in file order.
+    public var globalIgnores: [String] {
+        lines.compactMap { if case .globalIgnore(let n) = $0 { n } else { nil } }
+    }
+
+    /// What selecting a path did.
+    public enum SelectOutcome: Sendable, Equatable {
+        case added
+        case alreadySelected
+        /// A selected parent directory already covers it; nothing added.
+        case coveredBy(String)
+    }
+
+    /// Adds a literal path (at the end), unless it is already selected or covered by a parent.
+    public mutating func select(_ path: String) throws(SelectionError) -> SelectOutcome {
+        let normalized = try Self.normalize(path, file: "argument", line: 0, keepEscapes: false)
+        if paths.contains(normalized) { return .alreadySelected }
+        if let parent = paths.first(where: { PathRules.isAncestor($0, of: normalized) }) { return .coveredBy(parent) }
+        let escaped = PathRules.escapeGlobCharacters(normalized)
+        lines.append(.path(normalized, text: escaped.hasPrefix("#") ? "\\" + escaped : escaped))
+        return .added
+    }
+
+    /// Removes a literal path's lines. Returns false when it was not selected explicitly.
+    public mutating func deselect(_ path: String) throws(SelectionError) -> Bool {
+        let normalized = try Self.normalize(path, file: "argument", line: 0, keepEscapes: false)
+        let before = lines.count
+        lines.removeAll { if case .path(let p, _) = $0 { p == normalized } else { false } }
+        return lines.count != before
+    }
+
+    static func normalize(_ text: String, file: String, line: Int, keepEscapes: Bool) throws(SelectionError) -> String {
+        var path = text.precomposedStringWithCanonicalMapping
+        while path.hasPrefix("/") { path.removeFirst() }
+        while path.hasSuffix("/") && !path.hasSuffix("\\/") { path.removeLast() }
+        guard !path.isEmpty else {
+            throw SelectionError(.emptyPath, file: file, line: line, "empty path (to select everything, don't use Kaiten's selection)")
+        }
+        for component in path.split(separator: "/", omittingEmptySubsequences: false) {
+            if component == ".." || component == "." || component.isEmpty {
+                throw SelectionError(
+                    .escapesFolder, file: file, line: line,
+                    "\"\(text)\" is not a clean folder-relative path (no '.', '..' or '//')")
+            }
+        }
+        return path
+    }
+}
+
+/// Path relations shared by selections and `.stignore`.
+public enum PathRules {
+    /// `a/b` is an ancestor of `a/b/c`, but not of `a/bc`.
+    public static func isAncestor(_ ancestor: String, of path: String) -> Bool {
+        path.count > ancestor.count && path.hasPrefix(ancestor) && path[path.index(path.startIndex, offsetBy: ancestor.count)] == "/"
+    }
+
+    /// Whether `path` is `selected` itself or inside it.
+    public static func isCovered(_ path: String, by selected: String) -> Bool {
+        path == selected || isAncestor(selected, of: path)
+    }
+
+    /// Backslash before each glob character of a literal path (selection-file spelling).
+    public static func escapeGlobCharacters(_ path: String) -> String {
+        var out = ""
+        for ch in path {
+            if "\\*?[]{}".contains(ch) { out.append("\\") }
+            out.append(ch)
+        }
+        return out
+    }
+}
