@@ -66,6 +66,12 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private var queuedHead = 0
     private var outstandingBytes = 0
 
+    /// Index batches handed to the consumer and not yet taken from the event sequence.
+    private var undeliveredIndexBatches = 0
+    private var readsPaused = false
+    /// Whether a consumer reading index batches asked for backpressure (see ``setIndexBackpressure``).
+    private var backpressureEnabled = false
+
     init(
         hello: BEPHello, settings: PeerSettings, logger: Logger, events: PeerEventSink,
         eventLoop: EventLoop, peerLabel: String
@@ -193,7 +199,17 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             }
         }
         stats.withLockedValue { $0.indexFilesReceived += files.count }
+        undeliveredIndexBatches += 1
         events.yield(.index(folder: folder, files: files, isFullIndex: isFullIndex))
+        // Backpressure: stop reading while the consumer is several batches behind, so a large
+        // index waits in the peer's send buffer instead of in our memory. Only index batches
+        // count, and only while someone consumes them; reads resume as the backlog drains.
+        if backpressureEnabled && undeliveredIndexBatches >= settings.maxUndeliveredIndexBatches && !readsPaused,
+            let context
+        {
+            readsPaused = true
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        }
     }
 
     private func answer(_ request: BEPRequest) {
@@ -218,6 +234,26 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         outstandingBytes -= entry.size
         entry.promise.succeed(response)
         pump()
+    }
+
+    /// The consumer took an index batch from the event sequence.
+    func indexBatchConsumed() {
+        undeliveredIndexBatches -= 1
+        if undeliveredIndexBatches <= settings.maxUndeliveredIndexBatches / 4 { resumeReads() }
+    }
+
+    /// Turns backpressure on while a consumer is draining index batches, off when it stops
+    /// (so that a caller waiting for block responses is never stalled by unread index events).
+    func setIndexBackpressure(_ enabled: Bool) {
+        backpressureEnabled = enabled
+        if !enabled { resumeReads() }
+    }
+
+    private func resumeReads() {
+        guard readsPaused, let context else { return }
+        readsPaused = false
+        context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+        context.read()
     }
 
     // MARK: - Writing

@@ -97,7 +97,11 @@ extension PeerConnection {
             try await Task.sleep(until: deadline, clock: .continuous)
             await self?.close(reason: "timed out waiting for the index")
         }
-        defer { timer.cancel() }
+        setIndexBackpressure(true)
+        defer {
+            timer.cancel()
+            setIndexBackpressure(false)
+        }
         for await event in events {
             switch event {
             case .clusterConfig(let clusterConfig):

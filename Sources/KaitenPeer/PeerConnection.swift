@@ -21,7 +21,7 @@ public final class PeerConnection: Sendable {
     /// Where the peer is connected from or to.
     public let remoteAddress: String
     /// Everything the peer says, in order; ends with `.closed`.
-    public let events: AsyncStream<PeerEvent>
+    public let events: PeerEvents
 
     private let channel: Channel
     private let handler: NIOLoopBound<BEPConnectionHandler>
@@ -38,7 +38,11 @@ public final class PeerConnection: Sendable {
         self.handler = handler
         self.statsBox = stats
         self.closedFuture = closed
-        self.events = events
+        self.events = PeerEvents(
+            stream: events,
+            consumedIndexBatch: { [loop = channel.eventLoop] in
+                loop.execute { handler.value.indexBatchConsumed() }
+            })
         self.remoteAddress = channel.remoteAddress?.description ?? "?"
     }
 
@@ -101,6 +105,13 @@ public final class PeerConnection: Sendable {
     /// Waits until the connection has ended, and says how.
     public func waitUntilClosed() async -> PeerCloseReason {
         (try? await closedFuture.get()) ?? .disconnected("")
+    }
+
+    /// While on, reading from the peer pauses whenever several index batches wait unconsumed in
+    /// ``events``. Turn it on only while something drains ``events``.
+    public func setIndexBackpressure(_ enabled: Bool) {
+        let handler = self.handler
+        channel.eventLoop.execute { handler.value.setIndexBackpressure(enabled) }
     }
 
     /// Replaces how the peer's block requests are answered (default: NO_SUCH_FILE).
