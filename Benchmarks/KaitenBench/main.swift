@@ -256,7 +256,7 @@ func runReplayChild(path: String) throws {
     print(
         String(
             format: "kaiten replay: %.2f s, %.0f records/s, %.1f MiB peak RSS, %d paths", seconds,
-            Double(log.recordsReplayed) / seconds, ProcStat.peakRSS(), log.index.paths.count))
+            Double(log.recordsReplayed) / seconds, ProcStat.peakRSS(), log.index.pathCount))
 }
 
 func pidOf(home: String) -> Int32? {

@@ -9,39 +9,89 @@ import KaitenProtocol
 /// The global version is the first entry some device holds validly; if every holder has it
 /// invalid, the first entry.
 public struct GlobalIndex: Sendable {
-    /// Per path, each device's announcement.
-    public private(set) var paths: [String: [DeviceID: FileEntry]] = [:]
+    /// Devices are interned: a path's versions name them by a small number, not by 32 bytes.
+    private var devices: [DeviceID] = []
+    private var deviceNumbers: [DeviceID: UInt16] = [:]
+    /// Per path, each device's announcement (usually one or two), as a small array.
+    private var storage: [String: [(device: UInt16, entry: FileEntry)]] = [:]
 
     public init() {}
 
-    /// Records `device`'s announcement of a path, replacing its previous one.
-    mutating func set(_ entry: FileEntry, for device: DeviceID) {
-        paths[entry.name, default: [:]][device] = entry
+    /// How many paths any device announced.
+    public var pathCount: Int { storage.count }
+
+    /// Every path, unsorted.
+    public var allPaths: Dictionary<String, [(device: UInt16, entry: FileEntry)]>.Keys { storage.keys }
+
+    /// Each device's announcement of one path.
+    public func versions(of path: String) -> [DeviceID: FileEntry] {
+        guard let list = storage[path] else { return [:] }
+        return Dictionary(list.map { (devices[Int($0.device)], $0.entry) }, uniquingKeysWith: { a, _ in a })
     }
 
-    /// Forgets everything `device` announced.
-    mutating func removeAll(from device: DeviceID) {
-        for name in Array(paths.keys) {
-            paths[name]?.removeValue(forKey: device)
-            if paths[name]?.isEmpty == true { paths.removeValue(forKey: name) }
+    /// One device's announcement of one path.
+    public func entry(_ path: String, from device: DeviceID) -> FileEntry? {
+        guard let number = deviceNumbers[device] else { return nil }
+        return storage[path]?.first { $0.device == number }?.entry
+    }
+
+    /// Every (path, device, entry), for compaction.
+    func forEachEntry(_ body: (String, DeviceID, FileEntry) throws -> Void) rethrows {
+        for (path, list) in storage {
+            for item in list { try body(path, devices[Int(item.device)], item.entry) }
         }
+    }
+
+    private mutating func number(of device: DeviceID) -> UInt16 {
+        if let n = deviceNumbers[device] { return n }
+        let n = UInt16(devices.count)
+        devices.append(device)
+        deviceNumbers[device] = n
+        return n
+    }
+
+    /// Records `device`'s announcement of a path, replacing its previous one; returns the old one.
+    @discardableResult
+    mutating func set(_ entry: FileEntry, for device: DeviceID) -> FileEntry? {
+        let n = number(of: device)
+        if let i = storage[entry.name]?.firstIndex(where: { $0.device == n }) {
+            let old = storage[entry.name]![i].entry
+            storage[entry.name]![i].entry = entry
+            return old
+        }
+        storage[entry.name, default: []].append((n, entry))
+        return nil
+    }
+
+    /// Forgets everything `device` announced; returns the record bytes that backed it.
+    @discardableResult
+    mutating func removeAll(from device: DeviceID) -> Int64 {
+        guard let n = deviceNumbers[device] else { return 0 }
+        var freed: Int64 = 0
+        for name in Array(storage.keys) {
+            guard let list = storage[name], list.contains(where: { $0.device == n }) else { continue }
+            freed += list.filter { $0.device == n }.reduce(0) { $0 + Int64($1.entry.recordLength) }
+            let kept = list.filter { $0.device != n }
+            if kept.isEmpty { storage.removeValue(forKey: name) } else { storage[name] = kept }
+        }
+        return freed
     }
 
     /// The global version of one path.
     public func global(_ path: String) -> GlobalEntry? {
-        guard let versions = paths[path] else { return nil }
-        return Self.select(path: path, versions)
+        guard storage[path] != nil else { return nil }
+        return Self.select(path: path, versions(of: path))
     }
 
     /// Every path's global version, sorted by path. Deleted ones are included; callers filter.
     public func allGlobal() -> [GlobalEntry] {
-        paths.keys.sorted().compactMap { global($0) }
+        storage.keys.sorted().compactMap { global($0) }
     }
 
     /// The number of live (not deleted, not invalid) files, directories and bytes.
     public func totals() -> (files: Int, directories: Int, symlinks: Int, bytes: Int64) {
         var result = (files: 0, directories: 0, symlinks: 0, bytes: Int64(0))
-        for path in paths.keys {
+        for path in storage.keys {
             guard let g = global(path), !g.file.isDeleted, !g.file.isInvalid else { continue }
             switch g.file.type {
             case .directory: result.directories += 1

@@ -205,8 +205,11 @@ public final class IndexLog {
             }
             buffer.removeAll(keepingCapacity: true)
         }
-        for name in index.paths.keys.sorted() {
-            for (_, entry) in index.paths[name]!.sorted(by: { $0.key < $1.key }) {
+        var live: [(String, DeviceID, FileEntry)] = []
+        index.forEachEntry { live.append(($0, $1, $2)) }
+        live.sort { ($0.0, $0.1) < ($1.0, $1.1) }
+        for (_, _, entry) in live {
+            do {
                 var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
                 let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
                 guard n == record.count else { throw IndexLogError(.io, file: path, offset: entry.recordOffset, "read failed") }
@@ -372,16 +375,12 @@ public final class IndexLog {
     // MARK: - State bookkeeping
 
     private func forget(_ device: DeviceID) {
-        for (_, versions) in index.paths {
-            if let old = versions[device] { liveBytes -= Int64(old.recordLength) }
-        }
-        index.removeAll(from: device)
+        liveBytes -= index.removeAll(from: device)
     }
 
     private func record(_ entry: FileEntry, from device: DeviceID) {
-        if let old = index.paths[entry.name]?[device] { liveBytes -= Int64(old.recordLength) }
+        if let old = index.set(entry, for: device) { liveBytes -= Int64(old.recordLength) }
         liveBytes += Int64(entry.recordLength)
-        index.set(entry, for: device)
     }
 
     private func setCheckpoint(_ device: DeviceID, _ checkpoint: Checkpoint, length: Int64) {
