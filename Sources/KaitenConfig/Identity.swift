@@ -152,7 +152,7 @@ public struct Identity: Sendable {
     }
 
     /// The SEC1 `EC PRIVATE KEY` form syncthing writes (Go's x509.MarshalECPrivateKey).
-    private static func sec1PEM(for key: P384.Signing.PrivateKey) throws -> String {
+    package static func sec1PEM(for key: P384.Signing.PrivateKey) throws -> String {
         // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING,
         //                             [0] parameters (secp384r1 OID), [1] publicKey BIT STRING }
         var serializer = DER.Serializer()

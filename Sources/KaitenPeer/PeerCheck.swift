@@ -37,10 +37,7 @@ public enum PeerCheck {
         }
         let folders = home.config.folders
         let indexIDs = try LocalIndexIDs(home: home.home).ids(for: folders.map(\.id))
-        var hello = BEPHello()
-        hello.deviceName = home.config.device(id: me)?.name ?? ""
-        hello.clientName = KaitenVersion.clientName
-        hello.clientVersion = KaitenVersion.current
+        let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
 
         var results: [Result] = []
         for device in devices {
@@ -154,4 +151,13 @@ public enum PeerCheck {
 public enum KaitenVersion {
     public static let clientName = "kaiten"
     public static let current = "v0.1.0"
+
+    /// The Hello Kaiten sends: our name as configured, client `kaiten`, our version.
+    public static func hello(deviceName: String) -> BEPHello {
+        var hello = BEPHello()
+        hello.deviceName = deviceName
+        hello.clientName = clientName
+        hello.clientVersion = current
+        return hello
+    }
 }

@@ -44,10 +44,7 @@ public enum IndexSync {
         let me = home.identity.deviceID
         let logs = try openLogs(home: home, folders: folders.map(\.id), warn: warn)
         let indexIDs = try LocalIndexIDs(home: home.home).ids(for: configured.map(\.id))
-        var hello = BEPHello()
-        hello.deviceName = home.config.device(id: me)?.name ?? ""
-        hello.clientName = KaitenVersion.clientName
-        hello.clientVersion = KaitenVersion.current
+        let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
 
         var reports: [Report] = []
         for device in home.config.devices where device.id != me {

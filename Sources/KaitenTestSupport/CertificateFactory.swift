@@ -3,6 +3,7 @@ import Foundation
 import SwiftASN1
 import X509
 import _CryptoExtras
+import KaitenConfig
 
 /// Certificates of every key type syncthing accepts, for drop-in identity tests.
 public enum CertificateFactory {
@@ -24,7 +25,7 @@ public enum CertificateFactory {
         case .p384SEC1:
             let key = P384.Signing.PrivateKey()
             privateKey = Certificate.PrivateKey(key)
-            keyPEM = try sec1(key)
+            keyPEM = try Identity.sec1PEM(for: key).trimmingCharacters(in: .newlines)
             algorithm = .ecdsaWithSHA256
         case .rsa2048:
             let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
@@ -50,20 +51,5 @@ public enum CertificateFactory {
         try serializer.serialize(certificate)
         let certPEM = PEMDocument(type: "CERTIFICATE", derBytes: serializer.serializedBytes).pemString
         return (certPEM + "\n", keyPEM + "\n")
-    }
-
-    private static func sec1(_ key: P384.Signing.PrivateKey) throws -> String {
-        var serializer = DER.Serializer()
-        try serializer.appendConstructedNode(identifier: .sequence) { coder in
-            try coder.serialize(1)
-            try coder.serialize(ASN1OctetString(contentBytes: ArraySlice(key.rawRepresentation)))
-            try coder.serialize(
-                explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific,
-                { coder in try coder.serialize(ASN1ObjectIdentifier.NamedCurves.secp384r1) })
-            try coder.serialize(
-                explicitlyTaggedWithTagNumber: 1, tagClass: .contextSpecific,
-                { coder in try coder.serialize(ASN1BitString(bytes: ArraySlice(key.publicKey.x963Representation))) })
-        }
-        return PEMDocument(type: "EC PRIVATE KEY", derBytes: serializer.serializedBytes).pemString
     }
 }
