@@ -53,6 +53,9 @@ extension Kaiten {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let log = try FolderSelection.openLog(folder, in: opened)
+                if log.checkpoints.isEmpty {
+                    Terminal.note("no index of \(folder) yet: run `kaiten index sync \(folder)`")
+                }
                 let directory = path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
                 let entries = log.index.list(under: directory, recursive: recursive, includeDeleted: deleted)
                 if !directory.isEmpty && entries.isEmpty && log.index.global(directory) == nil {
