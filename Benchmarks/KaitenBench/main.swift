@@ -93,8 +93,14 @@ func runClient(_ args: [String]) async throws {
                 let (file, block) = queue.removeFirst()
                 group.addTask { Int64(try await connection.fetchBlock(folder: folderID, file: file, block: block).count) }
             }
+            var completed = 0
+            let trace = ProcessInfo.processInfo.environment["KAITEN_BENCH_TRACE"] != nil
             while let done = try await group.next() {
                 total += done
+                completed += 1
+                if trace && completed % 256 == 0 {
+                    FileHandle.standardError.write(Data("blocks \(completed): VmHWM \(ProcStat.peakRSS()) MiB\n".utf8))
+                }
                 if let (file, block) = queue.popFirst() {
                     group.addTask { Int64(try await connection.fetchBlock(folder: folderID, file: file, block: block).count) }
                 }
@@ -159,6 +165,7 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
         let client = try ProcessRunner.run(
             CommandLine.arguments[0],
             ["client", mode, kaiten.home.path, a.deviceID.description, String(a.listenPort), folderID])
+        if !client.stderr.isEmpty { FileHandle.standardError.write(Data(client.stderr.utf8)) }
         guard client.status == 0, let line = client.stdout.split(separator: "\n").last else {
             throw HarnessError("kaiten client failed: \(client.stderr)")
         }
