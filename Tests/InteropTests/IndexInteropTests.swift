@@ -207,9 +207,13 @@ struct IndexInteropTests {
             let partial = try IndexLog.open(path: logPath, folderID: "big")
             let held = partial.index.totals().files
             #expect(held > 0 && held < count, "held \(held)")
+            // The checkpoint never claims more than the log holds. (Whole records past it are
+            // fine: the kill can land between a batch's file records and its checkpoint, and the
+            // next sync simply receives them again.)
             let checkpoint = partial.checkpoints[st.deviceID]?.maxSequence ?? 0
+            let sequences = Set(partial.index.allGlobal().map(\.file.sequence))
             #expect(checkpoint > 0)
-            for entry in partial.index.allGlobal() { #expect(entry.file.sequence <= checkpoint) }
+            #expect(checkpoint <= sequences.max() ?? 0)
             let partialFiles = Set(partial.index.allGlobal().map(\.path))
             _ = consume partial
 
