@@ -359,15 +359,15 @@ public final class IndexLog {
             guard 36 + metaLength <= length else { throw corruption(at: offset, "bad meta length") }
             let meta = UnsafeRawBufferPointer(
                 rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36)..<(payloadStart + 36 + metaLength)])
-            var file: BEPFileInfo
+            let file: BEPFileInfo
             do {
                 file = try BEPFileInfo(serializedBytes: Array(meta))
             } catch {
                 throw corruption(at: offset, "file record does not decode")
             }
             var entry = FileEntry(file, recordOffset: Int64(offset), recordLength: Int32(9 + length))
+            // The meta half carries no blocks; their count follows from size and block size.
             entry.blockCount = Int32(clamping: Int(file.size > 0 ? (file.size + Int64(file.effectiveBlockSize) - 1) / Int64(file.effectiveBlockSize) : 1))
-            file.blocks = []
             record(entry, from: device)
         }
     }
