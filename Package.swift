@@ -49,6 +49,18 @@ let package = Package(
         ),
         // Selection files and the .stignore allowlist (Sushitrain's grammar). No I/O.
         .target(name: "KaitenSelection", dependencies: ["KaitenProtocol"]),
+        // The local side: walk a folder, hash changed files into syncthing's blocks, keep the
+        // scan cache and the record of what Kaiten synced.
+        .target(
+            name: "KaitenScan",
+            dependencies: ["KaitenProtocol", "KaitenConfig", "CZlib", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        // The plan: a pure function from selection x global index x local scan to actions and
+        // conflicts. No I/O.
+        .target(
+            name: "KaitenReconcile",
+            dependencies: ["KaitenProtocol", "KaitenIndex", "KaitenSelection", "KaitenScan", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
         .target(
             name: "KaitenConfig",
@@ -73,11 +85,12 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        // Orchestration that needs peers and the index log together: index sync.
+        // Orchestration over several concerns: index sync (peers + log), planning (log + scan + selection).
         .target(
             name: "KaitenSync",
             dependencies: [
-                "KaitenPeer", "KaitenIndex", "KaitenConfig", "KaitenProtocol",
+                "KaitenPeer", "KaitenIndex", "KaitenConfig", "KaitenProtocol", "KaitenScan", "KaitenSelection",
+                "KaitenReconcile",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -90,6 +103,9 @@ let package = Package(
                 "KaitenPeer",
                 "KaitenIndex",
                 "KaitenSync",
+                "KaitenSelection",
+                "KaitenScan",
+                "KaitenReconcile",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -108,11 +124,13 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
+        .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenConfigTests",
@@ -134,6 +152,7 @@ let package = Package(
             name: "InteropTests",
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
+                "KaitenSelection", "KaitenScan", "KaitenReconcile",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

@@ -55,6 +55,14 @@ public struct Home: Sendable, Equatable {
         (indexDirectory as NSString).appendingPathComponent("\(Home.fileSafe(folderID)).log")
     }
 
+    /// The scan cache (and synced record) of one folder.
+    public func scanCachePath(folderID: String) -> String {
+        (scanDirectory as NSString).appendingPathComponent("\(Home.fileSafe(folderID)).cache")
+    }
+
+    /// Where `kaiten plan` keeps the lineage stamped on every plan.
+    public var lineagePath: String { (stateDirectory as NSString).appendingPathComponent("lineage") }
+
     static func fileSafe(_ name: String) -> String {
         var out = ""
         for byte in name.utf8 {

@@ -20,6 +20,9 @@ public struct FileEntry: Sendable, Equatable {
     public var blockSize: Int32
     public var blockCount: Int32
     public var symlinkTarget: String
+    /// The content identity (syncthing's `blocks_hash`) of a live regular file; zero otherwise.
+    /// Equal hashes mean equal content, so a plan compares local files without block lists.
+    public var contentHash: ContentHash
     /// Where the record holding this entry's blocks sits in the log.
     public var recordOffset: Int64
     public var recordLength: Int32
@@ -40,6 +43,9 @@ public struct FileEntry: Sendable, Equatable {
         blockSize = file.blockSize
         blockCount = Int32(clamping: file.blocks.count)
         symlinkTarget = file.symlinkTarget
+        contentHash = file.type == .file && !file.deleted && !file.invalid
+            ? ContentHash(bytes: file.blocksHash) ?? (file.blocks.isEmpty ? .zero : BEPFileInfo.blocksHash(of: file.blocks))
+            : .zero
         self.recordOffset = recordOffset
         self.recordLength = recordLength
     }

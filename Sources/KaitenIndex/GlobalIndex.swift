@@ -63,6 +63,11 @@ public struct GlobalIndex: Sendable {
         return nil
     }
 
+    /// Records an announcement that lives in no log: synthetic indexes for tests and benchmarks.
+    public mutating func announce(_ file: BEPFileInfo, by device: DeviceID) {
+        set(FileEntry(file, recordOffset: 0, recordLength: 0), for: device)
+    }
+
     /// Forgets everything `device` announced; returns the record bytes that backed it.
     @discardableResult
     mutating func removeAll(from device: DeviceID) -> Int64 {
@@ -79,13 +84,26 @@ public struct GlobalIndex: Sendable {
 
     /// The global version of one path.
     public func global(_ path: String) -> GlobalEntry? {
-        guard storage[path] != nil else { return nil }
-        return Self.select(path: path, versions(of: path))
+        guard let list = storage[path] else { return nil }
+        return select(path: path, list)
     }
 
     /// Every path's global version, sorted by path. Deleted ones are included; callers filter.
     public func allGlobal() -> [GlobalEntry] {
         storage.keys.sorted().compactMap { global($0) }
+    }
+
+    /// Every path's global version, in no particular order: the plan's hot path, with no sorting
+    /// and no per-path dictionaries.
+    public func forEachGlobal(_ body: (GlobalEntry) throws -> Void) rethrows {
+        for (path, list) in storage {
+            if let entry = select(path: path, list) { try body(entry) }
+        }
+    }
+
+    private func select(path: String, _ list: [(device: UInt16, entry: FileEntry)]) -> GlobalEntry? {
+        let named = list.map { (devices[Int($0.device)], $0.entry) }
+        return Self.select(path: path, list.count == 1 ? named : named.sorted { $0.0 < $1.0 })
     }
 
     /// The number of live (not deleted, not invalid) files, directories and bytes.
@@ -106,13 +124,18 @@ public struct GlobalIndex: Sendable {
 
     /// syncthing's VersionList insertion, replayed in device order.
     static func select(path: String, _ versions: [DeviceID: FileEntry]) -> GlobalEntry? {
+        select(path: path, versions.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+    }
+
+    /// `versions` sorted by device.
+    static func select(path: String, _ versions: [(DeviceID, FileEntry)]) -> GlobalEntry? {
         struct Group {
             var representative: FileEntry
             var valid: [DeviceID] = []
             var invalid: [DeviceID] = []
         }
         var list: [Group] = []
-        for (device, entry) in versions.sorted(by: { $0.key < $1.key }) {
+        for (device, entry) in versions {
             var placed = false
             for i in list.indices {
                 switch entry.version.compare(list[i].representative.version) {
@@ -143,7 +166,7 @@ public struct GlobalIndex: Sendable {
         }
         guard let chosen = list.first(where: { !$0.valid.isEmpty }) ?? list.first else { return nil }
         return GlobalEntry(
-            path: path, file: chosen.representative, holders: chosen.valid.sorted(), versions: versions)
+            path: path, file: chosen.representative, holders: chosen.valid.sorted(), announcements: versions)
     }
 }
 
@@ -154,6 +177,11 @@ public struct GlobalEntry: Sendable {
     public let file: FileEntry
     /// The devices that hold the global version validly (the ones to fetch it from).
     public let holders: [DeviceID]
+    /// Every device's announcement, sorted by device.
+    public let announcements: [(device: DeviceID, entry: FileEntry)]
+
     /// Every device's announcement.
-    public let versions: [DeviceID: FileEntry]
+    public var versions: [DeviceID: FileEntry] {
+        Dictionary(announcements.map { ($0.device, $0.entry) }, uniquingKeysWith: { a, _ in a })
+    }
 }

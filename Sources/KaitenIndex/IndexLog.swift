@@ -92,7 +92,7 @@ public final class IndexLog {
         guard fd >= 0 else { throw IndexLogError(.io, file: path, "cannot open: \(String(cString: strerror(errno)))") }
         log.fd = fd
         // One writer per log: a second `kaiten index sync` on the same folder must not interleave.
-        guard flock(fd, readOnly ? LOCK_SH : LOCK_EX | LOCK_NB) == 0 else {
+        guard readOnly ? flock(fd, LOCK_SH) == 0 : lockExclusively(fd) else {
             throw IndexLogError(.io, file: path, "in use by another kaiten process (try again when it has finished)")
         }
         var info = stat()
@@ -103,6 +103,19 @@ public final class IndexLog {
             try log.replay(size: Int64(info.st_size), warn: warn)
         }
         return log
+    }
+
+    /// A flock belongs to the open file description, which a child forked by this process
+    /// shares until its exec closes it (O_CLOEXEC). A lock that is busy for a moment may be
+    /// such a child's copy of our own earlier descriptor, so a short wait tells it apart from a
+    /// second kaiten process, which holds the lock for a whole sync.
+    private static func lockExclusively(_ fd: Int32) -> Bool {
+        for _ in 0..<100 {
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return true }
+            guard errno == EWOULDBLOCK else { return false }
+            usleep(20_000)
+        }
+        return false
     }
 
     // MARK: - Appending
@@ -436,6 +449,10 @@ public final class IndexLog {
 
     static func appendFileRecord(device: DeviceID, file: BEPFileInfo, to buffer: inout [UInt8]) throws {
         var meta = file
+        // The meta half is what replay reads: it must carry the content hash the blocks imply.
+        if meta.blocksHash.count != 32 && !file.blocks.isEmpty {
+            meta.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes)
+        }
         meta.blocks = []
         let metaBytes: [UInt8] = try meta.serializedBytes()
         var blocksOnly = BEPFileInfo()

@@ -123,6 +123,17 @@ public struct SelectionFile: Sendable, Equatable {
         return lines.count != before
     }
 
+    /// A path given on the command line, cleaned as a selection line would be.
+    public static func normalizeArgument(_ path: String) throws(SelectionError) -> String {
+        try normalize(path, file: "argument", line: 0, keepEscapes: false)
+    }
+
+    /// Adds a `(?d)` line before the first path line.
+    public mutating func addGlobalIgnore(_ name: String) {
+        let at = lines.firstIndex { if case .path = $0 { true } else if case .pattern = $0 { true } else { false } } ?? lines.count
+        lines.insert(.globalIgnore(name), at: at)
+    }
+
     static func normalize(_ text: String, file: String, line: Int, keepEscapes: Bool) throws(SelectionError) -> String {
         var path = text.precomposedStringWithCanonicalMapping
         while path.hasPrefix("/") { path.removeFirst() }

@@ -17,6 +17,9 @@ struct Kaiten: AsyncParsableCommand {
               kaiten init --name laptop
               kaiten peer add PEER-DEVICE-ID --name nas --address tcp://nas.local:22000
               kaiten folder add photos --path ~/Photos --share PEER-DEVICE-ID
+              kaiten index sync photos && kaiten ls photos
+              kaiten select photos 2025/summer
+              kaiten plan photos
 
             The home is --home DIR, else $KAITEN_HOME, else ${XDG_CONFIG_HOME:-~/.config}/kaiten.
 
@@ -25,7 +28,10 @@ struct Kaiten: AsyncParsableCommand {
             applied, 64 usage error.
             """,
         version: "0.1.0",
-        subcommands: [Init.self, ID.self, Peer.self, Folder.self, Index.self, Ls.self, Status.self]
+        subcommands: [
+            Init.self, ID.self, Peer.self, Folder.self, Index.self, Select.self, Deselect.self, Adopt.self,
+            PlanCommand.self, Show.self, Ls.self, Status.self,
+        ]
     )
 }
 

@@ -1,0 +1,225 @@
+import KaitenIndex
+import KaitenProtocol
+import KaitenScan
+
+/// Walks one folder's global and local entries and sorts each into actions, conflicts and junk.
+struct Builder {
+    let input: FolderInput
+    let selection: Selection
+    var pulls: [Action] = []
+    var deletes: [Action] = []
+    var mkdirs: [String: Action] = [:]
+    var conflicts: [Conflict] = []
+    var junk: [String] = []
+    var warnings: [String] = []
+    /// Local directories whose global entry is deleted while they are selected.
+    var deletedSelectedDirectories: Set<String> = []
+
+    init(input: FolderInput, selection: Selection) {
+        self.input = input
+        self.selection = selection
+    }
+
+    static let extraneousChoices = ["select", "delete-local", "keep"]
+    static let shadowedChoices = ["use-global", "delete-local", "keep"]
+    static let localEditChoices = ["use-global", "select", "keep"]
+    static let lastCopyChoices = ["select", "delete-local", "keep"]
+
+    mutating func classify() {
+        let local = input.local
+        input.global.forEachGlobal { g in
+            classify(global: g, local: local[g.path])
+        }
+        for (path, file) in local.entries where file.kind != .directory {
+            if input.global.global(path) == nil { classifyLocalOnly(file, reason: "not in the global index") }
+        }
+    }
+
+    private mutating func classify(global g: GlobalEntry, local l: LocalFile?) {
+        let path = g.path
+        let selected = selection.isSelected(path)
+        let file = g.file
+        if file.isInvalid && g.holders.isEmpty {
+            // No peer holds a usable copy (every holder marks it invalid, e.g. ignored there).
+            if selected && l == nil && !file.isDeleted {
+                warnings.append("\(path): selected, but no peer holds a valid copy")
+            }
+            return
+        }
+        if file.isDeleted {
+            classifyDeletedGlobally(g, local: l, selected: selected)
+            return
+        }
+        let type = Self.typeName(file)
+        if file.type == .directory {
+            guard selected else { return }
+            if l == nil {
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: file.version.descriptions)
+            } else if l!.kind != .directory {
+                conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
+            }
+            return
+        }
+        // A regular file or a symlink.
+        let globalHash = Reconciler.contentHash(of: file)
+        let peers = g.holders.map(\.description)
+        guard let l else {
+            if selected {
+                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "selected, not present locally", type: type, version: file.version.descriptions, peers: peers))
+            }
+            return
+        }
+        if l.kind == .directory {
+            if selected {
+                conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local directory where the global index has a \(type)", choices: Self.shadowedChoices))
+            }
+            return
+        }
+        let localHash = Reconciler.contentHash(of: l)
+        let sameKind = (l.kind == .symlink) == file.isSymlink
+        let equalsGlobal = sameKind && localHash == globalHash
+        let unchangedSinceSync = l.synced.map { $0.contentHash == localHash } ?? false
+        if selected {
+            if equalsGlobal { return }
+            if unchangedSinceSync {
+                if l.synced!.version == file.version { return }
+                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: file.version.descriptions, peers: peers))
+            } else if l.synced != nil {
+                let why = l.synced!.version == file.version ? "edited locally (Kaiten does not send changes)" : "edited locally while it also changed on peers"
+                conflicts.append(Conflict(kind: .localEdit, path: path, reason: why, choices: Self.localEditChoices))
+            } else {
+                conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, different from the global \(type)", choices: Self.shadowedChoices))
+            }
+            return
+        }
+        // Not selected: the local copy goes, if that loses nothing.
+        if selection.isGloballyIgnored(path) {
+            junk.append(path)
+            return
+        }
+        if equalsGlobal || unchangedSinceSync {
+            if g.holders.count >= input.requirePeers {
+                deletes.append(Action(action: .delete, path: path, size: l.size, reason: "deselected; \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version", type: Self.kindName(l.kind), version: (l.synced?.version ?? file.version).descriptions, peers: peers))
+            } else {
+                conflicts.append(Conflict(kind: .lastCopy, path: path, reason: "deselected, but only \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version (--require-peers \(input.requirePeers)): kept", choices: Self.lastCopyChoices))
+            }
+        } else if l.synced != nil {
+            conflicts.append(Conflict(kind: .localEdit, path: path, reason: "deselected, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
+        } else {
+            conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, where the global index has a different \(type)", choices: Self.shadowedChoices))
+        }
+    }
+
+    private mutating func classifyDeletedGlobally(_ g: GlobalEntry, local l: LocalFile?, selected: Bool) {
+        guard let l else { return }
+        if l.kind == .directory {
+            if selected && g.file.type == .directory { deletedSelectedDirectories.insert(g.path) }
+            return
+        }
+        let localHash = Reconciler.contentHash(of: l)
+        guard let synced = l.synced else {
+            classifyLocalOnly(l, reason: "deleted in the global index")
+            return
+        }
+        if synced.contentHash != localHash {
+            conflicts.append(Conflict(kind: .localEdit, path: g.path, reason: "deleted on peers, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
+        } else if selected {
+            deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: synced.version.descriptions))
+        } else {
+            // Ignored here and gone everywhere else: this copy may be the last one.
+            conflicts.append(Conflict(kind: .lastCopy, path: g.path, reason: "deselected and deleted on peers: this may be the last copy, kept", choices: Self.lastCopyChoices))
+        }
+    }
+
+    private mutating func classifyLocalOnly(_ l: LocalFile, reason: String) {
+        let name = l.path.split(separator: "/").last.map(String.init) ?? l.path
+        if Reconciler.junkNames.contains(name) || selection.isGloballyIgnored(l.path) {
+            junk.append(l.path)
+            return
+        }
+        conflicts.append(Conflict(kind: .extraneous, path: l.path, reason: "a local \(Self.kindName(l.kind)) \(reason)", choices: Self.extraneousChoices))
+    }
+
+    /// mkdir (parents first), pull, delete, rmdir (children first).
+    mutating func orderedActions() -> [Action] {
+        let local = input.local
+        // Parents a pull needs.
+        var blocked = Set(conflicts.map(\.path))
+        var keptPulls: [Action] = []
+        for pull in pulls {
+            var parent = Substring(pull.path)
+            var ok = true
+            while let slash = parent.lastIndex(of: "/") {
+                parent = parent[..<slash]
+                let dir = String(parent)
+                if let existing = local[dir] {
+                    if existing.kind != .directory {
+                        ok = false
+                        if blocked.insert(dir).inserted {
+                            // Not yet reported (the global index may not list the directory).
+                            conflicts.append(Conflict(kind: .shadowed, path: dir, reason: "a local \(Self.kindName(existing.kind)) where selected files need a directory", choices: Self.shadowedChoices))
+                        }
+                    }
+                    break
+                }
+                if mkdirs[dir] == nil {
+                    let version = input.global.global(dir).map { $0.file.version.descriptions } ?? []
+                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: "directory", version: version)
+                }
+            }
+            if ok { keptPulls.append(pull) }
+        }
+
+        // Directories the deletions leave empty.
+        let deleted = Set(deletes.map(\.path))
+        var occupied: Set<String> = []
+        var touched: Set<String> = []
+        func markAncestors(_ path: String, in set: inout Set<String>) {
+            var p = Substring(path)
+            while let slash = p.lastIndex(of: "/") {
+                p = p[..<slash]
+                if !set.insert(String(p)).inserted { break }
+            }
+        }
+        for (path, file) in local.entries {
+            if file.kind == .directory {
+                if selection.isSelected(path), let g = input.global.global(path), !g.file.isDeleted, g.file.type == .directory {
+                    occupied.insert(path)
+                    markAncestors(path, in: &occupied)
+                }
+            } else if deleted.contains(path) {
+                markAncestors(path, in: &touched)
+            } else {
+                markAncestors(path, in: &occupied)
+            }
+        }
+        for pull in keptPulls { markAncestors(pull.path, in: &occupied) }
+        for dir in mkdirs.keys { occupied.insert(dir); markAncestors(dir, in: &occupied) }
+        var rmdirs: [Action] = []
+        for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) {
+            if touched.contains(path) {
+                rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory"))
+            } else if deletedSelectedDirectories.contains(path) {
+                rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: "directory"))
+            }
+        }
+
+        let byPath: (Action, Action) -> Bool = { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
+        let depth: (Action) -> Int = { $0.path.utf8.reduce(0) { $0 + ($1 == UInt8(ascii: "/") ? 1 : 0) } }
+        let mkdirList = mkdirs.values.sorted { (depth($0), $0.path) < (depth($1), $1.path) }
+        let rmdirList = rmdirs.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
+        return mkdirList + keptPulls.sorted(by: byPath) + deletes.sorted(by: byPath) + rmdirList
+    }
+
+    static func typeName(_ file: FileEntry) -> String {
+        file.type == .directory ? "directory" : file.isSymlink ? "symlink" : "file"
+    }
+
+    static func kindName(_ kind: LocalFile.Kind) -> String {
+        switch kind {
+        case .file: return "file"
+        case .directory: return "directory"
+        case .symlink: return "symlink"
+        }
+    }
+}

@@ -1,0 +1,215 @@
+/// What `kaiten plan` proposes, and what `kaiten apply` (or a saved plan file) carries.
+///
+/// Its JSON form is the plan file: keys in snake_case, `format_version` under Terraform's rules
+/// (a minor bump only adds fields; a consumer refuses an unknown major version).
+public struct Plan: Codable, Sendable, Equatable {
+    public static let formatVersion = "1.0"
+
+    public var formatVersion: String
+    /// Stamped on every plan a home makes (Terraform's lineage), so a plan from another home
+    /// is never applied here.
+    public var lineage: String
+    /// Unique per plan: an applied plan is recorded as spent.
+    public var planID: String
+    public var createdAt: String
+    public var deviceID: String
+    public var baseline: Baseline
+    public var folders: [FolderPlan]
+    public var summary: Summary
+
+    public init(lineage: String, planID: String, createdAt: String, deviceID: String, baseline: Baseline, folders: [FolderPlan]) {
+        self.formatVersion = Self.formatVersion
+        self.lineage = lineage
+        self.planID = planID
+        self.createdAt = createdAt
+        self.deviceID = deviceID
+        self.baseline = baseline
+        self.folders = folders
+        self.summary = Summary(folders)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case formatVersion = "format_version", lineage, planID = "plan_id", createdAt = "created_at"
+        case deviceID = "device_id", baseline, folders, summary
+    }
+
+    /// What must not have moved between planning and applying.
+    public struct Baseline: Codable, Sendable, Equatable {
+        public var configSHA256: String
+        public var folders: [FolderBaseline]
+
+        public init(configSHA256: String, folders: [FolderBaseline]) {
+            self.configSHA256 = configSHA256
+            self.folders = folders
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case configSHA256 = "config_sha256", folders
+        }
+    }
+
+    public struct FolderBaseline: Codable, Sendable, Equatable {
+        public var id: String
+        public var peers: [PeerBaseline]
+        /// SHA-256 of the selection file's bytes; nil when there is none.
+        public var selectionSHA256: String?
+        /// SHA-256 of `.stignore`'s bytes; nil when there is none.
+        public var stignoreSHA256: String?
+        /// SHA-256 over the local state (kind, size, mtime, inode, content) of every path the
+        /// plan touches, present or absent.
+        public var localDigest: String
+
+        public init(id: String, peers: [PeerBaseline], selectionSHA256: String?, stignoreSHA256: String?, localDigest: String) {
+            self.id = id
+            self.peers = peers
+            self.selectionSHA256 = selectionSHA256
+            self.stignoreSHA256 = stignoreSHA256
+            self.localDigest = localDigest
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, peers, selectionSHA256 = "selection_sha256", stignoreSHA256 = "stignore_sha256", localDigest = "local_digest"
+        }
+    }
+
+    public struct PeerBaseline: Codable, Sendable, Equatable {
+        public var device: String
+        public var indexID: String
+        public var sequence: Int64
+
+        public init(device: String, indexID: String, sequence: Int64) {
+            self.device = device
+            self.indexID = indexID
+            self.sequence = sequence
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case device, indexID = "index_id", sequence
+        }
+    }
+
+    public struct Summary: Codable, Sendable, Equatable {
+        public var pull: Int
+        public var pullBytes: Int64
+        public var delete: Int
+        public var deleteBytes: Int64
+        public var mkdir: Int
+        public var rmdir: Int
+        public var conflicts: Int
+        public var stignoreChanges: Int
+        public var hasChanges: Bool
+
+        public init(_ folders: [FolderPlan]) {
+            let actions = folders.flatMap(\.actions)
+            pull = actions.filter { $0.action == .pull }.count
+            pullBytes = actions.filter { $0.action == .pull }.reduce(0) { $0 + $1.size }
+            delete = actions.filter { $0.action == .delete }.count
+            deleteBytes = actions.filter { $0.action == .delete }.reduce(0) { $0 + $1.size }
+            mkdir = actions.filter { $0.action == .mkdir }.count
+            rmdir = actions.filter { $0.action == .rmdir }.count
+            conflicts = folders.reduce(0) { $0 + $1.conflicts.count }
+            stignoreChanges = folders.filter(\.stignore.changed).count
+            hasChanges = !actions.isEmpty || stignoreChanges > 0
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case pull, pullBytes = "pull_bytes", delete, deleteBytes = "delete_bytes", mkdir, rmdir, conflicts
+            case stignoreChanges = "stignore_changes", hasChanges = "has_changes"
+        }
+    }
+}
+
+/// The plan for one folder.
+public struct FolderPlan: Codable, Sendable, Equatable {
+    public var id: String
+    public var path: String
+    public var stignore: StIgnoreChange
+    /// In the order apply runs them: mkdir (parents first), pull, delete, rmdir (children first).
+    public var actions: [Action]
+    public var conflicts: [Conflict]
+    /// Local files with junk names (`.DS_Store`, `Thumbs.db`, …) or matching a `(?d)` line:
+    /// reported, not conflicts.
+    public var junk: [String]
+    public var warnings: [String]
+
+    public init(id: String, path: String, stignore: StIgnoreChange, actions: [Action] = [], conflicts: [Conflict] = [], junk: [String] = [], warnings: [String] = []) {
+        self.id = id
+        self.path = path
+        self.stignore = stignore
+        self.actions = actions
+        self.conflicts = conflicts
+        self.junk = junk
+        self.warnings = warnings
+    }
+
+    public struct StIgnoreChange: Codable, Sendable, Equatable {
+        public var changed: Bool
+        public var content: String
+        /// False when the existing `.stignore` is outside Sushitrain's grammar.
+        public var managed: Bool
+
+        public init(changed: Bool, content: String, managed: Bool) {
+            self.changed = changed
+            self.content = content
+            self.managed = managed
+        }
+    }
+}
+
+/// One change to the local folder.
+public struct Action: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable {
+        case pull, delete, mkdir, rmdir
+    }
+
+    public var action: Kind
+    public var path: String
+    /// Bytes pulled or freed (0 for directories).
+    public var size: Int64
+    public var reason: String
+    /// `file`, `directory` or `symlink`: what the global index (or the disk, for deletions) has.
+    public var type: String
+    /// For pulls: the global version being fetched, as `SHORTID:counter` strings; for deletions
+    /// of files the local content's version when Kaiten knows it.
+    public var version: [String]
+    /// Peers holding the global version in full.
+    public var peers: [String]
+
+    public init(action: Kind, path: String, size: Int64 = 0, reason: String, type: String = "file", version: [String] = [], peers: [String] = []) {
+        self.action = action
+        self.path = path
+        self.size = size
+        self.reason = reason
+        self.type = type
+        self.version = version
+        self.peers = peers
+    }
+}
+
+/// Something only the user can decide; never resolved silently.
+public struct Conflict: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable {
+        /// A local file, absent from the global index (a local rename or new file).
+        case extraneous
+        /// A local file Kaiten never synced, where the global index has a different file.
+        case shadowed
+        /// A file Kaiten synced was edited locally while the global version changed, it was
+        /// deselected, or it was deleted globally.
+        case localEdit = "local-edit"
+        /// Deselected, but fewer than K peers hold it in full: kept.
+        case lastCopy = "last-copy"
+    }
+
+    public var kind: Kind
+    public var path: String
+    public var reason: String
+    /// How `kaiten resolve` can settle it: `select`, `delete-local`, `use-global`, `keep`.
+    public var choices: [String]
+
+    public init(kind: Kind, path: String, reason: String, choices: [String]) {
+        self.kind = kind
+        self.path = path
+        self.reason = reason
+        self.choices = choices
+    }
+}

@@ -1,0 +1,220 @@
+import Crypto
+import Foundation
+import KaitenIndex
+import KaitenProtocol
+import KaitenScan
+import KaitenSelection
+
+/// Everything a folder's plan depends on. Built by the caller from disk and peers; the
+/// reconciler itself does no I/O.
+public struct FolderInput: Sendable {
+    public var id: String
+    public var path: String
+    public var selection: SelectionFile
+    /// The selection file's bytes (nil when it does not exist), for the baseline.
+    public var selectionBytes: [UInt8]?
+    /// The `.stignore` on disk; nil when there is none.
+    public var stignore: String?
+    public var global: GlobalIndex
+    /// Per peer: the index ID and highest sequence the log holds.
+    public var checkpoints: [(device: DeviceID, indexID: UInt64, sequence: Int64)]
+    public var local: LocalTree
+    /// Deselected files are deleted only when at least this many peers hold the global version.
+    public var requirePeers: Int
+
+    public init(
+        id: String, path: String, selection: SelectionFile, selectionBytes: [UInt8]?, stignore: String?, global: GlobalIndex,
+        checkpoints: [(device: DeviceID, indexID: UInt64, sequence: Int64)], local: LocalTree, requirePeers: Int = 1
+    ) {
+        self.id = id
+        self.path = path
+        self.selection = selection
+        self.selectionBytes = selectionBytes
+        self.stignore = stignore
+        self.global = global
+        self.checkpoints = checkpoints
+        self.local = local
+        self.requirePeers = requirePeers
+    }
+}
+
+/// Selection x global index x local disk → plan. A pure function.
+public enum Reconciler {
+    /// Names that are noise from other systems: listed apart, never conflicts (Sushitrain's list).
+    public static let junkNames: Set<String> = [
+        ".DS_Store", "Thumbs.db", "desktop.ini", ".Trashes", ".Spotlight-V100", ".DocumentRevisions-V100",
+        ".TemporaryItems", "$RECYCLE.BIN", "@eaDir",
+    ]
+
+    /// The whole plan.
+    public static func plan(
+        _ folders: [FolderInput], lineage: String, planID: String, createdAt: String, deviceID: String, configBytes: [UInt8]
+    ) -> Plan {
+        var plans: [FolderPlan] = []
+        var baselines: [Plan.FolderBaseline] = []
+        for folder in folders {
+            let (plan, baseline) = planFolder(folder)
+            plans.append(plan)
+            baselines.append(baseline)
+        }
+        return Plan(
+            lineage: lineage, planID: planID, createdAt: createdAt, deviceID: deviceID,
+            baseline: Plan.Baseline(configSHA256: sha256Hex(configBytes), folders: baselines), folders: plans)
+    }
+
+    /// One folder's plan and baseline.
+    public static func planFolder(_ input: FolderInput) -> (FolderPlan, Plan.FolderBaseline) {
+        var warnings: [String] = []
+        let selection = Selection(input.selection, global: input.global, warnings: &warnings)
+        let content = StIgnore.render(globalIgnores: input.selection.globalIgnores, selected: Array(selection.roots))
+
+        var managed = true
+        if let existing = input.stignore, case .unmanaged(let lines) = StIgnore.parse(existing) {
+            managed = false
+            let quoted = lines.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ")
+            warnings.append(
+                ".stignore is not in Sushitrain's selective grammar (\(quoted)); nothing is planned for this folder "
+                    + "until `kaiten adopt \(input.id)` imports it")
+        }
+        if input.checkpoints.isEmpty {
+            warnings.append("no peer's index is known yet (run `kaiten index sync \(input.id)`): nothing can be pulled or deleted")
+        }
+
+        var builder = Builder(input: input, selection: selection)
+        builder.classify()
+        var plan = FolderPlan(
+            id: input.id, path: input.path,
+            stignore: .init(changed: managed && input.stignore != content, content: managed ? content : input.stignore ?? "", managed: managed),
+            actions: managed ? builder.orderedActions() : [],
+            conflicts: builder.conflicts.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) },
+            junk: builder.junk.sorted(), warnings: warnings + builder.warnings.sorted())
+        if !managed { plan.stignore.changed = false }
+        let baseline = Plan.FolderBaseline(
+            id: input.id,
+            peers: input.checkpoints.sorted { $0.device < $1.device }.map {
+                Plan.PeerBaseline(device: $0.device.description, indexID: String($0.indexID, radix: 16), sequence: $0.sequence)
+            },
+            selectionSHA256: input.selectionBytes.map(sha256Hex), stignoreSHA256: input.stignore.map { sha256Hex(Array($0.utf8)) },
+            localDigest: localDigest(plan, input.local))
+        return (plan, baseline)
+    }
+
+    /// Records, for every local file whose content equals its path's global version, that Kaiten
+    /// holds that version: the synced record a later plan uses to tell a local edit from a
+    /// remote change. Returns how many records changed.
+    @discardableResult
+    public static func confirmSynced(_ local: inout LocalTree, global: GlobalIndex) -> Int {
+        var changed = 0
+        for (path, file) in local.entries where file.kind != .directory {
+            guard let g = global.global(path), !g.file.isDeleted, !g.file.isInvalid,
+                let hash = contentHash(of: file), hash == contentHash(of: g.file)
+            else { continue }
+            let synced = SyncedVersion(version: g.file.version, contentHash: hash)
+            if file.synced != synced {
+                local.entries[path]?.synced = synced
+                changed += 1
+            }
+        }
+        return changed
+    }
+
+    /// Content identity on both sides: a file's blocks hash, a symlink's target.
+    static func contentHash(of file: LocalFile) -> ContentHash? {
+        switch file.kind {
+        case .file: return file.contentHash
+        case .symlink: return symlinkHash(file.symlinkTarget)
+        case .directory: return nil
+        }
+    }
+
+    static func contentHash(of entry: FileEntry) -> ContentHash? {
+        if entry.isSymlink { return symlinkHash(entry.symlinkTarget) }
+        return entry.type == .file ? entry.contentHash : nil
+    }
+
+    static func symlinkHash(_ target: String) -> ContentHash {
+        ContentHash(SHA256.hash(data: Array(("symlink\0" + target).utf8)))
+    }
+
+    /// A digest of the local state of every path the plan acts on or reports.
+    static func localDigest(_ plan: FolderPlan, _ local: LocalTree) -> String {
+        var paths = Set(plan.actions.map(\.path))
+        paths.formUnion(plan.conflicts.map(\.path))
+        var hasher = SHA256()
+        for path in paths.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            hasher.update(data: Array(path.utf8) + [0])
+            if let file = local[path] {
+                let state = "\(file.kind.rawValue) \(file.size) \(file.modifiedNs) \(file.inode) \(file.contentHash.hex) \(file.symlinkTarget)\n"
+                hasher.update(data: Array(state.utf8))
+            } else {
+                hasher.update(data: Array("absent\n".utf8))
+            }
+        }
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func sha256Hex(_ bytes: [UInt8]) -> String {
+        ContentHash(SHA256.hash(data: bytes)).hex
+    }
+}
+
+/// The selection of one folder, resolved against the global index.
+struct Selection {
+    /// Selected paths: literal lines and the paths glob lines matched.
+    var roots: Set<String>
+    let ignores: [Glob]
+
+    init(_ file: SelectionFile, global: GlobalIndex, warnings: inout [String]) {
+        roots = Set(file.paths)
+        ignores = file.globalIgnores.compactMap { try? Glob($0) }
+        for path in file.paths {
+            if let g = global.global(path), !g.file.isDeleted { continue }
+            warnings.append("selection line \"\(path)\" matches nothing in the global index")
+        }
+        let patterns = file.patterns
+        if !patterns.isEmpty {
+            var matched = [Bool](repeating: false, count: patterns.count)
+            var found: [String] = []
+            global.forEachGlobal { entry in
+                guard !entry.file.isDeleted else { return }
+                for (i, pattern) in patterns.enumerated() where pattern.matches(entry.path) {
+                    matched[i] = true
+                    found.append(entry.path)
+                    break
+                }
+            }
+            roots.formUnion(found)
+            for (pattern, hit) in zip(patterns, matched) where !hit {
+                warnings.append("selection pattern \"\(pattern.pattern)\" matches nothing in the global index")
+            }
+        }
+    }
+
+    /// Whether a `(?d)` line names this path or one of its parents (syncthing matches an
+    /// unrooted pattern against every path component).
+    func isGloballyIgnored(_ path: String) -> Bool {
+        guard !ignores.isEmpty else { return false }
+        for component in path.split(separator: "/") {
+            let name = String(component)
+            if ignores.contains(where: { $0.matches(name) }) { return true }
+        }
+        return false
+    }
+
+    /// Selected itself or through a selected parent, and not globally ignored.
+    func isSelected(_ path: String) -> Bool {
+        guard !roots.isEmpty else { return false }
+        var found = roots.contains(path)
+        if !found {
+            var index = path.endIndex
+            while let slash = path[..<index].lastIndex(of: "/") {
+                if roots.contains(String(path[..<slash])) {
+                    found = true
+                    break
+                }
+                index = slash
+            }
+        }
+        return found && !isGloballyIgnored(path)
+    }
+}

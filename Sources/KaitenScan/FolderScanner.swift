@@ -1,0 +1,233 @@
+import CZlib
+import Crypto
+import Dispatch
+import Synchronization
+import Foundation
+import KaitenProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Walks a folder on disk and hashes what changed into syncthing's blocks.
+///
+/// Files whose size, mtime (ns), inode and block size match the previous scan keep their
+/// blocks without being read; everything else is read once, block by block (SHA-256 and
+/// Adler-32), on every core.
+public struct FolderScanner: Sendable {
+    /// Names syncthing never syncs at the folder root.
+    public static let internalRootNames: Set<String> = [".stfolder", ".stignore", ".stversions"]
+
+    public let root: String
+    /// How many files to hash at once.
+    public var concurrency: Int
+
+    public init(root: String, concurrency: Int = ProcessInfo.processInfo.activeProcessorCount) {
+        self.root = root
+        self.concurrency = max(1, concurrency)
+    }
+
+    /// What a scan did, for progress lines and benchmarks.
+    public struct Statistics: Sendable, Equatable {
+        public var entries = 0
+        public var hashedFiles = 0
+        public var hashedBytes: Int64 = 0
+        public var reusedFiles = 0
+        public init() {}
+    }
+
+    /// Whether a name is one of syncthing's temporary files (never synced, never reported).
+    public static func isTemporary(_ name: String) -> Bool {
+        (name.hasPrefix(".syncthing.") && name.hasSuffix(".tmp")) || name.hasPrefix("~syncthing~")
+    }
+
+    /// Scans the folder.
+    /// - Parameters:
+    ///   - previous: the last scan's records: unchanged files reuse their blocks, and every
+    ///     path's synced version carries over.
+    ///   - blockSizeHint: the block size to hash a path with (the global version's, so that equal
+    ///     content gives an equal hash); nil for syncthing's rule.
+    ///   - warn: told about entries skipped (names that are not UTF-8 NFC, unreadable files).
+    /// - Throws: ``ScanError`` when the folder or its `.stfolder` marker is missing.
+    public func scan(
+        previous: LocalTree, blockSizeHint: (String, Int64) -> Int32? = { _, _ in nil }, warn: (String) -> Void = { _ in }
+    ) throws(ScanError) -> (tree: LocalTree, statistics: Statistics) {
+        var info = stat()
+        guard lstat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw ScanError(.folderMissing, path: root, "the folder does not exist or is not a directory")
+        }
+        guard lstat(root + "/.stfolder", &info) == 0 else {
+            throw ScanError(
+                .markerMissing, path: root,
+                "the folder marker .stfolder is missing (an unmounted disk must not look like \"everything deleted\"); "
+                    + "if the folder really is here, create it: mkdir \(root)/.stfolder")
+        }
+
+        var entries: [String: LocalFile] = [:]
+        entries.reserveCapacity(previous.count)
+        var toHash: [LocalFile] = []
+        var statistics = Statistics()
+        var directories: [String] = [""]
+        while let relative = directories.popLast() {
+            let absolute = relative.isEmpty ? root : root + "/" + relative
+            guard let dir = opendir(absolute) else {
+                warn("\(absolute): cannot read directory: \(String(cString: strerror(errno)))")
+                continue
+            }
+            defer { closedir(dir) }
+            let dirFD = dirfd(dir)
+            while let item = readdir(dir) {
+                let name = withUnsafeBytes(of: item.pointee.d_name) { raw -> String? in
+                    let bytes = raw.bindMemory(to: UInt8.self)
+                    let length = bytes.firstIndex(of: 0) ?? bytes.count
+                    return String(validating: UnsafeBufferPointer(rebasing: bytes[..<length]), as: UTF8.self)
+                }
+                guard let name else {
+                    warn("\(absolute): skipped an entry whose name is not valid UTF-8")
+                    continue
+                }
+                if name == "." || name == ".." { continue }
+                if relative.isEmpty && Self.internalRootNames.contains(name) { continue }
+                if Self.isTemporary(name) { continue }
+                if !name.utf8.allSatisfy({ $0 < 0x80 }) && name != name.precomposedStringWithCanonicalMapping {
+                    warn("\(absolute)/\(name): skipped: the name is not in Unicode NFC, as syncthing requires")
+                    continue
+                }
+                let path = relative.isEmpty ? name : relative + "/" + name
+                var st = stat()
+                guard fstatat(dirFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                let modified = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+                var entry = LocalFile(
+                    path: path, kind: .file, size: Int64(st.st_size), modifiedNs: modified, inode: UInt64(st.st_ino),
+                    permissions: UInt32(st.st_mode & 0o7777))
+                let old = previous.entries[path]
+                entry.synced = old?.synced
+                switch st.st_mode & S_IFMT {
+                case S_IFDIR:
+                    entry.kind = .directory
+                    entry.size = 0
+                    directories.append(path)
+                case S_IFLNK:
+                    entry.kind = .symlink
+                    entry.size = 0
+                    entry.symlinkTarget = Self.readLink(absolute + "/" + name) ?? ""
+                case S_IFREG:
+                    let wanted = blockSizeHint(path, entry.size) ?? BlockSize.forFileSize(entry.size, previous: old?.blockSize)
+                    if let old, old.sameStat(as: entry), old.blockSize == wanted, !old.blocks.isEmpty {
+                        entry.contentHash = old.contentHash
+                        entry.blockSize = old.blockSize
+                        entry.blocks = old.blocks
+                        statistics.reusedFiles += 1
+                    } else {
+                        entry.blockSize = wanted
+                        toHash.append(entry)
+                    }
+                default:
+                    continue  // sockets, fifos, devices: syncthing skips them too
+                }
+                entries[path] = entry
+            }
+        }
+        statistics.entries = entries.count
+
+        let hashed = hashAll(toHash, warn: warn)
+        for file in hashed {
+            guard let file else { continue }
+            entries[file.path] = file
+            statistics.hashedFiles += 1
+            statistics.hashedBytes += file.size
+        }
+        // A file that could not be read is left out rather than guessed at.
+        for (file, result) in zip(toHash, hashed) where result == nil { entries.removeValue(forKey: file.path) }
+        return (LocalTree(entries: entries), statistics)
+    }
+
+    private func hashAll(_ files: [LocalFile], warn: (String) -> Void) -> [LocalFile?] {
+        guard !files.isEmpty else { return [] }
+        let results = UnsafeMutableBufferPointer<LocalFile?>.allocate(capacity: files.count)
+        results.initialize(repeating: nil)
+        defer { results.deallocate() }
+        let failures = Mutex<[String]>([])
+        let next = Mutex(0)
+        let root = self.root
+        let workers = min(concurrency, files.count)
+        nonisolated(unsafe) let output = results
+        DispatchQueue.concurrentPerform(iterations: workers) { _ in
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64)
+            defer { buffer.deallocate() }
+            while true {
+                let index = next.withLock { value -> Int in
+                    defer { value += 1 }
+                    return value
+                }
+                guard index < files.count else { return }
+                var file = files[index]
+                do {
+                    let (blocks, hash) = try Self.hashFile(root + "/" + file.path, blockSize: Int(file.blockSize), buffer: buffer)
+                    file.blocks = blocks
+                    file.contentHash = hash
+                    file.size = blocks.reduce(0) { $0 + Int64($1.size) }
+                    output[index] = file
+                } catch {
+                    failures.withLock { $0.append("\(root)/\(file.path): skipped: \(error)") }
+                }
+            }
+        }
+        for failure in failures.withLock({ $0 }) { warn(failure) }
+        return Array(results)
+    }
+
+    /// Reads a file once and returns its blocks and content hash.
+    public static func hashFile(
+        _ path: String, blockSize: Int, buffer: UnsafeMutableRawBufferPointer
+    ) throws(ScanError) -> ([LocalBlock], ContentHash) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw ScanError(.io, path: path, "cannot open: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+        var blocks: [LocalBlock] = []
+        var summary = SHA256()
+        // One block may span several reads of the buffer (blocks above 1 MiB).
+        var blockHasher = SHA256()
+        var weak: uLong = adler32(0, nil, 0)
+        var inBlock = 0
+        func finishBlock() {
+            let hash = ContentHash(blockHasher.finalize())
+            let weakHash = inBlock == 0 ? 0 : UInt32(weak)
+            blocks.append(LocalBlock(hash: hash, weakHash: weakHash, size: Int32(inBlock)))
+            summary.update(data: hash.bytes)
+            withUnsafeBytes(of: weakHash.bigEndian) { summary.update(bufferPointer: $0) }
+            blockHasher = SHA256()
+            weak = adler32(0, nil, 0)
+            inBlock = 0
+        }
+        while true {
+            let n = read(fd, buffer.baseAddress, buffer.count)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ScanError(.io, path: path, "read failed: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            var offset = 0
+            while offset < n {
+                let take = min(n - offset, blockSize - inBlock)
+                let chunk = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + take)])
+                blockHasher.update(bufferPointer: chunk)
+                weak = adler32(weak, chunk.baseAddress!.assumingMemoryBound(to: Bytef.self), uInt(take))
+                inBlock += take
+                offset += take
+                if inBlock == blockSize { finishBlock() }
+            }
+        }
+        // The last (short) block; an empty file still has exactly one, empty block.
+        if inBlock > 0 || blocks.isEmpty { finishBlock() }
+        return (blocks, ContentHash(summary.finalize()))
+    }
+
+    static func readLink(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink(path, &buffer, buffer.count - 1)
+        guard n >= 0 else { return nil }
+        return String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,186 @@
+import CZlib
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+
+/// The scan cache and synced record of one folder, `<home>/scan/<folder>.cache`.
+///
+/// One binary file, replaced atomically after each scan: a header (`KAITENSC`, format
+/// version), one record per local entry (stat, blocks, the synced version), then a CRC32 of
+/// everything before it. A damaged cache is not an error but a warning: every file is hashed
+/// again, and paths Kaiten synced look never-synced — which only ever makes a plan more
+/// careful (conflicts instead of updates), never destructive.
+public enum ScanCache {
+    static let magic = Array("KAITENSC".utf8)
+    static let formatVersion: UInt32 = 1
+
+    /// Loads a cache; a missing file is an empty tree; a damaged one is reported and ignored.
+    public static func load(path: String, warn: (String) -> Void = { _ in }) -> LocalTree {
+        guard let data = FileManager.default.contents(atPath: path) else { return LocalTree() }
+        do {
+            return try decode([UInt8](data))
+        } catch {
+            warn("\(path): \(error); the folder will be hashed again and synced versions are forgotten")
+            return LocalTree()
+        }
+    }
+
+    /// Replaces the cache with `tree`, atomically.
+    public static func save(_ tree: LocalTree, path: String) throws(ScanError) {
+        do {
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try AtomicFile.write(encode(tree), to: path, mode: 0o600)
+        } catch {
+            throw ScanError(.io, path: path, "cannot write the scan cache: \(error)")
+        }
+    }
+
+    static func encode(_ tree: LocalTree) -> [UInt8] {
+        var out = magic
+        out.reserveCapacity(tree.count * 160)
+        out.put32(formatVersion)
+        out.put32(UInt32(tree.count))
+        for path in tree.entries.keys.sorted() {
+            let entry = tree.entries[path]!
+            out.putString(path)
+            out.append(entry.kind.rawValue)
+            out.put64(UInt64(bitPattern: entry.size))
+            out.put64(UInt64(bitPattern: entry.modifiedNs))
+            out.put64(entry.inode)
+            out.put32(entry.permissions)
+            out.putHash(entry.contentHash)
+            out.put32(UInt32(bitPattern: entry.blockSize))
+            out.put32(UInt32(entry.blocks.count))
+            for block in entry.blocks {
+                out.putHash(block.hash)
+                out.put32(block.weakHash)
+                out.put32(UInt32(bitPattern: block.size))
+            }
+            out.putString(entry.symlinkTarget)
+            if let synced = entry.synced {
+                out.append(1)
+                out.putHash(synced.contentHash)
+                out.put32(UInt32(synced.version.counters.count))
+                for counter in synced.version.counters {
+                    out.put64(counter.id)
+                    out.put64(counter.value)
+                }
+            } else {
+                out.append(0)
+            }
+        }
+        let crc = out.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) }
+        out.put32(crc)
+        return out
+    }
+
+    struct DecodeError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> LocalTree {
+        guard bytes.count >= 20, Array(bytes[0..<8]) == magic else { throw DecodeError(description: "not a Kaiten scan cache") }
+        let body = bytes.count - 4
+        let stored = bytes.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt(body))) }
+        var reader = ByteReader(bytes: bytes, offset: 8, end: body)
+        guard try reader.u32() == formatVersion else { throw DecodeError(description: "unknown scan cache format") }
+        var tail = ByteReader(bytes: bytes, offset: body, end: bytes.count)
+        guard try tail.u32() == stored else { throw DecodeError(description: "the scan cache is damaged (checksum mismatch)") }
+        let count = Int(try reader.u32())
+        var entries: [String: LocalFile] = [:]
+        entries.reserveCapacity(count)
+        for _ in 0..<count {
+            let path = try reader.string()
+            guard let kind = LocalFile.Kind(rawValue: try reader.u8()) else { throw DecodeError(description: "bad entry kind") }
+            var entry = LocalFile(path: path, kind: kind)
+            entry.size = Int64(bitPattern: try reader.u64())
+            entry.modifiedNs = Int64(bitPattern: try reader.u64())
+            entry.inode = try reader.u64()
+            entry.permissions = try reader.u32()
+            entry.contentHash = try reader.hash()
+            entry.blockSize = Int32(bitPattern: try reader.u32())
+            let blockCount = Int(try reader.u32())
+            guard blockCount <= (reader.end - reader.offset) / 40 else { throw DecodeError(description: "bad block count") }
+            entry.blocks.reserveCapacity(blockCount)
+            for _ in 0..<blockCount {
+                entry.blocks.append(LocalBlock(hash: try reader.hash(), weakHash: try reader.u32(), size: Int32(bitPattern: try reader.u32())))
+            }
+            entry.symlinkTarget = try reader.string()
+            if try reader.u8() == 1 {
+                let hash = try reader.hash()
+                let counters = Int(try reader.u32())
+                guard counters <= (reader.end - reader.offset) / 16 else { throw DecodeError(description: "bad version") }
+                var version = BEPVector()
+                for _ in 0..<counters {
+                    var counter = BEPCounter()
+                    counter.id = try reader.u64()
+                    counter.value = try reader.u64()
+                    version.counters.append(counter)
+                }
+                entry.synced = SyncedVersion(version: version, contentHash: hash)
+            }
+            entries[path] = entry
+        }
+        return LocalTree(entries: entries)
+    }
+}
+
+struct ByteReader {
+    let bytes: [UInt8]
+    var offset: Int
+    let end: Int
+
+    mutating func take(_ n: Int) throws -> Range<Int> {
+        guard n >= 0, end - offset >= n else { throw ScanCache.DecodeError(description: "truncated") }
+        defer { offset += n }
+        return offset..<(offset + n)
+    }
+
+    mutating func u8() throws -> UInt8 { bytes[try take(1).lowerBound] }
+
+    mutating func u32() throws -> UInt32 {
+        let r = try take(4)
+        return bytes[r].reduce(0) { $0 << 8 | UInt32($1) }
+    }
+
+    mutating func u64() throws -> UInt64 {
+        let r = try take(8)
+        return bytes[r].reduce(0) { $0 << 8 | UInt64($1) }
+    }
+
+    mutating func hash() throws -> ContentHash {
+        ContentHash(a: try u64(), b: try u64(), c: try u64(), d: try u64())
+    }
+
+    mutating func string() throws -> String {
+        let length = Int(try u32())
+        return String(decoding: bytes[try take(length)], as: UTF8.self)
+    }
+}
+
+extension Array where Element == UInt8 {
+    mutating func put32(_ v: UInt32) {
+        append(UInt8(v >> 24))
+        append(UInt8(v >> 16 & 0xFF))
+        append(UInt8(v >> 8 & 0xFF))
+        append(UInt8(v & 0xFF))
+    }
+
+    mutating func put64(_ v: UInt64) {
+        put32(UInt32(v >> 32))
+        put32(UInt32(v & 0xFFFF_FFFF))
+    }
+
+    mutating func putHash(_ h: ContentHash) {
+        put64(h.a)
+        put64(h.b)
+        put64(h.c)
+        put64(h.d)
+    }
+
+    mutating func putString(_ s: String) {
+        put32(UInt32(s.utf8.count))
+        append(contentsOf: s.utf8)
+    }
+}

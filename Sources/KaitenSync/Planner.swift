@@ -1,0 +1,101 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+import KaitenReconcile
+import KaitenScan
+import KaitenSelection
+
+/// Gathers what a plan needs from disk — index logs, selection files, `.stignore`, a scan of
+/// each folder — and hands it to the pure ``Reconciler``.
+public enum Planner {
+    /// Everything read for one folder, kept so `ls` and `apply` can reuse it.
+    public struct FolderState {
+        public var input: FolderInput
+        public var log: IndexLog
+        public var scanStatistics: FolderScanner.Statistics
+    }
+
+    /// Reads one folder's selection, `.stignore`, index log and local scan. The scan cache (and
+    /// the synced record, with any new confirmations) is saved.
+    public static func loadFolder(
+        _ folder: FolderConfiguration, home: KaitenHome, requirePeers: Int = 1, warn: (String) -> Void = { _ in }
+    ) throws -> FolderState {
+        let log = try IndexLog.open(
+            path: home.home.indexLogPath(folderID: folder.id), folderID: folder.id, readOnly: true, warn: warn)
+        let selectionPath = home.home.selectionPath(folderID: folder.id)
+        let (selection, selectionBytes) = try readSelection(selectionPath)
+        let stignorePath = (folder.path as NSString).appendingPathComponent(".stignore")
+        let stignore = FileManager.default.contents(atPath: stignorePath).map { String(decoding: $0, as: UTF8.self) }
+
+        let cachePath = home.home.scanCachePath(folderID: folder.id)
+        let previous = ScanCache.load(path: cachePath, warn: warn)
+        let global = log.index
+        let scanner = FolderScanner(root: folder.path)
+        var (tree, statistics) = try scanner.scan(
+            previous: previous,
+            blockSizeHint: { path, size in
+                guard let g = global.global(path), g.file.type == .file, g.file.size == size, g.file.blockSize > 0 else { return nil }
+                return g.file.blockSize
+            }, warn: warn)
+        let confirmed = Reconciler.confirmSynced(&tree, global: global)
+        if statistics.hashedFiles > 0 || confirmed > 0 || tree.count != previous.count || !sameStats(tree, previous) {
+            try ScanCache.save(tree, path: cachePath)
+        }
+        let checkpoints = log.checkpoints.map { (device: $0.key, indexID: $0.value.indexID, sequence: $0.value.maxSequence) }
+        let input = FolderInput(
+            id: folder.id, path: folder.path, selection: selection, selectionBytes: selectionBytes, stignore: stignore,
+            global: global, checkpoints: checkpoints, local: tree, requirePeers: requirePeers)
+        return FolderState(input: input, log: log, scanStatistics: statistics)
+    }
+
+    /// The selection file of a folder; a missing one selects nothing.
+    public static func readSelection(_ path: String) throws -> (SelectionFile, [UInt8]?) {
+        guard let data = FileManager.default.contents(atPath: path) else { return (SelectionFile(), nil) }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw SelectionError(.badPattern, file: path, line: 1, "the selection file is not UTF-8 text")
+        }
+        return (try SelectionFile.parse(text, file: path), [UInt8](data))
+    }
+
+    /// Makes a plan for the given folders (all when empty).
+    public static func plan(
+        home: KaitenHome, folders requested: [String], requirePeers: Int = 1, warn: (String) -> Void = { _ in }
+    ) throws -> (plan: Plan, states: [FolderState]) {
+        let configured = home.config.folders
+        for id in requested where !configured.contains(where: { $0.id == id }) {
+            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
+        }
+        let folders = configured.filter { requested.isEmpty || requested.contains($0.id) }
+        var states: [FolderState] = []
+        for folder in folders {
+            states.append(try loadFolder(folder, home: home, requirePeers: requirePeers, warn: warn))
+        }
+        let configBytes = FileManager.default.contents(atPath: home.home.configPath).map { [UInt8]($0) } ?? []
+        let formatter = ISO8601DateFormatter()
+        let plan = Reconciler.plan(
+            states.map(\.input), lineage: try lineage(home.home), planID: UUID().uuidString.lowercased(),
+            createdAt: formatter.string(from: Date()), deviceID: home.identity.deviceID.description, configBytes: configBytes)
+        return (plan, states)
+    }
+
+    /// The home's lineage, made on first use.
+    static func lineage(_ home: Home) throws -> String {
+        if let data = FileManager.default.contents(atPath: home.lineagePath),
+            let text = String(data: data, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty
+        {
+            return text
+        }
+        try FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
+        let fresh = UUID().uuidString.lowercased()
+        try AtomicFile.write(Array((fresh + "\n").utf8), to: home.lineagePath)
+        return fresh
+    }
+
+    private static func sameStats(_ a: LocalTree, _ b: LocalTree) -> Bool {
+        for (path, file) in a.entries {
+            guard let old = b.entries[path], old.modifiedNs == file.modifiedNs, old.inode == file.inode, old.size == file.size else { return false }
+        }
+        return true
+    }
+}

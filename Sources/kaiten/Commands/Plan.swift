@@ -1,0 +1,195 @@
+import ArgumentParser
+import Foundation
+import KaitenConfig
+import KaitenReconcile
+import KaitenSync
+
+extension Kaiten {
+    struct PlanCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "plan",
+            abstract: "Show what it takes to make folders match their selections. Changes nothing.",
+            discussion: """
+                Refreshes the index from peers (unless --offline), scans each folder (only new or \
+                changed files are read), and compares selection x global index x local disk. \
+                One line per path, then a summary:
+
+                  + mkdir       2025/summer/
+                  + pull        2025/summer/a.jpg (3.1 MiB)
+                  - delete      2019/b.mkv (1.2 GiB)
+                  ! extraneous  notes.txt: a local file not in the global index
+
+                Nothing is ever deleted that fewer than --require-peers peers hold in full, nor a \
+                file edited locally since Kaiten synced it: those are conflicts, listed with the \
+                choices that settle them. A folder without its .stfolder marker is refused.
+
+                Exit codes: 0 success (with --detailed-exitcode: in sync, no conflicts), 1 error, \
+                2 changes or conflicts pending (--detailed-exitcode only).
+
+                Examples:
+                  kaiten plan
+                  kaiten plan photos --out photos.plan && kaiten show photos.plan
+                  kaiten plan --offline --json | jq '.folders[].actions[] | select(.action == "delete")'
+                  kaiten plan --detailed-exitcode || [ $? -eq 2 ] && echo pending
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "Folder IDs. When omitted: every configured folder.")
+        var folders: [String] = []
+
+        @Flag(help: "Use the index log as it is; do not contact peers.")
+        var offline = false
+
+        @Flag(help: "Print the plan as JSON (the same document --out saves).")
+        var json = false
+
+        @Option(help: ArgumentHelp("Save the plan to this file, for `kaiten show` and `kaiten apply`.", valueName: "file"))
+        var out: String?
+
+        @Flag(help: "Exit 2 when changes or conflicts are pending, 0 when in sync.")
+        var detailedExitcode = false
+
+        @Option(help: "Delete a deselected file only when at least this many peers hold it in full.")
+        var requirePeers: Int = 1
+
+        @Option(help: "Seconds to wait for each peer's index when refreshing.")
+        var timeout: Double = 120
+
+        func validate() throws {
+            guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
+        }
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                var refreshProblems: [String: [String]] = [:]
+                if !offline {
+                    let reports = try await IndexSync.run(
+                        home: opened, folders: folders, timeout: timeout, logger: global.logger,
+                        warn: { Terminal.error($0) })
+                    for r in reports where !r.ok {
+                        let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name
+                        refreshProblems[r.folder, default: []].append(
+                            "could not refresh the index from \(who): \(r.problem ?? "unknown error"); its last known index is used")
+                    }
+                }
+                var (plan, _) = try Planner.plan(
+                    home: opened, folders: folders, requirePeers: requirePeers, warn: { Terminal.error($0) })
+                for i in plan.folders.indices {
+                    plan.folders[i].warnings = (refreshProblems[plan.folders[i].id] ?? []) + plan.folders[i].warnings
+                }
+                if let out {
+                    try PlanFile.write(plan, to: out)
+                }
+                if json {
+                    try Terminal.json(plan)
+                } else {
+                    PlanRenderer.print(plan)
+                    if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
+                }
+                if detailedExitcode && (plan.summary.hasChanges || plan.summary.conflicts > 0) { throw ExitCode(2) }
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a saved plan.",
+            discussion: """
+                Example:
+                  kaiten plan --out tonight.plan && kaiten show tonight.plan
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "A plan file written by `kaiten plan --out`.")
+        var file: String
+
+        @Flag(help: "Print it as JSON.")
+        var json = false
+
+        func run() async throws {
+            try await reportingErrors {
+                let plan = try PlanFile.read(file)
+                if json {
+                    try Terminal.json(plan)
+                } else {
+                    print("Plan \(plan.planID), made \(plan.createdAt) by \(plan.deviceID.prefix(7))\n")
+                    PlanRenderer.print(plan)
+                }
+            }
+        }
+    }
+}
+
+/// Plan files on disk.
+enum PlanFile {
+    static func write(_ plan: Plan, to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        var data = try encoder.encode(plan)
+        data.append(0x0A)
+        try AtomicFile.write([UInt8](data), to: (path as NSString).expandingTildeInPath, mode: 0o600)
+    }
+
+    static func read(_ path: String) throws -> Plan {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigError(.invalidValue, file: path, "cannot read the plan file")
+        }
+        struct Header: Decodable { let format_version: String }
+        guard let header = try? JSONDecoder().decode(Header.self, from: data) else {
+            throw ConfigError(.invalidValue, file: path, "not a Kaiten plan (no format_version)")
+        }
+        guard header.format_version.split(separator: ".").first == "1" else {
+            throw ConfigError(
+                .invalidValue, file: path, "plan format \(header.format_version) is newer than this kaiten understands (1.x)")
+        }
+        do {
+            return try JSONDecoder().decode(Plan.self, from: data)
+        } catch {
+            throw ConfigError(.invalidValue, file: path, "damaged plan: \(error)")
+        }
+    }
+}
+
+/// The human view of a plan: one line per path, then a summary.
+enum PlanRenderer {
+    static func print(_ plan: Plan) {
+        let many = plan.folders.count > 1
+        for folder in plan.folders {
+            let hasContent = !folder.actions.isEmpty || !folder.conflicts.isEmpty || !folder.warnings.isEmpty || folder.stignore.changed || !folder.junk.isEmpty
+            if many || hasContent { Swift.print("\(folder.id) (\(folder.path)):") }
+            for warning in folder.warnings { Swift.print("  warning: \(warning)") }
+            if folder.stignore.changed {
+                let count = folder.stignore.content.split(separator: "\n").filter { $0.hasPrefix("!/") }.count
+                Swift.print("  ~ write       .stignore (\(count) selected path\(count == 1 ? "" : "s"))")
+            }
+            for action in folder.actions {
+                switch action.action {
+                case .mkdir: Swift.print("  + mkdir       \(action.path)/")
+                case .pull: Swift.print("  + pull        \(action.path)\(action.type == "symlink" ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))")")
+                case .delete: Swift.print("  - delete      \(action.path) (\(Kaiten.Ls.human(action.size)))")
+                case .rmdir: Swift.print("  - rmdir       \(action.path)/")
+                }
+            }
+            for conflict in folder.conflicts {
+                let kind = conflict.kind.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)
+                Swift.print("  ! \(kind) \(conflict.path): \(conflict.reason) [\(conflict.choices.joined(separator: "|"))]")
+            }
+            if !folder.junk.isEmpty {
+                Swift.print("  · junk        \(folder.junk.count) file\(folder.junk.count == 1 ? "" : "s") (\(folder.junk.prefix(3).joined(separator: ", "))\(folder.junk.count > 3 ? ", …" : "")), left alone")
+            }
+            if many || hasContent { Swift.print("") }
+        }
+        let s = plan.summary
+        if !s.hasChanges && s.conflicts == 0 {
+            Swift.print("No changes. Every folder matches its selection.")
+            return
+        }
+        var parts = ["\(s.pull) to pull (\(Kaiten.Ls.human(s.pullBytes)))", "\(s.delete) to delete (\(Kaiten.Ls.human(s.deleteBytes)) freed)"]
+        if s.mkdir + s.rmdir > 0 { parts.append("\(s.mkdir) director\(s.mkdir == 1 ? "y" : "ies") to create, \(s.rmdir) to remove") }
+        parts.append("\(s.conflicts) conflict\(s.conflicts == 1 ? "" : "s")")
+        Swift.print("Plan: " + parts.joined(separator: ", ") + ".")
+    }
+}

@@ -1,0 +1,175 @@
+import ArgumentParser
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenSelection
+import KaitenSync
+
+extension Kaiten {
+    struct Select: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add paths to a folder's selection file.",
+            discussion: """
+                Edits <home>/selections/FOLDER.txt, keeping its comments and order. A directory \
+                selects everything in it, now and in future. Nothing is fetched: run `kaiten plan` \
+                to see what would change.
+
+                A path absent from the global index is refused (it is most likely a typo) unless \
+                --force; a path already covered by a selected parent is reported and not added. \
+                Glob lines (`*`, `?`, `[...]`, `**`) can be written into the file by hand.
+
+                Examples:
+                  kaiten select photos 2025/summer
+                  kaiten select docs 'reports/[draft] q3.pdf'
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Argument(help: "Folder-relative paths (a leading / is optional).")
+        var paths: [String]
+
+        @Flag(help: "Add paths even when the global index does not have them.")
+        var force = false
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let log = try FolderSelection.openLog(folder, in: opened)
+                let file = opened.home.selectionPath(folderID: folder)
+                var (selection, _) = try Planner.readSelection(file)
+                var added = 0
+                for path in paths {
+                    let clean = try SelectionFile.normalizeArgument(path)
+                    if !force, log.index.global(clean).map({ $0.file.isDeleted }) ?? true {
+                        throw SelectionError(
+                            .badPattern, file: "argument", line: 0,
+                            "\"\(clean)\" is not in the global index of \(folder) (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)")
+                    }
+                    switch try selection.select(clean) {
+                    case .added:
+                        added += 1
+                        print("selected \(clean)")
+                    case .alreadySelected:
+                        print("\(clean): already selected")
+                    case .coveredBy(let parent):
+                        print("\(clean): already selected through \(parent)")
+                    }
+                }
+                if added > 0 { try SelectionStore.save(selection, to: file) }
+            }
+        }
+    }
+
+    struct Deselect: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove paths from a folder's selection file.",
+            discussion: """
+                Removes the path's own line from <home>/selections/FOLDER.txt. Nothing is deleted \
+                now: `kaiten plan` shows which local copies would be freed (only those at least \
+                --require-peers peers hold in full).
+
+                Example:
+                  kaiten deselect photos 2019
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Argument(help: "Folder-relative paths, as they were selected.")
+        var paths: [String]
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                _ = try FolderSelection.resolve([folder], in: opened)
+                let file = opened.home.selectionPath(folderID: folder)
+                var (selection, _) = try Planner.readSelection(file)
+                var removed = 0
+                var failed = false
+                for path in paths {
+                    let clean = try SelectionFile.normalizeArgument(path)
+                    if try selection.deselect(clean) {
+                        removed += 1
+                        print("deselected \(clean)")
+                    } else if let parent = selection.paths.first(where: { PathRules.isAncestor($0, of: clean) }) {
+                        Terminal.error("\(clean) is selected through \(parent); deselect \(parent) and select what to keep")
+                        failed = true
+                    } else if let pattern = selection.patterns.first(where: { $0.matches(clean) }) {
+                        Terminal.error("\(clean) is selected by the pattern \"\(pattern.pattern)\"; edit \(file)")
+                        failed = true
+                    } else {
+                        print("\(clean): not selected")
+                    }
+                }
+                if removed > 0 { try SelectionStore.save(selection, to: file) }
+                if failed { throw ExitCode(1) }
+            }
+        }
+    }
+
+    struct Adopt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Import a folder's existing .stignore into its selection file.",
+            discussion: """
+                For a folder whose .stignore was written by Sushitrain or by hand in the \
+                selective grammar ((?d) lines, !/path lines, a final *), its lines become the \
+                selection file, so Kaiten manages the folder from now on. A .stignore with lines \
+                Kaiten cannot represent is refused, and those lines are quoted. The .stignore \
+                itself is not changed.
+
+                Example:
+                  kaiten adopt photos
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                _ = try FolderSelection.resolve([folder], in: opened)
+                let config = opened.config.folders.first { $0.id == folder }!
+                let stignorePath = (config.path as NSString).appendingPathComponent(".stignore")
+                guard let data = FileManager.default.contents(atPath: stignorePath) else {
+                    throw ConfigError(.invalidValue, file: stignorePath, "there is no .stignore to adopt")
+                }
+                switch StIgnore.parse(String(decoding: data, as: UTF8.self)) {
+                case .unmanaged(let lines):
+                    throw ConfigError(
+                        .invalidValue, file: stignorePath,
+                        "not in the selective grammar; Kaiten cannot represent: "
+                            + lines.map { "\"\($0)\"" }.joined(separator: ", "))
+                case .managed(let ignores, let selected):
+                    let file = opened.home.selectionPath(folderID: folder)
+                    var (selection, _) = try Planner.readSelection(file)
+                    var added = 0
+                    for name in ignores where !selection.globalIgnores.contains(name) {
+                        selection.addGlobalIgnore(name)
+                        added += 1
+                    }
+                    for path in selected {
+                        if case .added = try selection.select(path) { added += 1 }
+                    }
+                    try SelectionStore.save(selection, to: file)
+                    print("adopted \(stignorePath): \(selected.count) selected path(s), \(ignores.count) (?d) line(s); \(added) added to \(file)")
+                }
+            }
+        }
+    }
+}
+
+/// Writing selection files.
+enum SelectionStore {
+    static func save(_ selection: SelectionFile, to path: String) throws {
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try AtomicFile.write(Array(selection.render().utf8), to: path)
+    }
+}

@@ -1,0 +1,158 @@
+import Crypto
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenScan
+
+struct BlockSizeTests {
+    @Test func followsSyncthingsRule() {
+        #expect(BlockSize.forFileSize(0) == 128 << 10)
+        #expect(BlockSize.forFileSize(262_143_999) == 128 << 10)
+        #expect(BlockSize.forFileSize(262_144_000) == 256 << 10)
+        #expect(BlockSize.forFileSize(524_288_000) == 512 << 10)
+        #expect(BlockSize.forFileSize(Int64(16_000) << 20) == 16 << 20)
+        #expect(BlockSize.forFileSize(Int64(1) << 50) == 16 << 20)
+    }
+
+    @Test func keepsAnEarlierBlockSizeWithinAFactorOfTwo() {
+        #expect(BlockSize.forFileSize(262_144_000, previous: 128 << 10) == 128 << 10)
+        #expect(BlockSize.forFileSize(600 << 20, previous: 128 << 10) == 512 << 10)
+        #expect(BlockSize.forFileSize(100, previous: 1000) == 128 << 10)
+    }
+}
+
+struct FolderScannerTests {
+    func folder(_ body: (TemporaryDirectory) throws -> Void) throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-scan")
+        defer { dir.remove() }
+        try FileManager.default.createDirectory(atPath: dir.file(".stfolder"), withIntermediateDirectories: true)
+        try body(dir)
+    }
+
+    @Test func hashesBlocksAsSyncthingDoes() throws {
+        try folder { dir in
+            try Data().write(to: URL(fileURLWithPath: dir.file("empty")))
+            try Data(count: 128 << 10).write(to: URL(fileURLWithPath: dir.file("zeros")))
+            let big = Data((0..<(300 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+            try big.write(to: URL(fileURLWithPath: dir.file("big")))
+            let (tree, stats) = try FolderScanner(root: dir.path).scan(previous: LocalTree())
+            #expect(stats.hashedFiles == 3)
+
+            let empty = try #require(tree["empty"])
+            #expect(empty.blocks.count == 1)
+            #expect(empty.blocks[0].hash.hex == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+            #expect(empty.blocks[0].weakHash == 0 && empty.blocks[0].size == 0)
+
+            #expect(tree["zeros"]?.blocks.map(\.weakHash) == [0x001e_0001])
+
+            let file = try #require(tree["big"])
+            #expect(file.blocks.map(\.size) == [131072, 131072, 45056])
+            #expect(file.blockSize == 131072 && file.size == 300 << 10)
+            for (i, block) in file.blocks.enumerated() {
+                let slice = big[(i * 131072)..<min(big.count, (i + 1) * 131072)]
+                #expect(block.hash == ContentHash(SHA256.hash(data: slice)))
+            }
+            // blocks_hash = SHA-256 over (hash || weak as big-endian uint32) per block.
+            var infos: [BEPBlockInfo] = []
+            for block in file.blocks {
+                var info = BEPBlockInfo()
+                info.hash = Data(block.hash.bytes)
+                info.weakHash = block.weakHash
+                infos.append(info)
+            }
+            #expect(file.contentHash == BEPFileInfo.blocksHash(of: infos))
+        }
+    }
+
+    @Test func skipsSyncthingsInternalAndTemporaryNames() throws {
+        try folder { dir in
+            for name in [".stignore", ".stversions/old.txt", ".syncthing.a.txt.tmp", "~syncthing~b.tmp", "sub/.syncthing.c.tmp", "sub/kept.txt", "kept.txt"] {
+                try TestFiles.write(dir.file(name), "x")
+            }
+            try FileManager.default.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: "kept.txt")
+            let (tree, _) = try FolderScanner(root: dir.path).scan(previous: LocalTree())
+            #expect(Set(tree.entries.keys) == ["sub", "sub/kept.txt", "kept.txt", "link"])
+            #expect(tree["link"]?.kind == .symlink && tree["link"]?.symlinkTarget == "kept.txt")
+            #expect(tree["sub"]?.kind == .directory)
+        }
+    }
+
+    @Test func refusesAFolderWithoutItsMarker() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-scan")
+        defer { dir.remove() }
+        let error = #expect(throws: ScanError.self) { try FolderScanner(root: dir.path).scan(previous: LocalTree()) }
+        #expect(error?.code == .markerMissing)
+        #expect(error?.description.contains(".stfolder") == true)
+        let missing = #expect(throws: ScanError.self) { try FolderScanner(root: dir.file("nope")).scan(previous: LocalTree()) }
+        #expect(missing?.code == .folderMissing)
+    }
+
+    @Test func unchangedFilesAreNotHashedTwiceAndChangedOnesAre() throws {
+        try folder { dir in
+            for i in 0..<20 { try TestFiles.write(dir.file("d/f\(i).txt"), "file \(i)") }
+            let scanner = FolderScanner(root: dir.path)
+            let (first, stats1) = try scanner.scan(previous: LocalTree())
+            #expect(stats1.hashedFiles == 20)
+            let cache = dir.file(".stfolder/cache")  // outside what the scan sees
+            try ScanCache.save(first, path: cache)
+            let loaded = ScanCache.load(path: cache) { Issue.record("\($0)") }
+            #expect(loaded.entries == first.entries)
+            let (second, stats2) = try scanner.scan(previous: loaded)
+            #expect(stats2.hashedFiles == 0 && stats2.reusedFiles == 20)
+            #expect(second["d/f3.txt"] == first["d/f3.txt"])
+            try TestFiles.write(dir.file("d/f3.txt"), "changed, longer")
+            let (third, stats3) = try scanner.scan(previous: second)
+            #expect(stats3.hashedFiles == 1)
+            #expect(third["d/f3.txt"]?.contentHash != first["d/f3.txt"]?.contentHash)
+        }
+    }
+
+    @Test func aBlockSizeHintMakesEqualContentHashEqual() throws {
+        try folder { dir in
+            try Data(count: 300 << 10).write(to: URL(fileURLWithPath: dir.file("f")))
+            let (plain, _) = try FolderScanner(root: dir.path).scan(previous: LocalTree())
+            let (hinted, _) = try FolderScanner(root: dir.path).scan(previous: plain, blockSizeHint: { _, _ in 256 << 10 })
+            #expect(hinted["f"]?.blocks.count == 2)
+            #expect(hinted["f"]?.contentHash != plain["f"]?.contentHash)
+        }
+    }
+}
+
+struct ScanCacheTests {
+    @Test func roundTripsEveryFieldIncludingTheSyncedRecord() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cache")
+        defer { dir.remove() }
+        var counter = BEPCounter()
+        counter.id = 42
+        counter.value = 1_795_318_985
+        var version = BEPVector()
+        version.counters = [counter]
+        let hash = ContentHash(SHA256.hash(data: [1, 2, 3]))
+        var tree = LocalTree()
+        tree["a/café.txt"] = LocalFile(
+            path: "a/café.txt", kind: .file, size: 5, modifiedNs: 1_700_000_000_123_456_789, inode: 99, permissions: 0o640,
+            contentHash: hash, blockSize: 131072, blocks: [LocalBlock(hash: hash, weakHash: 7, size: 5)],
+            synced: SyncedVersion(version: version, contentHash: hash))
+        tree["a"] = LocalFile(path: "a", kind: .directory, permissions: 0o755)
+        tree["l"] = LocalFile(path: "l", kind: .symlink, symlinkTarget: "a/café.txt")
+        try ScanCache.save(tree, path: dir.file("c"))
+        let loaded = ScanCache.load(path: dir.file("c"))
+        #expect(loaded.entries == tree.entries)
+    }
+
+    @Test func aDamagedCacheIsReportedAndIgnored() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cache")
+        defer { dir.remove() }
+        var tree = LocalTree()
+        tree["x"] = LocalFile(path: "x", kind: .file, size: 1)
+        try ScanCache.save(tree, path: dir.file("c"))
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("c"))))
+        bytes[bytes.count / 2] ^= 0xFF
+        try Data(bytes).write(to: URL(fileURLWithPath: dir.file("c")))
+        var warnings: [String] = []
+        #expect(ScanCache.load(path: dir.file("c")) { warnings.append($0) }.count == 0)
+        #expect(warnings.count == 1 && warnings[0].contains("damaged"))
+    }
+}
