@@ -119,7 +119,7 @@ public enum Reconciler {
     }
 
     /// Content identity on both sides: a file's blocks hash, a symlink's target.
-    static func contentHash(of file: LocalFile) -> ContentHash? {
+    public static func contentHash(of file: LocalFile) -> ContentHash? {
         switch file.kind {
         case .file: return file.contentHash
         case .symlink: return symlinkHash(file.symlinkTarget)
@@ -127,7 +127,7 @@ public enum Reconciler {
         }
     }
 
-    static func contentHash(of entry: FileEntry) -> ContentHash? {
+    public static func contentHash(of entry: FileEntry) -> ContentHash? {
         if entry.isSymlink { return symlinkHash(entry.symlinkTarget) }
         return entry.type == .file ? entry.contentHash : nil
     }
@@ -159,10 +159,26 @@ public enum Reconciler {
 }
 
 /// The selection of one folder, resolved against the global index.
-struct Selection {
+public struct Selection: Sendable {
     /// Selected paths: literal lines and the paths glob lines matched.
-    var roots: Set<String>
+    public private(set) var roots: Set<String>
     let ignores: [Glob]
+
+    /// Resolves a selection file's lines against the global index.
+    public init(_ file: SelectionFile, global: GlobalIndex) {
+        var ignored: [String] = []
+        self.init(file, global: global, warnings: &ignored)
+    }
+
+    /// How a path is selected: its own line (or a glob match), through a parent, or not at all.
+    public enum State: String, Sendable {
+        case explicit, parent, no
+    }
+
+    public func state(of path: String) -> State {
+        guard isSelected(path) else { return .no }
+        return roots.contains(path) ? .explicit : .parent
+    }
 
     init(_ file: SelectionFile, global: GlobalIndex, warnings: inout [String]) {
         roots = Set(file.paths)
@@ -192,7 +208,7 @@ struct Selection {
 
     /// Whether a `(?d)` line names this path or one of its parents (syncthing matches an
     /// unrooted pattern against every path component).
-    func isGloballyIgnored(_ path: String) -> Bool {
+    public func isGloballyIgnored(_ path: String) -> Bool {
         guard !ignores.isEmpty else { return false }
         for component in path.split(separator: "/") {
             let name = String(component)
@@ -202,7 +218,7 @@ struct Selection {
     }
 
     /// Selected itself or through a selected parent, and not globally ignored.
-    func isSelected(_ path: String) -> Bool {
+    public func isSelected(_ path: String) -> Bool {
         guard !roots.isEmpty else { return false }
         var found = roots.contains(path)
         if !found {

@@ -145,6 +145,18 @@ struct PlanInteropTests {
             #expect(!FileManager.default.fileExists(atPath: local + "/.stignore"))
             #expect(Self.filesOnDisk(local) == ["docs/notes.txt", "mine.txt"])
 
+            // ls shows each entry's local state.
+            let ls = try kaiten(["ls", "--home", home, Self.folder, "-R", "--json"])
+            #expect(ls.status == 0, "\(ls.stderr)")
+            let rows = try #require(try JSONSerialization.jsonObject(with: Data(ls.stdout.utf8)) as? [[String: Any]])
+            let state = Dictionary(uniqueKeysWithValues: rows.map { ($0["path"] as! String, "\($0["selected"]!) \($0["local"]!)") })
+            #expect(state["photos/2025"] == "explicit absent")
+            #expect(state["photos/2025/a.jpg"] == "parent absent")
+            #expect(state["photos/2025/junk.tmp"] == "no absent")
+            #expect(state["docs/notes.txt"] == "no in-sync")
+            #expect(state["docs"] == "no in-sync")
+            #expect(state["mine.txt"] == "no extraneous")
+
             // The saved plan is exactly what was printed; show renders it.
             let saved = try JSONDecoder().decode(Plan.self, from: Data(contentsOf: URL(fileURLWithPath: dir.file("p.plan"))))
             #expect(saved == plan)

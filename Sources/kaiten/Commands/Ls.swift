@@ -3,6 +3,10 @@ import Foundation
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
+import KaitenSelection
+import KaitenReconcile
+import KaitenScan
+import KaitenSync
 
 extension Kaiten {
     struct Ls: AsyncParsableCommand {
@@ -47,6 +51,10 @@ extension Kaiten {
             let peers: [String]
             let deleted: Bool
             let version: [String]
+            /// `explicit`, `parent` or `no`.
+            let selected: String
+            /// `in-sync`, `differs`, `absent`, `extraneous`, or `unknown` when the folder cannot be scanned.
+            let local: String
         }
 
         func run() async throws {
@@ -64,23 +72,60 @@ extension Kaiten {
                 let names = Dictionary(
                     opened.config.devices.map { ($0.id, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
                     uniquingKeysWith: { a, _ in a })
-                let rows = entries.map { entry in
+                let config = opened.config.folders.first { $0.id == folder }!
+                var localTree: LocalTree?
+                var selection = Selection(SelectionFile(), global: log.index)
+                do {
+                    let state = try Planner.loadFolder(config, home: opened, warn: { Terminal.error($0) })
+                    localTree = state.input.local
+                    selection = Selection(state.input.selection, global: log.index)
+                } catch let error as ScanError {
+                    Terminal.error("\(error) (local state unknown)")
+                    let (file, _) = try Planner.readSelection(opened.home.selectionPath(folderID: folder))
+                    selection = Selection(file, global: log.index)
+                }
+                func localState(_ entry: GlobalEntry) -> String {
+                    guard let localTree else { return "unknown" }
+                    guard let mine = localTree[entry.path] else { return "absent" }
+                    if entry.file.isDeleted { return "extraneous" }
+                    if entry.file.type == .directory { return mine.kind == .directory ? "in-sync" : "differs" }
+                    let same = Reconciler.contentHash(of: mine) == Reconciler.contentHash(of: entry.file)
+                    return same ? "in-sync" : "differs"
+                }
+                var rows = entries.map { entry in
                     Row(
                         path: entry.path, type: Self.typeName(entry.file), size: entry.file.size,
                         modified: Self.rfc3339(entry.file), peers: entry.holders.map(\.description),
-                        deleted: entry.file.isDeleted, version: entry.file.version.descriptions)
+                        deleted: entry.file.isDeleted, version: entry.file.version.descriptions,
+                        selected: selection.state(of: entry.path).rawValue, local: localState(entry))
+                }
+                // Local files the global index does not have, in the listed directory.
+                if let localTree {
+                    let known = Set(entries.map(\.path))
+                    for (path, file) in localTree.entries where file.kind != .directory && !known.contains(path) {
+                        guard log.index.global(path) == nil else { continue }
+                        let parent = (path as NSString).deletingLastPathComponent
+                        guard recursive ? (directory.isEmpty || path.hasPrefix(directory + "/")) : parent == directory else { continue }
+                        rows.append(
+                            Row(
+                                path: path, type: file.kind == .symlink ? "symlink" : "file", size: file.size,
+                                modified: Self.rfc3339(nanoseconds: file.modifiedNs), peers: [], deleted: false, version: [],
+                                selected: selection.state(of: path).rawValue, local: "extraneous"))
+                    }
+                    rows.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
                 }
                 if json {
                     try Terminal.json(rows)
                     return
                 }
-                for (row, entry) in zip(rows, entries) {
+                for row in rows {
                     let name = recursive ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
                     let shown = name + (row.type == "directory" ? "/" : "") + (row.deleted ? " (deleted)" : "")
                     if long {
-                        let peers = entry.holders.map { names[$0] ?? $0.shortDescription }.joined(separator: ",")
+                        let peers = row.peers.map { id in names.first { $0.key.description == id }?.value ?? String(id.prefix(7)) }.joined(separator: ",")
+                        let mark = row.selected == "explicit" ? "S" : row.selected == "parent" ? "s" : "-"
                         print(
-                            "\(row.type.prefix(4).padding(toLength: 4, withPad: " ", startingAt: 0))  \(Self.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
+                            "\(row.type.prefix(4).padding(toLength: 4, withPad: " ", startingAt: 0))  \(mark) \(row.local.padding(toLength: 10, withPad: " ", startingAt: 0))  \(Self.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
                         )
                     } else {
                         print(shown)
@@ -98,7 +143,11 @@ extension Kaiten {
         }
 
         static func rfc3339(_ file: FileEntry) -> String {
-            let date = Date(timeIntervalSince1970: TimeInterval(file.modifiedS) + TimeInterval(file.modifiedNs) / 1e9)
+            rfc3339(nanoseconds: file.modifiedS * 1_000_000_000 + Int64(file.modifiedNs))
+        }
+
+        static func rfc3339(nanoseconds: Int64) -> String {
+            let date = Date(timeIntervalSince1970: TimeInterval(nanoseconds / 1_000_000_000))
             let formatter = ISO8601DateFormatter()
             formatter.formatOptions = [.withInternetDateTime]
             return formatter.string(from: date)

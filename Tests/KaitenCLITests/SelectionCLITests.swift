@@ -1,0 +1,104 @@
+import Foundation
+import KaitenTestSupport
+import Testing
+
+/// select / deselect / adopt / plan / show without peers: the selection file, errors, exit codes.
+struct SelectionCLITests {
+    func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args) }
+
+    /// A home with one folder, `docs`, at `<dir>/docs` (with its marker).
+    func withFolder(_ body: (String, TemporaryDirectory) throws -> Void) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let home = dir.file("home")
+        #expect(try kaiten("init", "--home", home, "--name", "ci", "--listen", "tcp://127.0.0.1:22000").status == 0)
+        let added = try kaiten("folder", "add", "--home", home, "docs", "--path", dir.file("docs"))
+        #expect(added.status == 0, "\(added.stderr)")
+        try body(home, dir)
+    }
+
+    @Test func selectEditsTheFileKeepingCommentsAndRefusesTypos() throws {
+        try withFolder { home, _ in
+            let file = home + "/selections/docs.txt"
+            let typo = try kaiten("select", "--home", home, "docs", "reports")
+            #expect(typo.status == 1)
+            #expect(typo.stderr.contains("\"reports\" is not in the global index of docs"))
+            #expect(typo.stderr.contains("--force"))
+            #expect(!FileManager.default.fileExists(atPath: file))
+
+            try FileManager.default.createDirectory(atPath: home + "/selections", withIntermediateDirectories: true)
+            try "# kept comment\n\nold/one\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let added = try kaiten("select", "--home", home, "docs", "--force", "/reports/", "a [1]*.txt", "café", "old/one/deeper")
+            #expect(added.status == 0, "\(added.stderr)")
+            #expect(added.stdout.contains("old/one/deeper: already selected through old/one"))
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "# kept comment\n\nold/one\nreports\na \\[1\\]\\*.txt\ncafé\n")
+
+            let removed = try kaiten("deselect", "--home", home, "docs", "reports", "old/one/deeper")
+            #expect(removed.status == 1)
+            #expect(removed.stdout.contains("deselected reports"))
+            #expect(removed.stderr.contains("old/one/deeper is selected through old/one"))
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "# kept comment\n\nold/one\na \\[1\\]\\*.txt\ncafé\n")
+
+            let escape = try kaiten("select", "--home", home, "docs", "--force", "../etc")
+            #expect(escape.status == 1)
+            #expect(escape.stderr.contains("not a clean folder-relative path"))
+        }
+    }
+
+    @Test func adoptImportsASelectiveStIgnoreAndRefusesOthersQuotingThem() throws {
+        try withFolder { home, dir in
+            let stignore = dir.file("docs/.stignore")
+            try "(?d).DS_Store\n!/a\\[1\\].txt\n!/photos/2025\n*\n".write(toFile: stignore, atomically: true, encoding: .utf8)
+            let adopted = try kaiten("adopt", "--home", home, "docs")
+            #expect(adopted.status == 0, "\(adopted.stderr)")
+            #expect(try String(contentsOfFile: home + "/selections/docs.txt", encoding: .utf8) == "(?d).DS_Store\na\\[1\\].txt\nphotos/2025\n")
+            // The plan now renders the same (already sorted) .stignore: nothing to write.
+            let plan = try kaiten("plan", "--home", home, "--offline", "--json")
+            #expect(plan.status == 0, "\(plan.stderr)")
+            let object = try JSONSerialization.jsonObject(with: Data(plan.stdout.utf8)) as? [String: Any]
+            let folder = (object?["folders"] as? [[String: Any]])?.first
+            #expect((folder?["stignore"] as? [String: Any])?["changed"] as? Bool == false)
+
+            try "// hand-written\n*.iso\n!/keep\n*\n".write(toFile: stignore, atomically: true, encoding: .utf8)
+            let refused = try kaiten("adopt", "--home", home, "docs")
+            #expect(refused.status == 1)
+            #expect(refused.stderr.contains("\"*.iso\""))
+            let unmanaged = try kaiten("plan", "--home", home, "--offline")
+            #expect(unmanaged.status == 0)
+            #expect(unmanaged.stdout.contains("not in Sushitrain's selective grammar"))
+        }
+    }
+
+    @Test func planExitCodesAndErrors() throws {
+        try withFolder { home, dir in
+            let first = try kaiten("plan", "--home", home, "--offline", "--detailed-exitcode")
+            #expect(first.status == 2, "\(first.stdout)\(first.stderr)")
+            #expect(first.stdout.contains("~ write       .stignore (0 selected paths)"))
+            try "*\n".write(toFile: dir.file("docs/.stignore"), atomically: true, encoding: .utf8)
+            let synced = try kaiten("plan", "--home", home, "--offline", "--detailed-exitcode")
+            #expect(synced.status == 0, "\(synced.stdout)\(synced.stderr)")
+            #expect(synced.stdout.contains("No changes."))
+
+            try FileManager.default.createDirectory(atPath: home + "/selections", withIntermediateDirectories: true)
+            try "ok\n(?d)a/b\n".write(toFile: home + "/selections/docs.txt", atomically: true, encoding: .utf8)
+            let bad = try kaiten("plan", "--home", home, "--offline")
+            #expect(bad.status == 1)
+            #expect(bad.stderr.contains("selections/docs.txt:2:"))
+            try FileManager.default.removeItem(atPath: home + "/selections/docs.txt")
+
+            try FileManager.default.removeItem(atPath: dir.file("docs/.stfolder"))
+            let unmounted = try kaiten("plan", "--home", home, "--offline")
+            #expect(unmounted.status == 1)
+            #expect(unmounted.stderr.contains(".stfolder is missing"))
+
+            let unknown = try kaiten("plan", "--home", home, "--offline", "nope")
+            #expect(unknown.status == 1 && unknown.stderr.contains("\"nope\" is not configured"))
+
+            try "{\"format_version\": \"2.0\"}".write(toFile: dir.file("future.plan"), atomically: true, encoding: .utf8)
+            let future = try kaiten("show", "--home", home, dir.file("future.plan"))
+            #expect(future.status == 1 && future.stderr.contains("newer than this kaiten understands"))
+            let missing = try kaiten("show", "--home", home, dir.file("none.plan"))
+            #expect(missing.status == 1 && missing.stderr.contains("none.plan"))
+        }
+    }
+}
