@@ -3,6 +3,9 @@
 //   kaiten-bench index  [--files N]     full index of N small files: Kaiten vs a fresh syncthing
 //   kaiten-bench blocks [--mib M]       4 random files of M/4 MiB: Kaiten fetches every block into
 //                                       memory (SHA-256 verified) vs syncthing pulling the folder
+//   kaiten-bench scan [--mib M] [--files N]  first scan of M MiB of big files vs sha256sum/openssl;
+//                                       first scan and rescan of N small files vs syncthing's scan
+//   kaiten-bench plan [--paths N] [--local N]  plan over an N-path global index with N local files
 //
 // Each figure is time, peak RSS (VmHWM) and CPU seconds of the receiving process. Kaiten's side
 // runs in a child process (`kaiten-bench client …`) so that its RSS is its own.
@@ -327,8 +330,20 @@ do {
     case "blocks":
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         try await runComparison(mode: "blocks", count: 4, mib: mib)
+    case "scan":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
+        try await runScanBench(mib: mib, files: files)
+    case "scan-child":
+        try runScanChild(root: args[1], cachePath: args[2], concurrency: Int(args[3]) ?? 0, label: args[4])
+    case "plan":
+        let paths = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) } ?? 1_000_000
+        let local = args.firstIndex(of: "--local").flatMap { Int(args[$0 + 1]) } ?? 100_000
+        try runPlanBench(paths: paths, localFiles: local)
+    case "plan-child":
+        try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N]")
         exit(64)
     }
 } catch {

@@ -44,7 +44,7 @@ public struct FileEntry: Sendable, Equatable {
         blockCount = Int32(clamping: file.blocks.count)
         symlinkTarget = file.symlinkTarget
         contentHash = file.type == .file && !file.deleted && !file.invalid
-            ? ContentHash(bytes: file.blocksHash) ?? (file.blocks.isEmpty ? .zero : BEPFileInfo.blocksHash(of: file.blocks))
+            ? ContentHash(data: file.blocksHash) ?? (file.blocks.isEmpty ? .zero : BEPFileInfo.blocksHash(of: file.blocks))
             : .zero
         self.recordOffset = recordOffset
         self.recordLength = recordLength

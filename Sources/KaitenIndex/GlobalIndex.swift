@@ -102,6 +102,13 @@ public struct GlobalIndex: Sendable {
     }
 
     private func select(path: String, _ list: [(device: UInt16, entry: FileEntry)]) -> GlobalEntry? {
+        if list.count == 1 {
+            // The common case: one announcement is the global version.
+            let device = devices[Int(list[0].device)]
+            let entry = list[0].entry
+            return GlobalEntry(
+                path: path, file: entry, holders: entry.isInvalid ? [] : [device], announcements: [(device, entry)])
+        }
         let named = list.map { (devices[Int($0.device)], $0.entry) }
         return Self.select(path: path, list.count == 1 ? named : named.sorted { $0.0 < $1.0 })
     }

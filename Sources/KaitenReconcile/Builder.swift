@@ -14,6 +14,26 @@ struct Builder {
     var warnings: [String] = []
     /// Local directories whose global entry is deleted while they are selected.
     var deletedSelectedDirectories: Set<String> = []
+    /// Device IDs as text, computed once each (base32 and check characters are not free).
+    var deviceNames: [DeviceID: String] = [:]
+    var shortIDNames: [UInt64: String] = [:]
+
+    mutating func names(_ devices: [DeviceID]) -> [String] {
+        devices.map { device in
+            if let name = deviceNames[device] { return name }
+            let name = device.description
+            deviceNames[device] = name
+            return name
+        }
+    }
+
+    mutating func describe(_ version: BEPVector) -> [String] {
+        version.counters.map { counter in
+            let id = shortIDNames[counter.id] ?? DeviceID.shortIDString(counter.id)
+            shortIDNames[counter.id] = id
+            return "\(id):\(counter.value)"
+        }
+    }
 
     init(input: FolderInput, selection: Selection) {
         self.input = input
@@ -54,7 +74,7 @@ struct Builder {
         if file.type == .directory {
             guard selected else { return }
             if l == nil {
-                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: file.version.descriptions)
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version))
             } else if l!.kind != .directory {
                 conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
             }
@@ -62,10 +82,10 @@ struct Builder {
         }
         // A regular file or a symlink.
         let globalHash = Reconciler.contentHash(of: file)
-        let peers = g.holders.map(\.description)
+        let peers = names(g.holders)
         guard let l else {
             if selected {
-                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "selected, not present locally", type: type, version: file.version.descriptions, peers: peers))
+                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "selected, not present locally", type: type, version: describe(file.version), peers: peers))
             }
             return
         }
@@ -83,7 +103,7 @@ struct Builder {
             if equalsGlobal { return }
             if unchangedSinceSync {
                 if l.synced!.version == file.version { return }
-                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: file.version.descriptions, peers: peers))
+                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: describe(file.version), peers: peers))
             } else if l.synced != nil {
                 let why = l.synced!.version == file.version ? "edited locally (Kaiten does not send changes)" : "edited locally while it also changed on peers"
                 conflicts.append(Conflict(kind: .localEdit, path: path, reason: why, choices: Self.localEditChoices))
@@ -99,7 +119,7 @@ struct Builder {
         }
         if equalsGlobal || unchangedSinceSync {
             if g.holders.count >= input.requirePeers {
-                deletes.append(Action(action: .delete, path: path, size: l.size, reason: "deselected; \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version", type: Self.kindName(l.kind), version: (l.synced?.version ?? file.version).descriptions, peers: peers))
+                deletes.append(Action(action: .delete, path: path, size: l.size, reason: "deselected; \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version", type: Self.kindName(l.kind), version: describe(l.synced?.version ?? file.version), peers: peers))
             } else {
                 conflicts.append(Conflict(kind: .lastCopy, path: path, reason: "deselected, but only \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version (--require-peers \(input.requirePeers)): kept", choices: Self.lastCopyChoices))
             }
@@ -124,7 +144,7 @@ struct Builder {
         if synced.contentHash != localHash {
             conflicts.append(Conflict(kind: .localEdit, path: g.path, reason: "deleted on peers, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
         } else if selected {
-            deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: synced.version.descriptions))
+            deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: describe(synced.version)))
         } else {
             // Ignored here and gone everywhere else: this copy may be the last one.
             conflicts.append(Conflict(kind: .lastCopy, path: g.path, reason: "deselected and deleted on peers: this may be the last copy, kept", choices: Self.lastCopyChoices))

@@ -222,13 +222,15 @@ public struct Selection: Sendable {
         guard !roots.isEmpty else { return false }
         var found = roots.contains(path)
         if !found {
-            var index = path.endIndex
-            while let slash = path[..<index].lastIndex(of: "/") {
+            // Byte-wise: '/' is ASCII, so every match is a character boundary.
+            let utf8 = path.utf8
+            var end = utf8.endIndex
+            while let slash = utf8[..<end].lastIndex(of: UInt8(ascii: "/")) {
                 if roots.contains(String(path[..<slash])) {
                     found = true
                     break
                 }
-                index = slash
+                end = slash
             }
         }
         return found && !isGloballyIgnored(path)

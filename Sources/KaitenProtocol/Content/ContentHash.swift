@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 
 /// A SHA-256 digest held inline (four words, no heap allocation), so a million index entries
 /// or scan records can carry one cheaply.
@@ -17,13 +18,30 @@ public struct ContentHash: Sendable, Hashable, Comparable, CustomStringConvertib
     /// From 32 digest bytes; nil for any other length.
     public init?<Bytes: Collection>(bytes: Bytes) where Bytes.Element == UInt8 {
         guard bytes.count == 32 else { return nil }
-        var words = [UInt64](repeating: 0, count: 4)
-        for (i, byte) in bytes.enumerated() { words[i / 8] = words[i / 8] << 8 | UInt64(byte) }
-        self.init(a: words[0], b: words[1], c: words[2], d: words[3])
+        // Index replay builds one per entry: read the words straight from contiguous storage.
+        if let hash = bytes.withContiguousStorageIfAvailable({ ContentHash(raw: UnsafeRawBufferPointer($0)) }) {
+            self = hash
+        } else {
+            self = Array(bytes).withUnsafeBytes { ContentHash(raw: $0) }
+        }
+    }
+
+    public init?(data: Data) {
+        guard data.count == 32 else { return nil }
+        self = data.withUnsafeBytes { ContentHash(raw: $0) }
+    }
+
+    /// From exactly 32 bytes.
+    init(raw: UnsafeRawBufferPointer) {
+        self.init(
+            a: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+            b: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)),
+            c: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self)),
+            d: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)))
     }
 
     public init(_ digest: SHA256.Digest) {
-        self.init(bytes: Array(digest))!
+        self = digest.withUnsafeBytes { ContentHash(raw: $0) }
     }
 
     public var bytes: [UInt8] {
@@ -68,6 +86,6 @@ extension BEPFileInfo {
     /// The content identity of a regular file: its announced `blocks_hash`, or one computed from
     /// its blocks when the peer left it out.
     public var contentHash: ContentHash {
-        ContentHash(bytes: blocksHash) ?? Self.blocksHash(of: blocks)
+        ContentHash(data: blocksHash) ?? Self.blocksHash(of: blocks)
     }
 }

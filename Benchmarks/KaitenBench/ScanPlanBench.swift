@@ -1,0 +1,245 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+import KaitenReconcile
+import KaitenScan
+import KaitenSelection
+import KaitenTestSupport
+
+// MARK: - Scan: big files against sha256sum/openssl, small files against syncthing
+
+/// Runs a command and returns its wall time in seconds.
+func timed(_ tool: String, _ arguments: [String]) throws -> (seconds: Double, output: String) {
+    let start = now()
+    let result = try ProcessRunner.run(tool, arguments)
+    guard result.status == 0 else { throw HarnessError("\(tool) failed: \(result.stderr)") }
+    return (now() - start, result.stdout)
+}
+
+func runScanBench(mib: Int, files: Int) async throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-scanbench")
+    defer { dir.remove() }
+    log("work dir \(dir.path)")
+
+    // 1. Big files: the first scan should run at SHA-256's speed.
+    let big = dir.file("big")
+    try FileManager.default.createDirectory(atPath: big + "/.stfolder", withIntermediateDirectories: true)
+    var paths: [String] = []
+    for i in 0..<4 {
+        let path = "\(big)/file\(i).bin"
+        try TestFiles.random(path, size: (mib / 4) << 20)
+        paths.append(path)
+    }
+    let bytes = Double(mib << 20)
+    _ = try timed("/usr/bin/cat", paths)  // warm the page cache for everyone
+    let sha = try timed("/usr/bin/sha256sum", paths)
+    var opensslMBs = 0.0
+    if let openssl = ProcessRunner.which("openssl") {
+        let speed = try ProcessRunner.run(openssl, ["speed", "-seconds", "2", "-bytes", "1048576", "-evp", "sha256"])
+        // The last line ends with the throughput in kB/s ("sha256 ... 1234567.89k").
+        if let last = speed.stdout.split(separator: "\n").last(where: { $0.hasPrefix("sha256") }),
+            let figure = last.split(separator: " ").last, let kbs = Double(figure.dropLast())
+        {
+            opensslMBs = kbs * 1000 / 1e6
+        }
+    }
+    var rows: [String] = []
+    for concurrency in [1, ProcessInfo.processInfo.activeProcessorCount] {
+        let child = try ProcessRunner.run(CommandLine.arguments[0], ["scan-child", big, dir.file("big.cache"), String(concurrency), "first"])
+        guard child.status == 0 else { throw HarnessError("scan failed: \(child.stderr)") }
+        try? FileManager.default.removeItem(atPath: dir.file("big.cache"))
+        rows.append("kaiten first scan, \(concurrency) thread\(concurrency == 1 ? "" : "s"): \(child.stdout.trimmingCharacters(in: .whitespacesAndNewlines))")
+    }
+    print("")
+    print("== first scan of \(mib) MiB in 4 files (warm page cache) ==")
+    print(String(format: "sha256sum (1 thread):  %.2f s = %.0f MB/s", sha.seconds, bytes / sha.seconds / 1e6))
+    if opensslMBs > 0 { print(String(format: "openssl speed sha256, 1 MiB blocks: %.0f MB/s (hashing only, no I/O)", opensslMBs)) }
+    for row in rows { print(row) }
+
+    // 2. Small files: first scan and rescan against syncthing's scan of the same folder.
+    let small = dir.file("small")
+    try FileManager.default.createDirectory(atPath: small + "/.stfolder", withIntermediateDirectories: true)
+    log("creating \(files) files of 4 KiB")
+    try makeSmallFiles(small, count: files)
+    _ = try ProcessRunner.run("/usr/bin/find", [small, "-type", "f", "-size", "-1"])  // warm the dentry cache
+    let cache = dir.file("small.cache")
+    let first = try ProcessRunner.run(CommandLine.arguments[0], ["scan-child", small, cache, "0", "first"])
+    let again = try ProcessRunner.run(CommandLine.arguments[0], ["scan-child", small, cache, "0", "rescan"])
+    guard first.status == 0, again.status == 0 else { throw HarnessError("scan failed: \(first.stderr)\(again.stderr)") }
+
+    // syncthing scans the very same folder: from adding it until it is idle with every file.
+    let st = try SyncthingInstance.generate(in: dir.path, name: "st")
+    var syncthingSeconds = 0.0
+    try await withSyncthing(st) { st in
+        let start = now()
+        try await st.addFolder(id: "small", path: small, devices: [])
+        try await st.waitUntil("syncthing scanned \(files) files", timeout: 600) {
+            let s = try await st.get("/rest/db/status?folder=small") as? [String: Any]
+            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == files
+        }
+        syncthingSeconds = now() - start
+    }
+    print("")
+    print("== scan of \(files) files of 4 KiB in \(max(1, files / max(1, files / 1000))) directories (warm page cache) ==")
+    print("kaiten first scan: \(first.stdout.trimmingCharacters(in: .whitespacesAndNewlines))")
+    print("kaiten rescan, nothing changed: \(again.stdout.trimmingCharacters(in: .whitespacesAndNewlines))")
+    print(String(format: "syncthing first scan: %.2f s = %.0f files/s (folder added → idle, polled every 0.2 s)", syncthingSeconds, Double(files) / syncthingSeconds))
+}
+
+/// Scans a folder in this (child) process and prints time, rate and peak RSS.
+func runScanChild(root: String, cachePath: String, concurrency: Int, label: String) throws {
+    let start = now()
+    let previous = ScanCache.load(path: cachePath)
+    var scanner = FolderScanner(root: root)
+    if concurrency > 0 { scanner.concurrency = concurrency }
+    let (tree, stats) = try scanner.scan(previous: previous)
+    if stats.hashedFiles > 0 || tree.count != previous.count { try ScanCache.save(tree, path: cachePath) }
+    let seconds = now() - start
+    let files = tree.entries.values.filter { $0.kind == .file }.count
+    print(
+        String(
+            format: "%.2f s = %.0f files/s, %.0f MB/s, %d hashed, %d reused, %.1f MiB peak RSS", seconds,
+            Double(files) / seconds, Double(stats.hashedBytes) / seconds / 1e6, stats.hashedFiles, stats.reusedFiles,
+            ProcStat.peakRSS()))
+}
+
+// MARK: - Plan over a big global index
+
+func runPlanBench(paths: Int, localFiles: Int) throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-planbench")
+    // KAITEN_BENCH_KEEP=1 keeps the home for profiling `kaiten-bench plan-child HOME`.
+    defer { if ProcessInfo.processInfo.environment["KAITEN_BENCH_KEEP"] == nil { dir.remove() } }
+    log("work dir \(dir.path)")
+    let device = try KaitenDevice(in: dir.path, name: "home")
+    let peer = try DeviceID(bytes: Array(repeating: 0x42, count: 32))
+    let data = dir.file("data")
+    try FileManager.default.createDirectory(atPath: data + "/.stfolder", withIntermediateDirectories: true)
+    log("creating \(localFiles) local files")
+    try makeSmallFiles(data, count: localFiles)
+    // The scan cache the plan will start from (a real first scan).
+    let cachePath = device.home.scanCachePath(folderID: "big")
+    try FileManager.default.createDirectory(atPath: device.home.scanDirectory, withIntermediateDirectories: true)
+    let (tree, _) = try FolderScanner(root: data).scan(previous: LocalTree())
+    try ScanCache.save(tree, path: cachePath)
+
+    // config.xml: the folder shared with the synthetic peer.
+    let config = try ConfigFile.load(path: device.home.configPath)
+    try config.addDevice(DeviceConfiguration(id: peer, name: "peer", addresses: ["dynamic"]))
+    try config.addFolder(FolderConfiguration(id: "big", label: "big", path: data, devices: [device.deviceID, peer]))
+    try config.write()
+
+    // The global index: every local file (90% equal to the local copy, 10% changed on the peer),
+    // then directories and files that exist only on the peer, up to `paths`.
+    log("writing a \(paths)-path index log")
+    let indexLog = try IndexLog.open(path: device.home.indexLogPath(folderID: "big"), folderID: "big")
+    var batch: [BEPFileInfo] = []
+    var sequence: Int64 = 0
+    func emit(_ name: String, size: Int64, hash: ContentHash?, directory: Bool = false) throws {
+        sequence += 1
+        var file = BEPFileInfo()
+        file.name = name
+        file.type = directory ? .directory : .file
+        file.size = directory ? 0 : size
+        file.sequence = sequence
+        file.modifiedS = 1_790_000_000
+        file.permissions = directory ? 0o755 : 0o644
+        var counter = BEPCounter()
+        counter.id = peer.shortID
+        counter.value = UInt64(1_790_000_000 + sequence)
+        file.version.counters = [counter]
+        if !directory {
+            file.blockSize = 131_072
+            let content = hash ?? ContentHash(a: UInt64(sequence), b: 1, c: 2, d: 3)
+            file.blocksHash = Data(content.bytes)
+            var block = BEPBlockInfo()
+            block.size = Int32(size)
+            block.hash = Data(content.bytes)
+            file.blocks = [block]
+        }
+        batch.append(file)
+        if batch.count == 1000 {
+            try indexLog.apply(device: peer, indexID: 1, files: batch, isFullIndex: sequence == 1000)
+            batch.removeAll(keepingCapacity: true)
+        }
+    }
+    var written = 0
+    var directories = Set<String>()
+    for (path, file) in tree.entries.sorted(by: { $0.key < $1.key }) {
+        if file.kind == .directory {
+            directories.insert(path)
+            try emit(path, size: 0, hash: nil, directory: true)
+        } else {
+            written += 1
+            try emit(path, size: file.size, hash: written % 10 == 0 ? nil : file.contentHash)
+        }
+    }
+    var n = 0
+    while Int(sequence) < paths {
+        if n % 1000 == 0 { try emit("remote\(n / 1000)", size: 0, hash: nil, directory: true) }
+        try emit("remote\(n / 1000)/file\(n % 1000).bin", size: 4096, hash: nil)
+        n += 1
+    }
+    if !batch.isEmpty { try indexLog.apply(device: peer, indexID: 1, files: batch, isFullIndex: false) }
+    indexLog.close()
+
+    // Select a tenth of the local directories and a few remote ones: pulls, in-sync files,
+    // deletions of deselected copies, and conflicts for the locally different 10%.
+    let localDirectories = directories.sorted()
+    var selection = "# benchmark selection\n"
+    for d in localDirectories.prefix(localDirectories.count / 10) { selection += d + "\n" }
+    for r in 0..<50 { selection += "remote\(r)\n" }
+    try FileManager.default.createDirectory(atPath: device.home.selectionsDirectory, withIntermediateDirectories: true)
+    try selection.write(toFile: device.home.selectionPath(folderID: "big"), atomically: true, encoding: .utf8)
+
+    let child = try ProcessRunner.run(CommandLine.arguments[0], ["plan-child", device.home.path])
+    guard child.status == 0 else { throw HarnessError("plan failed: \(child.stderr)") }
+    print("")
+    print("== plan: \(sequence)-path global index, \(tree.count) local entries (\(localFiles) files) ==")
+    print(child.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+}
+
+/// `kaiten plan --offline` for one folder, phase by phase, in this (child) process.
+func runPlanChild(homePath: String) throws {
+    let home = try KaitenHome.open(Home(path: homePath))
+    let folder = home.config.folders.first { $0.id == "big" }!
+    let t0 = now()
+    let log = try IndexLog.open(path: home.home.indexLogPath(folderID: "big"), folderID: "big", readOnly: true)
+    let t1 = now()
+    let previous = ScanCache.load(path: home.home.scanCachePath(folderID: "big"))
+    let global = log.index
+    let (tree, stats) = try FolderScanner(root: folder.path).scan(
+        previous: previous,
+        blockSizeHint: { path, size in
+            guard let g = global.global(path), g.file.type == .file, g.file.size == size else { return nil }
+            return g.file.blockSize
+        })
+    let t2 = now()
+    let (selection, bytes) = try readSelectionFile(home.home.selectionPath(folderID: "big"))
+    let input = FolderInput(
+        id: "big", path: folder.path, selection: selection, selectionBytes: bytes, stignore: nil, global: global,
+        checkpoints: log.checkpoints.map { ($0.key, $0.value.indexID, $0.value.maxSequence) }, local: tree)
+    let (plan, _) = Reconciler.planFolder(input)
+    let t3 = now()
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys]
+    let json = try encoder.encode(plan)
+    let t4 = now()
+    let counts = Dictionary(grouping: plan.actions, by: \.action).mapValues(\.count)
+    print(
+        String(
+            format: """
+                replay index log: %.2f s (%d paths)
+                rescan (cache): %.2f s (%d hashed, %d reused)
+                reconcile: %.2f s → %d pulls, %d deletes, %d mkdir, %d rmdir, %d conflicts
+                plan JSON: %.2f s (%.1f MiB)
+                total: %.2f s, %.1f MiB peak RSS
+                """, t1 - t0, log.index.pathCount, t2 - t1, stats.hashedFiles, stats.reusedFiles, t3 - t2,
+            counts[.pull] ?? 0, counts[.delete] ?? 0, counts[.mkdir] ?? 0, counts[.rmdir] ?? 0, plan.conflicts.count, t4 - t3,
+            Double(json.count) / 1048576, t4 - t0, ProcStat.peakRSS()))
+}
+
+func readSelectionFile(_ path: String) throws -> (SelectionFile, [UInt8]?) {
+    guard let data = FileManager.default.contents(atPath: path) else { return (SelectionFile(), nil) }
+    return (try SelectionFile.parse(String(decoding: data, as: UTF8.self), file: path), [UInt8](data))
+}
