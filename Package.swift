@@ -61,6 +61,16 @@ let package = Package(
             name: "KaitenReconcile",
             dependencies: ["KaitenProtocol", "KaitenIndex", "KaitenSelection", "KaitenScan", .product(name: "Crypto", package: "swift-crypto")]
         ),
+        // Apply: the puller (verified blocks, temp + fsync + rename), safe deletions, the lock,
+        // stale-plan and safety-brake checks.
+        .target(
+            name: "KaitenApply",
+            dependencies: [
+                "KaitenSync", "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
         .target(
             name: "KaitenConfig",
@@ -106,6 +116,7 @@ let package = Package(
                 "KaitenSelection",
                 "KaitenScan",
                 "KaitenReconcile",
+                "KaitenApply",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -124,12 +135,13 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenSync"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTestSupport"]),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
         .testTarget(
@@ -152,7 +164,7 @@ let package = Package(
             name: "InteropTests",
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
-                "KaitenSelection", "KaitenScan", "KaitenReconcile",
+                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

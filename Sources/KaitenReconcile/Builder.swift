@@ -40,6 +40,18 @@ struct Builder {
         self.selection = selection
     }
 
+    /// Paths the user chose to keep as they are (`kaiten resolve --keep`): while their content is
+    /// what it was then, they are listed as kept, not as conflicts.
+    var kept: [String] = []
+
+    mutating func addConflict(_ conflict: Conflict) {
+        if let hash = input.kept[conflict.path], let mine = input.local[conflict.path], Reconciler.contentHash(of: mine) == hash {
+            kept.append(conflict.path)
+        } else {
+            conflicts.append(conflict)
+        }
+    }
+
     static let extraneousChoices = ["select", "delete-local", "keep"]
     static let shadowedChoices = ["use-global", "delete-local", "keep"]
     static let localEditChoices = ["use-global", "select", "keep"]
@@ -76,7 +88,7 @@ struct Builder {
             if l == nil {
                 mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version))
             } else if l!.kind != .directory {
-                conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
+                addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
             }
             return
         }
@@ -91,7 +103,7 @@ struct Builder {
         }
         if l.kind == .directory {
             if selected {
-                conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local directory where the global index has a \(type)", choices: Self.shadowedChoices))
+                addConflict(Conflict(kind: .shadowed, path: path, reason: "a local directory where the global index has a \(type)", choices: Self.shadowedChoices))
             }
             return
         }
@@ -106,9 +118,9 @@ struct Builder {
                 pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: describe(file.version), peers: peers))
             } else if l.synced != nil {
                 let why = l.synced!.version == file.version ? "edited locally (Kaiten does not send changes)" : "edited locally while it also changed on peers"
-                conflicts.append(Conflict(kind: .localEdit, path: path, reason: why, choices: Self.localEditChoices))
+                addConflict(Conflict(kind: .localEdit, path: path, reason: why, choices: Self.localEditChoices))
             } else {
-                conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, different from the global \(type)", choices: Self.shadowedChoices))
+                addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, different from the global \(type)", choices: Self.shadowedChoices))
             }
             return
         }
@@ -121,12 +133,12 @@ struct Builder {
             if g.holders.count >= input.requirePeers {
                 deletes.append(Action(action: .delete, path: path, size: l.size, reason: "deselected; \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version", type: Self.kindName(l.kind), version: describe(l.synced?.version ?? file.version), peers: peers))
             } else {
-                conflicts.append(Conflict(kind: .lastCopy, path: path, reason: "deselected, but only \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version (--require-peers \(input.requirePeers)): kept", choices: Self.lastCopyChoices))
+                addConflict(Conflict(kind: .lastCopy, path: path, reason: "deselected, but only \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version (--require-peers \(input.requirePeers)): kept", choices: Self.lastCopyChoices))
             }
         } else if l.synced != nil {
-            conflicts.append(Conflict(kind: .localEdit, path: path, reason: "deselected, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
+            addConflict(Conflict(kind: .localEdit, path: path, reason: "deselected, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
         } else {
-            conflicts.append(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, where the global index has a different \(type)", choices: Self.shadowedChoices))
+            addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, where the global index has a different \(type)", choices: Self.shadowedChoices))
         }
     }
 
@@ -142,12 +154,12 @@ struct Builder {
             return
         }
         if synced.contentHash != localHash {
-            conflicts.append(Conflict(kind: .localEdit, path: g.path, reason: "deleted on peers, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
+            addConflict(Conflict(kind: .localEdit, path: g.path, reason: "deleted on peers, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
         } else if selected {
             deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: describe(synced.version)))
         } else {
             // Ignored here and gone everywhere else: this copy may be the last one.
-            conflicts.append(Conflict(kind: .lastCopy, path: g.path, reason: "deselected and deleted on peers: this may be the last copy, kept", choices: Self.lastCopyChoices))
+            addConflict(Conflict(kind: .lastCopy, path: g.path, reason: "deselected and deleted on peers: this may be the last copy, kept", choices: Self.lastCopyChoices))
         }
     }
 
@@ -157,7 +169,7 @@ struct Builder {
             junk.append(l.path)
             return
         }
-        conflicts.append(Conflict(kind: .extraneous, path: l.path, reason: "a local \(Self.kindName(l.kind)) \(reason)", choices: Self.extraneousChoices))
+        addConflict(Conflict(kind: .extraneous, path: l.path, reason: "a local \(Self.kindName(l.kind)) \(reason)", choices: Self.extraneousChoices))
     }
 
     /// mkdir (parents first), pull, delete, rmdir (children first).
@@ -177,7 +189,7 @@ struct Builder {
                         ok = false
                         if blocked.insert(dir).inserted {
                             // Not yet reported (the global index may not list the directory).
-                            conflicts.append(Conflict(kind: .shadowed, path: dir, reason: "a local \(Self.kindName(existing.kind)) where selected files need a directory", choices: Self.shadowedChoices))
+                            addConflict(Conflict(kind: .shadowed, path: dir, reason: "a local \(Self.kindName(existing.kind)) where selected files need a directory", choices: Self.shadowedChoices))
                         }
                     }
                     break

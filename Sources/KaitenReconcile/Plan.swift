@@ -13,6 +13,8 @@ public struct Plan: Codable, Sendable, Equatable {
     public var planID: String
     public var createdAt: String
     public var deviceID: String
+    /// The `--require-peers` the plan was made with; apply re-checks deletions against it.
+    public var requirePeers: Int?
     public var baseline: Baseline
     public var folders: [FolderPlan]
     public var summary: Summary
@@ -30,7 +32,7 @@ public struct Plan: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case formatVersion = "format_version", lineage, planID = "plan_id", createdAt = "created_at"
-        case deviceID = "device_id", baseline, folders, summary
+        case deviceID = "device_id", requirePeers = "require_peers", baseline, folders, summary
     }
 
     /// What must not have moved between planning and applying.
@@ -130,15 +132,18 @@ public struct FolderPlan: Codable, Sendable, Equatable {
     /// Local files with junk names (`.DS_Store`, `Thumbs.db`, …) or matching a `(?d)` line:
     /// reported, not conflicts.
     public var junk: [String]
+    /// Conflicts the user settled with `kaiten resolve --keep`, while their content is unchanged.
+    public var kept: [String]
     public var warnings: [String]
 
-    public init(id: String, path: String, stignore: StIgnoreChange, actions: [Action] = [], conflicts: [Conflict] = [], junk: [String] = [], warnings: [String] = []) {
+    public init(id: String, path: String, stignore: StIgnoreChange, actions: [Action] = [], conflicts: [Conflict] = [], junk: [String] = [], kept: [String] = [], warnings: [String] = []) {
         self.id = id
         self.path = path
         self.stignore = stignore
         self.actions = actions
         self.conflicts = conflicts
         self.junk = junk
+        self.kept = kept
         self.warnings = warnings
     }
 

@@ -21,6 +21,8 @@ public struct FolderInput: Sendable {
     public var local: LocalTree
     /// Deselected files are deleted only when at least this many peers hold the global version.
     public var requirePeers: Int
+    /// Paths kept as they are by the user's choice, with the content they had then.
+    public var kept: [String: ContentHash] = [:]
 
     public init(
         id: String, path: String, selection: SelectionFile, selectionBytes: [UInt8]?, stignore: String?, global: GlobalIndex,
@@ -87,7 +89,7 @@ public enum Reconciler {
             stignore: .init(changed: managed && input.stignore != content, content: managed ? content : input.stignore ?? "", managed: managed),
             actions: managed ? builder.orderedActions() : [],
             conflicts: builder.conflicts.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) },
-            junk: builder.junk.sorted(), warnings: warnings + builder.warnings.sorted())
+            junk: builder.junk.sorted(), kept: builder.kept.sorted(), warnings: warnings + builder.warnings.sorted())
         if !managed { plan.stignore.changed = false }
         let baseline = Plan.FolderBaseline(
             id: input.id,
@@ -132,12 +134,12 @@ public enum Reconciler {
         return entry.type == .file ? entry.contentHash : nil
     }
 
-    static func symlinkHash(_ target: String) -> ContentHash {
+    public static func symlinkHash(_ target: String) -> ContentHash {
         ContentHash(SHA256.hash(data: Array(("symlink\0" + target).utf8)))
     }
 
     /// A digest of the local state of every path the plan acts on or reports.
-    static func localDigest(_ plan: FolderPlan, _ local: LocalTree) -> String {
+    public static func localDigest(_ plan: FolderPlan, _ local: LocalTree) -> String {
         var paths = Set(plan.actions.map(\.path))
         paths.formUnion(plan.conflicts.map(\.path))
         var hasher = SHA256()
@@ -153,7 +155,7 @@ public enum Reconciler {
         return hasher.finalize().map { String(format: "%02x", $0) }.joined()
     }
 
-    static func sha256Hex(_ bytes: [UInt8]) -> String {
+    public static func sha256Hex(_ bytes: [UInt8]) -> String {
         ContentHash(SHA256.hash(data: bytes)).hex
     }
 }

@@ -33,6 +33,9 @@ public struct FolderScanner: Sendable {
         public var hashedFiles = 0
         public var hashedBytes: Int64 = 0
         public var reusedFiles = 0
+        /// syncthing-style temp files found (`.syncthing.*.tmp`, `~syncthing~*`): leftovers of
+        /// an interrupted pull, never part of the tree.
+        public var temporaries: [String] = []
         public init() {}
     }
 
@@ -88,7 +91,10 @@ public struct FolderScanner: Sendable {
                 }
                 if name == "." || name == ".." { continue }
                 if relative.isEmpty && Self.internalRootNames.contains(name) { continue }
-                if Self.isTemporary(name) { continue }
+                if Self.isTemporary(name) {
+                    statistics.temporaries.append(relative.isEmpty ? name : relative + "/" + name)
+                    continue
+                }
                 if !name.utf8.allSatisfy({ $0 < 0x80 }) && name != name.precomposedStringWithCanonicalMapping {
                     warn("\(absolute)/\(name): skipped: the name is not in Unicode NFC, as syncthing requires")
                     continue

@@ -5,6 +5,19 @@ import KaitenPeer
 import KaitenProtocol
 import Logging
 
+/// Connections to peers left open after an index sync, for block requests.
+public final class PeerSession: Sendable {
+    public let connections: [DeviceID: PeerConnection]
+
+    init(connections: [DeviceID: PeerConnection]) {
+        self.connections = connections
+    }
+
+    public func close(reason: String = "done") async {
+        for connection in connections.values { await connection.close(reason: reason) }
+    }
+}
+
 /// `kaiten index sync`: connect to every peer sharing the folders, receive what is new, append
 /// it to each folder's log, disconnect.
 public enum IndexSync {
@@ -36,6 +49,23 @@ public enum IndexSync {
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), warn: (String) -> Void = { _ in }
     ) async throws -> [Report] {
+        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: false, warn: warn).reports
+    }
+
+    /// Syncs the given folders and keeps each peer's connection open (for pulling blocks).
+    /// Close the session when done.
+    public static func runKeepingConnections(
+        home: KaitenHome, folders requested: [String], timeout: Double = 120,
+        logger: Logger = Logger(label: "kaiten.sync"), warn: (String) -> Void = { _ in }
+    ) async throws -> (reports: [Report], session: PeerSession) {
+        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, warn: warn)
+    }
+
+    static func run(
+        home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
+        warn: (String) -> Void
+    ) async throws -> (reports: [Report], session: PeerSession) {
+        var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
         for id in requested where !configured.contains(where: { $0.id == id }) {
             throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
@@ -82,7 +112,11 @@ public enum IndexSync {
                         perFolder[folder]?.filesReceived += files.count
                         if isFull { perFolder[folder]?.fullIndex = true }
                     })
-                await connection.close(reason: "index sync done")
+                if keepOpen {
+                    kept[device.id] = connection
+                } else {
+                    await connection.close(reason: "index sync done")
+                }
                 for folder in shared {
                     if receiver.notSharedByPeer.contains(folder.id) {
                         perFolder[folder.id]?.problem = "the peer does not share this folder with this device"
@@ -104,7 +138,8 @@ public enum IndexSync {
             reports += shared.compactMap { perFolder[$0.id] }
         }
         for (_, log) in logs where log.shouldCompact { try log.compact() }
-        return reports
+        for (_, log) in logs { log.close() }
+        return (reports, PeerSession(connections: kept))
     }
 
     static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger) async throws

@@ -43,9 +43,10 @@ public enum Planner {
             try ScanCache.save(tree, path: cachePath)
         }
         let checkpoints = log.checkpoints.map { (device: $0.key, indexID: $0.value.indexID, sequence: $0.value.maxSequence) }
-        let input = FolderInput(
+        var input = FolderInput(
             id: folder.id, path: folder.path, selection: selection, selectionBytes: selectionBytes, stignore: stignore,
             global: global, checkpoints: checkpoints, local: tree, requirePeers: requirePeers)
+        input.kept = KeptFiles.load(home.home, folderID: folder.id)
         return FolderState(input: input, log: log, scanStatistics: statistics)
     }
 
@@ -73,14 +74,15 @@ public enum Planner {
         }
         let configBytes = FileManager.default.contents(atPath: home.home.configPath).map { [UInt8]($0) } ?? []
         let formatter = ISO8601DateFormatter()
-        let plan = Reconciler.plan(
+        var plan = Reconciler.plan(
             states.map(\.input), lineage: try lineage(home.home), planID: UUID().uuidString.lowercased(),
             createdAt: formatter.string(from: Date()), deviceID: home.identity.deviceID.description, configBytes: configBytes)
+        plan.requirePeers = requirePeers
         return (plan, states)
     }
 
     /// The home's lineage, made on first use.
-    static func lineage(_ home: Home) throws -> String {
+    public static func lineage(_ home: Home) throws -> String {
         if let data = FileManager.default.contents(atPath: home.lineagePath),
             let text = String(data: data, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty
         {
@@ -97,5 +99,39 @@ public enum Planner {
             guard let old = b.entries[path], old.modifiedNs == file.modifiedNs, old.inode == file.inode, old.size == file.size else { return false }
         }
         return true
+    }
+}
+
+/// `state/kept/<folder>.txt`: paths the user chose to keep as they are (`kaiten resolve --keep`),
+/// one per line as `SHA256-HEX PATH`.
+public enum KeptFiles {
+    static func path(_ home: Home, folderID: String) -> String {
+        (home.stateDirectory as NSString).appendingPathComponent("kept/\(folderID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? folderID).txt")
+    }
+
+    public static func load(_ home: Home, folderID: String) -> [String: ContentHash] {
+        guard let text = try? String(contentsOfFile: path(home, folderID: folderID), encoding: .utf8) else { return [:] }
+        var kept: [String: ContentHash] = [:]
+        for line in text.split(separator: "\n") {
+            guard let space = line.firstIndex(of: " ") else { continue }
+            let hex = line[..<space]
+            var bytes: [UInt8] = []
+            var index = hex.startIndex
+            while index < hex.endIndex, let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex), let byte = UInt8(hex[index..<next], radix: 16) {
+                bytes.append(byte)
+                index = next
+            }
+            if let hash = ContentHash(bytes: bytes) { kept[String(line[line.index(after: space)...])] = hash }
+        }
+        return kept
+    }
+
+    public static func add(_ home: Home, folderID: String, path entry: String, hash: ContentHash) throws {
+        var kept = load(home, folderID: folderID)
+        kept[entry] = hash
+        let file = path(home, folderID: folderID)
+        try FileManager.default.createDirectory(atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let text = kept.keys.sorted().map { "\(kept[$0]!.hex) \($0)\n" }.joined()
+        try AtomicFile.write(Array(text.utf8), to: file)
     }
 }

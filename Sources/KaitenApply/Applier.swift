@@ -1,0 +1,393 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+import KaitenReconcile
+import KaitenScan
+import KaitenSync
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What happens while a plan is applied, for the terminal, the log or `--json`.
+public enum ApplyEvent: Sendable {
+    case start(actions: Int, pullBytes: Int64)
+    case progress(filesDone: Int, filesTotal: Int, bytesDone: Int64, bytesTotal: Int64, current: String)
+    case done(folder: String, action: Action, note: String?)
+    case failed(folder: String, action: Action, reason: String)
+    case removedTemporary(folder: String, path: String)
+}
+
+/// The outcome of an apply.
+public struct ApplyReport: Sendable {
+    public init(conflicts: Int = 0) { self.conflicts = conflicts }
+    public var done = 0
+    public var failed: [(folder: String, path: String, reason: String)] = []
+    public var pulledBytes: Int64 = 0
+    public var freedBytes: Int64 = 0
+    public var conflicts = 0
+    public var blocksCopiedLocally = 0
+    public var blocksFetched = 0
+    public var blocksRejected = 0
+}
+
+/// `--max-delete`: a count, or a share of a folder's local files.
+public enum DeleteLimit: Sendable, Equatable, CustomStringConvertible {
+    case count(Int)
+    case percent(Double)
+
+    public init?(_ text: String) {
+        if text.hasSuffix("%"), let value = Double(text.dropLast()), value >= 0 {
+            self = .percent(value)
+        } else if let value = Int(text), value >= 0 {
+            self = .count(value)
+        } else {
+            return nil
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .count(let n): return "\(n)"
+        case .percent(let p): return "\(p == p.rounded() ? String(Int(p)) : String(p))%"
+        }
+    }
+
+    func allows(_ deletions: Int, of localFiles: Int) -> Bool {
+        switch self {
+        case .count(let n): return deletions <= n
+        case .percent(let p): return Double(deletions) <= Double(localFiles) * p / 100
+        }
+    }
+}
+
+/// Applies plans: the lock, the stale check, the safety brakes, then `.stignore`, mkdir, pulls,
+/// deletions (each re-checked as it runs), rmdir, and the record of what was applied.
+public enum Applier {
+    /// A plan made fresh (after an index sync whose connections stay open for the pulls).
+    public struct Prepared {
+        public var plan: Plan
+        public var states: [Planner.FolderState]
+        public var session: PeerSession
+        public var warnings: [String]
+    }
+
+    /// Holds `state/apply.lock` for the life of the value: one apply per home at a time.
+    public final class Lock {
+        let fd: Int32
+        init(fd: Int32) { self.fd = fd }
+        deinit { close(fd) }
+    }
+
+    public static func lock(_ home: Home) throws(ApplyError) -> Lock {
+        try? FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
+        let path = (home.stateDirectory as NSString).appendingPathComponent("apply.lock")
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ApplyError(.io, path: path, "cannot open the lock: \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let n = pread(fd, &buffer, 32, 0)
+            let pid = n > 0 ? String(decoding: buffer[..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : "?"
+            close(fd)
+            throw ApplyError(.locked, path: path, "another kaiten apply (pid \(pid)) is running on this home; try again when it has finished")
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        ftruncate(fd, 0)
+        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        return Lock(fd: fd)
+    }
+
+    /// Refreshes the index (keeping connections), scans, and plans.
+    public static func prepare(
+        home: KaitenHome, folders: [String], requirePeers: Int, timeout: Double, logger: Logger, warn: (String) -> Void
+    ) async throws -> Prepared {
+        let (reports, session) = try await IndexSync.runKeepingConnections(
+            home: home, folders: folders, timeout: timeout, logger: logger, warn: warn)
+        var warnings: [String] = []
+        for r in reports where !r.ok {
+            let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name
+            warnings.append("\(r.folder): could not refresh the index from \(who): \(r.problem ?? "unknown error")")
+        }
+        do {
+            let (plan, states) = try Planner.plan(home: home, folders: folders, requirePeers: requirePeers, warn: warn)
+            return Prepared(plan: plan, states: states, session: session, warnings: warnings)
+        } catch {
+            await session.close(reason: "apply failed")
+            throw error
+        }
+    }
+
+    /// The plan IDs already applied in this home.
+    static func appliedPath(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("applied-plans") }
+
+    public static func markApplied(_ plan: Plan, home: Home) {
+        let line = "\(plan.planID) \(ISO8601DateFormatter().string(from: Date()))\n"
+        if let handle = FileHandle(forWritingAtPath: appliedPath(home)) {
+            handle.seekToEndOfFile()
+            handle.write(Data(line.utf8))
+            try? handle.synchronize()
+            try? handle.close()
+        } else {
+            FileManager.default.createFile(atPath: appliedPath(home), contents: Data(line.utf8), attributes: [.posixPermissions: 0o600])
+        }
+    }
+
+    /// Refuses a saved plan whose baseline moved: what it says is no longer what applying it would do.
+    public static func checkStale(_ saved: Plan, against fresh: Prepared, home: Home) throws(ApplyError) {
+        var moved: [String] = []
+        if let lineage = try? Planner.lineage(home), lineage != saved.lineage {
+            moved.append("the plan was made by another Kaiten home (lineage \(saved.lineage), this home is \(lineage))")
+        }
+        if let applied = try? String(contentsOfFile: appliedPath(home), encoding: .utf8),
+            let line = applied.split(separator: "\n").first(where: { $0.hasPrefix(saved.planID + " ") })
+        {
+            moved.append("the plan was already applied (\(line.split(separator: " ").last ?? ""))")
+        }
+        if saved.deviceID != fresh.plan.deviceID { moved.append("the plan was made for device \(saved.deviceID.prefix(7))") }
+        if saved.baseline.configSHA256 != fresh.plan.baseline.configSHA256 { moved.append("config.xml changed") }
+        for old in saved.baseline.folders {
+            guard let new = fresh.plan.baseline.folders.first(where: { $0.id == old.id }),
+                let state = fresh.states.first(where: { $0.input.id == old.id }),
+                let folderPlan = saved.folders.first(where: { $0.id == old.id })
+            else {
+                moved.append("folder \(old.id) is no longer planned")
+                continue
+            }
+            let newPeers = Dictionary(new.peers.map { ($0.device, $0) }, uniquingKeysWith: { a, _ in a })
+            for peer in old.peers {
+                guard let now = newPeers[peer.device] else {
+                    moved.append("\(old.id): the index of peer \(peer.device.prefix(7)) is gone")
+                    continue
+                }
+                if now.indexID != peer.indexID {
+                    moved.append("\(old.id): peer \(peer.device.prefix(7)) reset its index")
+                } else if now.sequence != peer.sequence {
+                    moved.append("\(old.id): peer \(peer.device.prefix(7))'s index moved (sequence \(peer.sequence) → \(now.sequence))")
+                }
+            }
+            for peer in new.peers where !old.peers.contains(where: { $0.device == peer.device }) {
+                moved.append("\(old.id): peer \(peer.device.prefix(7))'s index is new")
+            }
+            if old.selectionSHA256 != new.selectionSHA256 { moved.append("\(old.id): the selection file changed") }
+            if old.stignoreSHA256 != new.stignoreSHA256 { moved.append("\(old.id): .stignore changed") }
+            if Reconciler.localDigest(folderPlan, state.input.local) != old.localDigest {
+                moved.append("\(old.id): local files the plan touches changed")
+            }
+        }
+        guard moved.isEmpty else {
+            throw ApplyError(.stale, path: "", "the saved plan is stale: " + moved.joined(separator: "; ") + ". Make a new plan.")
+        }
+    }
+
+    /// `--max-delete` and the folder marker: refuses the whole apply before anything changes.
+    public static func checkBrakes(_ plan: Plan, states: [Planner.FolderState], maxDelete: DeleteLimit) throws(ApplyError) {
+        for folder in plan.folders {
+            let deletions = folder.actions.filter { $0.action == .delete }.count
+            guard deletions > 0 else { continue }
+            let localFiles = states.first { $0.input.id == folder.id }?.input.local.entries.values.filter { $0.kind != .directory }.count ?? 0
+            if !maxDelete.allows(deletions, of: localFiles) {
+                throw ApplyError(
+                    .brake, path: "",
+                    "\(folder.id): refusing to delete \(deletions) of \(localFiles) local files (--max-delete \(maxDelete)); "
+                        + "nothing was changed. If that is intended, pass --max-delete \(deletions) or a higher share.")
+            }
+        }
+    }
+
+    /// Runs the plan's actions in order. Every failure is reported and the rest continues.
+    public static func execute(
+        _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, events: (ApplyEvent) -> Void
+    ) async -> ApplyReport {
+        var report = ApplyReport()
+        let pulls = plan.folders.flatMap { $0.actions.filter { $0.action == .pull } }
+        let totalBytes = pulls.reduce(Int64(0)) { $0 + $1.size }
+        events(.start(actions: plan.folders.reduce(0) { $0 + $1.actions.count }, pullBytes: totalBytes))
+        var filesDone = 0
+        var bytesDone: Int64 = 0
+        for folderPlan in plan.folders {
+            guard let state = prepared.states.first(where: { $0.input.id == folderPlan.id }),
+                let config = home.config.folders.first(where: { $0.id == folderPlan.id })
+            else { continue }
+            report.conflicts += folderPlan.conflicts.count
+            var tree = state.input.local
+            let root = config.path
+            let log = state.log
+            let planned = state.input.local
+            // A pull or deletion only goes ahead while the path is what the plan saw.
+            let check: FilePuller.LocalCheck = { name throws(ApplyError) in
+                try Self.checkUnchanged(root: root, name: name, planned: planned[name])
+            }
+            for temp in state.scanStatistics.temporaries {
+                if unlink(root + "/" + temp) == 0 { events(.removedTemporary(folder: folderPlan.id, path: temp)) }
+            }
+            if folderPlan.stignore.changed {
+                let action = Action(action: .mkdir, path: ".stignore", reason: "write .stignore", type: "file")
+                do {
+                    try AtomicFile.write(Array(folderPlan.stignore.content.utf8), to: root + "/.stignore")
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } catch {
+                    // Without the allowlist in place nothing may be deleted: stop this folder.
+                    report.failed.append((folderPlan.id, ".stignore", "\(error)"))
+                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
+                    continue
+                }
+            }
+            let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: tree)
+            let puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source)
+
+            for action in folderPlan.actions where action.action == .mkdir {
+                do {
+                    try SafePath.validate(action.path)
+                    try SafePath.prepareParents(root: root, name: action.path + "/x")
+                    tree[action.path] = LocalFile(path: action.path, kind: .directory)
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } catch {
+                    report.failed.append((folderPlan.id, action.path, "\(error)"))
+                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
+                }
+            }
+
+            // Pulls, several files at once (one request per small file would wait a round trip each).
+            let pullActions = folderPlan.actions.filter { $0.action == .pull }
+            await withTaskGroup(of: (Action, Result<LocalFile, ApplyError>).self) { group in
+                var next = 0
+                func launch() {
+                    let action = pullActions[next]
+                    next += 1
+                    guard let global = log.index.global(action.path), !global.file.isDeleted, !global.holders.isEmpty else {
+                        group.addTask { (action, .failure(ApplyError(.changedGlobally, path: action.path, "no longer available from any peer"))) }
+                        return
+                    }
+                    var blocks: [BEPBlockInfo] = []
+                    if global.file.type == .file {
+                        do {
+                            blocks = try log.blocks(of: global.file)
+                        } catch {
+                            group.addTask { (action, .failure(ApplyError(.io, path: action.path, "\(error)"))) }
+                            return
+                        }
+                    }
+                    let entry = global.file
+                    let holders = global.holders
+                    group.addTask {
+                        do {
+                            var file = try await puller.pull(entry, blocks: blocks, holders: holders, check: check)
+                            if file.kind == .symlink {
+                                file.synced = SyncedVersion(version: entry.version, contentHash: Reconciler.symlinkHash(entry.symlinkTarget))
+                            }
+                            return (action, .success(file))
+                        } catch let error as ApplyError {
+                            return (action, .failure(error))
+                        } catch {
+                            return (action, .failure(ApplyError(.io, path: action.path, "\(error)")))
+                        }
+                    }
+                }
+                while next < pullActions.count && next < 16 { launch() }
+                while let (action, result) = await group.next() {
+                    filesDone += 1
+                    switch result {
+                    case .success(let file):
+                        tree[file.path] = file
+                        bytesDone += action.size
+                        report.pulledBytes += action.size
+                        report.done += 1
+                        events(.done(folder: folderPlan.id, action: action, note: nil))
+                    case .failure(let error):
+                        report.failed.append((folderPlan.id, action.path, error.hint))
+                        events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
+                    }
+                    events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesDone, bytesTotal: totalBytes, current: action.path))
+                    if next < pullActions.count { launch() }
+                }
+            }
+            let stats = source.statistics
+            report.blocksCopiedLocally += stats.copied
+            report.blocksFetched += stats.fetched
+            report.blocksRejected += stats.rejected
+
+            for action in folderPlan.actions where action.action == .delete {
+                do {
+                    try SafePath.validate(action.path)
+                    try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
+                    let global = log.index.global(action.path)
+                    if action.reason == "deleted on peers" {
+                        guard global?.file.isDeleted ?? true else {
+                            throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
+                        }
+                    } else {
+                        let holders = global.map { $0.file.isDeleted ? 0 : $0.holders.count } ?? 0
+                        guard holders >= requirePeers else {
+                            throw ApplyError(.changedGlobally, path: action.path, "only \(holders) peer(s) hold it now (--require-peers \(requirePeers)); kept")
+                        }
+                    }
+                    try SafePath.prepareParentsExisting(root: root, name: action.path)
+                    guard unlink(root + "/" + action.path) == 0 || errno == ENOENT else {
+                        throw ApplyError(.io, path: action.path, "cannot delete: \(String(cString: strerror(errno)))")
+                    }
+                    SafePath.syncDirectory((root + "/" + action.path as NSString).deletingLastPathComponent)
+                    tree[action.path] = nil
+                    report.freedBytes += action.size
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } catch let error as ApplyError {
+                    report.failed.append((folderPlan.id, action.path, error.hint))
+                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
+                } catch {
+                    report.failed.append((folderPlan.id, action.path, "\(error)"))
+                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
+                }
+            }
+            for action in folderPlan.actions where action.action == .rmdir {
+                var info = stat()
+                let full = root + "/" + action.path
+                guard (try? SafePath.validate(action.path)) != nil, lstat(full, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: "already gone"))
+                    continue
+                }
+                if rmdir(full) == 0 {
+                    SafePath.syncDirectory((full as NSString).deletingLastPathComponent)
+                    tree[action.path] = nil
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } else {
+                    events(.done(folder: folderPlan.id, action: action, note: "kept: not empty"))
+                }
+                report.done += 1
+            }
+            try? ScanCache.save(tree, path: home.home.scanCachePath(folderID: folderPlan.id))
+        }
+        return report
+    }
+
+    /// The path is still what the plan saw: absent if it was absent, else the same kind, size,
+    /// mtime and inode (or, failing that, the same content).
+    static func checkUnchanged(root: String, name: String, planned: LocalFile?) throws(ApplyError) {
+        var info = stat()
+        let exists = lstat(root + "/" + name, &info) == 0
+        guard let planned else {
+            if exists { throw ApplyError(.changedLocally, path: name, "appeared locally since the plan; left untouched") }
+            return
+        }
+        guard exists else { return }
+        let kind: LocalFile.Kind = info.st_mode & S_IFMT == S_IFDIR ? .directory : info.st_mode & S_IFMT == S_IFLNK ? .symlink : .file
+        let modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        if kind == planned.kind && Int64(info.st_size) == planned.size && modified == planned.modifiedNs && UInt64(info.st_ino) == planned.inode {
+            return
+        }
+        if kind == .file && planned.kind == .file && planned.blockSize > 0 {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64)
+            defer { buffer.deallocate() }
+            if let (_, hash) = try? FolderScanner.hashFile(root + "/" + name, blockSize: Int(planned.blockSize), buffer: buffer),
+                hash == planned.contentHash
+            {
+                return
+            }
+        }
+        throw ApplyError(.changedLocally, path: name, "changed locally since the plan; left untouched")
+    }
+}

@@ -1,0 +1,26 @@
+/// Why an action (or a whole apply) failed.
+public struct ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        case unsafePath
+        case io
+        case noPeer
+        case peerFailed
+        case changedLocally
+        case changedGlobally
+        case stale
+        case brake
+        case locked
+    }
+
+    public let code: Code
+    public let path: String
+    public let hint: String
+
+    public init(_ code: Code, path: String, _ hint: String) {
+        self.code = code
+        self.path = path
+        self.hint = hint
+    }
+
+    public var description: String { path.isEmpty ? hint : "\(path): \(hint)" }
+}

@@ -1,0 +1,82 @@
+import Crypto
+import Foundation
+import KaitenPeer
+import KaitenProtocol
+import KaitenScan
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where a block comes from: a local file that already holds it (the scan cache is a block
+/// index), else the peers holding the global version, spread over them. Every block is
+/// SHA-256-verified whichever way it came; bad data is dropped and the block tried elsewhere.
+final class BlockSource: Sendable {
+    let folderID: String
+    let root: String
+    let connections: [DeviceID: PeerConnection]
+    /// Each block hash once, with one local file and offset that hold it.
+    let local: [ContentHash: (path: String, offset: Int64, size: Int32)]
+    private let turn = Mutex(0)
+    private let counters = Mutex((copied: 0, fetched: 0, rejected: 0))
+
+    init(folderID: String, root: String, connections: [DeviceID: PeerConnection], tree: LocalTree) {
+        self.folderID = folderID
+        self.root = root
+        self.connections = connections
+        var index: [ContentHash: (String, Int64, Int32)] = [:]
+        for file in tree.entries.values where file.kind == .file {
+            var offset: Int64 = 0
+            for block in file.blocks {
+                if block.size > 0 && index[block.hash] == nil { index[block.hash] = (file.path, offset, block.size) }
+                offset += Int64(block.size)
+            }
+        }
+        local = index
+    }
+
+    var statistics: (copied: Int, fetched: Int, rejected: Int) { counters.withLock { $0 } }
+
+    /// The verified bytes of one block of `file`.
+    func block(_ block: BEPBlockInfo, of file: BEPFileInfo, holders: [DeviceID]) async throws(ApplyError) -> Data {
+        if block.size == 0 { return Data() }
+        if let hash = ContentHash(data: block.hash), let source = local[hash], source.size == block.size,
+            let data = readLocal(source.path, offset: source.offset, size: Int(block.size)),
+            ContentHash(SHA256.hash(data: data)) == hash
+        {
+            counters.withLock { $0.copied += 1 }
+            return data
+        }
+        let candidates = holders.filter { connections[$0] != nil }
+        guard !candidates.isEmpty else {
+            throw ApplyError(.noPeer, path: file.name, "no connected peer holds the global version")
+        }
+        let start = turn.withLock { value -> Int in
+            defer { value &+= 1 }
+            return value
+        }
+        var problems: [String] = []
+        for i in 0..<candidates.count {
+            let peer = candidates[(start + i) % candidates.count]
+            do {
+                let data = try await connections[peer]!.fetchBlock(folder: folderID, file: file, block: block)
+                counters.withLock { $0.fetched += 1 }
+                return data
+            } catch {
+                counters.withLock { $0.rejected += 1 }
+                problems.append("\((error as? PeerError)?.description ?? "\(error)")")
+            }
+        }
+        throw ApplyError(.peerFailed, path: file.name, "no peer delivered the block at offset \(block.offset): " + problems.joined(separator: "; "))
+    }
+
+    private func readLocal(_ path: String, offset: Int64, size: Int) -> Data? {
+        let fd = open(root + "/" + path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var data = Data(count: size)
+        let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, size, off_t(offset)) }
+        return n == size ? data : nil
+    }
+}

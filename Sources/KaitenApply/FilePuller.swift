@@ -1,0 +1,143 @@
+import Foundation
+import KaitenIndex
+import KaitenProtocol
+import KaitenScan
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes the global version of one entry into the folder: a temp file beside the target,
+/// every block verified, fsynced, permissions and mtime set, renamed into place, the directory
+/// fsynced. Nothing is ever left under the real name but a complete global version.
+struct FilePuller: Sendable {
+    let root: String
+    let ignorePermissions: Bool
+    let source: BlockSource
+    /// Blocks requested at once per file.
+    var window = 32
+
+    /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
+    /// the pull stops and the local file is left alone.
+    typealias LocalCheck = @Sendable (String) throws(ApplyError) -> Void
+
+    /// Pulls `entry` (the global version, with its block list) and returns the new local record.
+    func pull(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: LocalCheck) async throws(ApplyError) -> LocalFile {
+        let name = entry.name
+        try SafePath.validate(name)
+        try SafePath.prepareParents(root: root, name: name)
+        let target = root + "/" + name
+        switch entry.type {
+        case .directory:
+            var info = stat()
+            if lstat(target, &info) == 0 {
+                guard info.st_mode & S_IFMT == S_IFDIR else {
+                    throw ApplyError(.changedLocally, path: name, "something other than a directory is in the way")
+                }
+            } else {
+                guard mkdir(target, entry.noPermissions || ignorePermissions ? 0o755 : mode_t(entry.permissions & 0o777)) == 0 || errno == EEXIST else {
+                    throw ApplyError(.io, path: name, "cannot create the directory: \(String(cString: strerror(errno)))")
+                }
+                SafePath.syncDirectory((target as NSString).deletingLastPathComponent)
+            }
+            return LocalFile(path: name, kind: .directory)
+        case .symlink, .symlinkFile, .symlinkDirectory:
+            let temp = root + "/" + SafePath.temporaryName(for: name)
+            unlink(temp)
+            guard symlink(entry.symlinkTarget, temp) == 0 else {
+                throw ApplyError(.io, path: name, "cannot create the symlink: \(String(cString: strerror(errno)))")
+            }
+            try finish(temp: temp, target: target, name: name, check: check)
+            return LocalFile(path: name, kind: .symlink, symlinkTarget: entry.symlinkTarget)
+        default:
+            return try await pullFile(entry, blocks: blocks, holders: holders, check: check)
+        }
+    }
+
+    private func pullFile(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: LocalCheck) async throws(ApplyError) -> LocalFile {
+        let name = entry.name
+        let target = root + "/" + name
+        let temp = root + "/" + SafePath.temporaryName(for: name)
+        // A temp file left by a crashed run is simply rewritten.
+        let fd = open(temp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ApplyError(.io, path: name, "cannot create \(temp): \(String(cString: strerror(errno)))") }
+        var ok = false
+        defer {
+            if !ok {
+                close(fd)
+                unlink(temp)
+            }
+        }
+        guard ftruncate(fd, off_t(entry.size)) == 0 else {
+            throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
+        }
+        var requestFile = BEPFileInfo()
+        requestFile.name = name
+        requestFile.size = entry.size
+        requestFile.blockSize = entry.blockSize
+        let request = requestFile
+        let source = self.source
+        let window = self.window
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                var next = 0
+                func launch() {
+                    let block = blocks[next]
+                    next += 1
+                    group.addTask {
+                        let data = try await source.block(block, of: request, holders: holders)
+                        let written = data.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(block.offset)) }
+                        guard written == data.count else {
+                            throw ApplyError(.io, path: name, "cannot write: \(String(cString: strerror(errno)))")
+                        }
+                    }
+                }
+                while next < blocks.count && next < window { launch() }
+                while try await group.next() != nil {
+                    if next < blocks.count { launch() }
+                }
+            }
+        } catch let error as ApplyError {
+            throw error
+        } catch {
+            throw ApplyError(.peerFailed, path: name, "\(error)")
+        }
+        guard fsync(fd) == 0 else { throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(errno)))") }
+        let mode: mode_t = entry.noPermissions || ignorePermissions ? 0o644 : mode_t(entry.permissions & 0o777)
+        fchmod(fd, mode)
+        var times = [
+            timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime alone
+            timespec(tv_sec: Int(entry.modifiedS), tv_nsec: Int(entry.modifiedNs)),
+        ]
+        futimens(fd, &times)
+        var info = stat()
+        fstat(fd, &info)
+        close(fd)
+        ok = true
+        do {
+            try finish(temp: temp, target: target, name: name, check: check)
+        } catch {
+            unlink(temp)
+            throw error
+        }
+        var offset: Int64 = 0
+        let localBlocks = blocks.map { block -> LocalBlock in
+            defer { offset += Int64(block.size) }
+            return LocalBlock(hash: ContentHash(data: block.hash) ?? .zero, weakHash: block.weakHash, size: block.size)
+        }
+        return LocalFile(
+            path: name, kind: .file, size: entry.size,
+            modifiedNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec), inode: UInt64(info.st_ino),
+            permissions: UInt32(info.st_mode & 0o7777), contentHash: entry.contentHash, blockSize: entry.blockSize,
+            blocks: localBlocks, synced: SyncedVersion(version: entry.version, contentHash: entry.contentHash))
+    }
+
+    /// The last look before the rename, then the rename and the directory fsync.
+    private func finish(temp: String, target: String, name: String, check: LocalCheck) throws(ApplyError) {
+        try check(name)
+        guard rename(temp, target) == 0 else {
+            throw ApplyError(.io, path: name, "cannot rename into place: \(String(cString: strerror(errno)))")
+        }
+        SafePath.syncDirectory((target as NSString).deletingLastPathComponent)
+    }
+}

@@ -1,0 +1,111 @@
+import Crypto
+import Foundation
+import KaitenProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Name checks made before any file-system call, so nothing is ever written outside a folder
+/// and no symlink is ever followed (bep-brief §6).
+public enum SafePath {
+    /// A folder-relative name as BEP allows it: NFC, `/`-separated, clean, not internal.
+    public static func validate(_ name: String) throws(ApplyError) {
+        guard !name.isEmpty, name != ".", name != "..", !name.hasPrefix("/"), !name.hasSuffix("/"),
+            name.utf8.firstIndex(of: 0) == nil
+        else { throw ApplyError(.unsafePath, path: name, "not a clean folder-relative name") }
+        for component in name.split(separator: "/", omittingEmptySubsequences: false) {
+            guard !component.isEmpty, component != ".", component != ".." else {
+                throw ApplyError(.unsafePath, path: name, "not a clean folder-relative name")
+            }
+        }
+        guard name == name.precomposedStringWithCanonicalMapping else {
+            throw ApplyError(.unsafePath, path: name, "not in Unicode NFC")
+        }
+        let first = name.split(separator: "/").first.map(String.init) ?? name
+        guard ![".stfolder", ".stignore", ".stversions"].contains(first) else {
+            throw ApplyError(.unsafePath, path: name, "a name syncthing reserves")
+        }
+        let base = (name as NSString).lastPathComponent
+        guard !(base.hasPrefix(".syncthing.") && base.hasSuffix(".tmp")), !base.hasPrefix("~syncthing~") else {
+            throw ApplyError(.unsafePath, path: name, "a temporary-file name")
+        }
+    }
+
+    /// Makes sure every parent of `name` below `root` is a real directory (creating missing ones
+    /// with mode 0755), never a symlink.
+    public static func prepareParents(root: String, name: String) throws(ApplyError) {
+        var current = root
+        let parts = name.split(separator: "/").dropLast()
+        for part in parts {
+            current += "/" + part
+            var info = stat()
+            if lstat(current, &info) == 0 {
+                guard info.st_mode & S_IFMT == S_IFDIR else {
+                    throw ApplyError(
+                        .unsafePath, path: name,
+                        "\(current) is \(info.st_mode & S_IFMT == S_IFLNK ? "a symlink" : "not a directory"); nothing is written through it")
+                }
+            } else if errno == ENOENT {
+                guard mkdir(current, 0o755) == 0 || errno == EEXIST else {
+                    throw ApplyError(.io, path: name, "cannot create \(current): \(String(cString: strerror(errno)))")
+                }
+            } else {
+                throw ApplyError(.io, path: name, "cannot inspect \(current): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+
+    /// Where a pull writes before renaming (lib/fs/tempname.go): `.syncthing.NAME.tmp` beside
+    /// the target, or a hash of NAME when NAME is longer than 145 bytes.
+    public static func temporaryName(for name: String) -> String {
+        let directory = (name as NSString).deletingLastPathComponent
+        let base = (name as NSString).lastPathComponent
+        let middle = base.utf8.count > 145 ? ContentHash(SHA256.hash(data: Array(base.utf8))).hex : base
+        let temp = ".syncthing." + middle + ".tmp"
+        return directory.isEmpty ? temp : directory + "/" + temp
+    }
+
+    /// syncthing's conflict copy name: `NAME.sync-conflict-YYYYMMDD-HHMMSS-SHORTID.EXT`
+    /// (bep-brief §5.6), local time.
+    public static func conflictName(for name: String, date: Date = Date(), shortID: String) -> String {
+        let directory = (name as NSString).deletingLastPathComponent
+        let base = (name as NSString).lastPathComponent
+        var stem = base
+        var ext = ""
+        if let dot = base.lastIndex(of: ".") {
+            stem = String(base[..<dot])
+            ext = String(base[dot...])
+        }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = .current
+        formatter.dateFormat = "yyyyMMdd-HHmmss"
+        let renamed = "\(stem).sync-conflict-\(formatter.string(from: date))-\(shortID)\(ext)"
+        return directory.isEmpty ? renamed : directory + "/" + renamed
+    }
+
+    /// fsyncs a directory, so a rename or unlink in it is durable.
+    static func syncDirectory(_ path: String) {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            fsync(fd)
+            close(fd)
+        }
+    }
+}
+
+extension SafePath {
+    /// Every parent of `name` below `root` exists as a real directory (not a symlink); nothing is
+    /// created.
+    static func prepareParentsExisting(root: String, name: String) throws(ApplyError) {
+        var current = root
+        for part in name.split(separator: "/").dropLast() {
+            current += "/" + part
+            var info = stat()
+            guard lstat(current, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                throw ApplyError(.unsafePath, path: name, "\(current) is not a real directory; nothing is deleted through it")
+            }
+        }
+    }
+}

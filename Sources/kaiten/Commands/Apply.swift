@@ -1,0 +1,229 @@
+import ArgumentParser
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenReconcile
+import KaitenSync
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Kaiten {
+    struct ApplyCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "apply",
+            abstract: "Make folders match their selections: pull, delete safely, report conflicts.",
+            discussion: """
+                Without PLANFILE: refreshes the index, plans, prints the plan and asks for \
+                confirmation on a terminal (--yes skips the question; without a terminal --yes is \
+                required). With PLANFILE (from `kaiten plan --out`): applies exactly that plan, \
+                and refuses it with exit code 3 if anything it was based on moved — a peer's \
+                index, the selection file, .stignore, or a local file it touches. A plan applied \
+                once is stale afterwards.
+
+                Order: .stignore first (atomically), then directories, then pulls (every block \
+                SHA-256-verified, written to .syncthing.NAME.tmp, fsynced, renamed into place), \
+                then deletions (each re-checked as it runs: still the content the plan saw, still \
+                held by --require-peers peers), then empty directories. Conflicts are reported, \
+                never resolved: see `kaiten conflicts` and `kaiten resolve`.
+
+                Exit codes: 0 everything applied; 1 error before anything changed; 2 conflicts \
+                left open (with --fail-on-conflict); 3 stale plan; 4 refused by a safety brake \
+                (--max-delete, another apply running); 5 partial: some actions failed, the rest \
+                are done.
+
+                Examples:
+                  kaiten apply
+                  kaiten plan --out tonight.plan && kaiten apply tonight.plan
+                  kaiten apply --yes --json | jq -c 'select(.type == "action_failed")'
+                  kaiten apply --yes --max-delete 100%     # a deliberate mass deselection
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "A plan saved by `kaiten plan --out`. When omitted: plan afresh.")
+        var planFile: String?
+
+        @Option(name: .customLong("folder"), help: "Only these folders (repeatable; fresh plans only).")
+        var folders: [String] = []
+
+        @Flag(help: "Do not ask for confirmation (required without a terminal).")
+        var yes = false
+
+        @Flag(help: "One JSON event per line: apply_start, progress, action_done, action_failed, summary.")
+        var json = false
+
+        @Option(help: "Refuse the whole apply if a folder would lose more local files than N, or N% of them.")
+        var maxDelete: String = "50%"
+
+        @Option(help: "Delete a deselected file only while at least this many peers hold it in full.")
+        var requirePeers: Int = 1
+
+        @Flag(help: "Exit 2 when conflicts are left open.")
+        var failOnConflict = false
+
+        @Option(help: "Seconds to wait for each peer's index.")
+        var timeout: Double = 120
+
+        func validate() throws {
+            guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
+            guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
+        }
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let saved = try planFile.map { try PlanFile.read($0) }
+                let output = ApplyOutput(json: json)
+                let lock: Applier.Lock
+                do {
+                    lock = try Applier.lock(opened.home)
+                } catch {
+                    Terminal.error("\(error)")
+                    throw ExitCode(4)
+                }
+                defer { withExtendedLifetime(lock) {} }
+                let requested = saved.map { $0.folders.map(\.id) } ?? folders
+                let prepared = try await Applier.prepare(
+                    home: opened, folders: requested, requirePeers: max(requirePeers, saved?.requirePeers ?? 1), timeout: timeout,
+                    logger: global.logger, warn: { Terminal.error($0) })
+                let session = prepared.session
+                do {
+                    for warning in prepared.warnings { Terminal.error(warning) }
+                    let plan: Plan
+                    if let saved {
+                        do {
+                            try Applier.checkStale(saved, against: prepared, home: opened.home)
+                        } catch {
+                            Terminal.error("\(error)")
+                            throw ExitCode(3)
+                        }
+                        plan = saved
+                    } else {
+                        plan = prepared.plan
+                        if !json { PlanRenderer.print(plan) }
+                        guard plan.summary.hasChanges else {
+                            output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
+                            await session.close(reason: "nothing to apply")
+                            if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
+                            return
+                        }
+                        if !yes {
+                            guard isatty(0) == 1 else {
+                                Terminal.error("not a terminal: pass --yes to apply without confirmation (a timer must say so)")
+                                throw ExitCode(1)
+                            }
+                            print("\nApply this plan? Only 'yes' is accepted: ", terminator: "")
+                            fflush(nil)
+                            guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
+                                print("Apply cancelled; nothing was changed.")
+                                throw ExitCode(1)
+                            }
+                        }
+                    }
+                    do {
+                        try Applier.checkBrakes(plan, states: prepared.states, maxDelete: DeleteLimit(maxDelete)!)
+                    } catch {
+                        Terminal.error("\(error)")
+                        throw ExitCode(4)
+                    }
+                    let report = await Applier.execute(
+                        plan, prepared: prepared, home: opened, requirePeers: max(requirePeers, plan.requirePeers ?? 1),
+                        events: output.handle)
+                    Applier.markApplied(plan, home: opened.home)
+                    await session.close(reason: "apply done")
+                    output.summary(report, plan: plan)
+                    if !report.failed.isEmpty { throw ExitCode(5) }
+                    if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
+                } catch {
+                    await session.close(reason: "apply stopped")
+                    throw error
+                }
+            }
+        }
+    }
+}
+
+/// How apply reports: a progress line on a terminal, one line per action otherwise, or JSON events.
+final class ApplyOutput: @unchecked Sendable {
+    let json: Bool
+    let progressOnTerminal: Bool
+    let started = Date()
+    var lastProgress = Date.distantPast
+
+    init(json: Bool) {
+        self.json = json
+        progressOnTerminal = !json && isatty(2) == 1
+    }
+
+    func emit(_ object: [String: Any]) {
+        var event = object
+        event["@timestamp"] = ISO8601DateFormatter().string(from: Date())
+        if let data = try? JSONSerialization.data(withJSONObject: event, options: [.sortedKeys, .withoutEscapingSlashes]) {
+            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        }
+    }
+
+    func handle(_ event: ApplyEvent) {
+        switch event {
+        case .start(let actions, let bytes):
+            if json { emit(["type": "apply_start", "actions": actions, "pull_bytes": bytes]) }
+        case .progress(let done, let total, let bytesDone, let bytesTotal, let current):
+            if json {
+                emit(["type": "progress", "files_done": done, "files_total": total, "bytes_done": bytesDone, "bytes_total": bytesTotal])
+            } else if progressOnTerminal, Date().timeIntervalSince(lastProgress) > 0.2 || done == total {
+                lastProgress = Date()
+                let elapsed = max(0.001, Date().timeIntervalSince(started))
+                let rate = Double(bytesDone) / elapsed
+                let eta = rate > 0 ? Int(Double(bytesTotal - bytesDone) / rate) : 0
+                let line = "\(done)/\(total) files, \(Kaiten.Ls.human(bytesDone)) of \(Kaiten.Ls.human(bytesTotal)), \(Kaiten.Ls.human(Int64(rate)))/s, ETA \(eta)s  \(current)"
+                FileHandle.standardError.write(Data(("\r\u{1B}[K" + String(line.prefix(120))).utf8))
+                if done == total { FileHandle.standardError.write(Data("\n".utf8)) }
+            }
+        case .done(let folder, let action, let note):
+            if json {
+                var object: [String: Any] = ["type": "action_done", "folder": folder, "action": action.action.rawValue, "path": action.path, "size": action.size]
+                if let note { object["note"] = note }
+                emit(object)
+            } else if !progressOnTerminal || action.action != .pull {
+                let verb = action.path == ".stignore" ? "wrote" : ["pull": "pulled", "delete": "deleted", "mkdir": "created", "rmdir": "removed"][action.action.rawValue]!
+                let size = action.action == .pull || action.action == .delete ? " (\(Kaiten.Ls.human(action.size)))" : ""
+                clearProgress()
+                print("\(folder): \(verb) \(action.path)\(size)\(note.map { " — \($0)" } ?? "")")
+            }
+        case .failed(let folder, let action, let reason):
+            if json {
+                emit(["type": "action_failed", "folder": folder, "action": action.action.rawValue, "path": action.path, "reason": reason])
+            } else {
+                clearProgress()
+                Terminal.error("\(folder): \(action.action.rawValue) \(action.path) FAILED: \(reason)")
+            }
+        case .removedTemporary(let folder, let path):
+            if json { emit(["type": "action_done", "folder": folder, "action": "remove_temporary", "path": path]) }
+        }
+    }
+
+    func clearProgress() {
+        if progressOnTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+
+    func summary(_ report: ApplyReport, plan: Plan) {
+        let seconds = Date().timeIntervalSince(started)
+        if json {
+            emit([
+                "type": "summary", "done": report.done, "failed": report.failed.count, "conflicts": report.conflicts,
+                "pulled_bytes": report.pulledBytes, "freed_bytes": report.freedBytes, "seconds": seconds,
+                "blocks_fetched": report.blocksFetched, "blocks_copied_locally": report.blocksCopiedLocally,
+                "blocks_rejected": report.blocksRejected, "plan_id": plan.planID,
+            ])
+            return
+        }
+        var line = "Applied: \(report.done) action\(report.done == 1 ? "" : "s") (\(Kaiten.Ls.human(report.pulledBytes)) pulled, \(Kaiten.Ls.human(report.freedBytes)) freed)"
+        if !report.failed.isEmpty { line += ", \(report.failed.count) failed" }
+        line += ", \(report.conflicts) conflict\(report.conflicts == 1 ? "" : "s") open."
+        print(line)
+        for failure in report.failed { print("  failed: \(failure.folder): \(failure.path): \(failure.reason)") }
+        if report.conflicts > 0 { print("  See them with: kaiten conflicts") }
+    }
+}
