@@ -20,6 +20,8 @@ public struct KaitenDevice: Sendable {
 public enum TestFiles {
     /// Writes `size` random bytes (from /dev/urandom) to `path`.
     public static func random(_ path: String, size: Int) throws {
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: path, contents: nil)
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         let source = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/dev/urandom"))

@@ -1,0 +1,356 @@
+import Crypto
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+/// `kaiten apply` against real syncthing 1.19.2 peers.
+@Suite(.serialized)
+struct ApplyInteropTests {
+    static let folder = "f"
+
+    /// A syncthing peer sharing `folder` with a fresh Kaiten home.
+    struct World {
+        let dir: TemporaryDirectory
+        let home: String
+        let me: DeviceID
+        let local: String
+        let peerData: String
+
+        init(_ dir: TemporaryDirectory) throws {
+            self.dir = dir
+            home = dir.file("kaiten")
+            let created = try KaitenCLI.run(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+            me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            local = dir.file("local")
+            peerData = dir.file("peer")
+        }
+
+        @discardableResult
+        func kaiten(_ args: String...) throws -> ProcessResult {
+            try KaitenCLI.run(args + ["--home", home])
+        }
+
+        /// Introduces the peer and the folder to Kaiten.
+        func connect(_ st: SyncthingInstance, name: String = "a") async throws {
+            try await st.addDevice(me, name: "k")
+            #expect(try kaiten("peer", "add", st.deviceID.description, "--name", name, "--address", st.address).status == 0)
+        }
+
+        func addFolder(sharedWith peers: [DeviceID]) throws {
+            var args = ["folder", "add", "--home", home, ApplyInteropTests.folder, "--path", local]
+            for p in peers { args += ["--share", p.description] }
+            let r = try KaitenCLI.run(args)
+            #expect(r.status == 0, "\(r.stderr)")
+        }
+    }
+
+    static func status(_ st: SyncthingInstance) async throws -> [String: Any] {
+        try await st.get("/rest/db/status?folder=\(folder)") as? [String: Any] ?? [:]
+    }
+
+    static func waitScanned(_ st: SyncthingInstance, files: Int) async throws {
+        try await st.waitUntil("peer scanned", timeout: 60) {
+            let s = try await status(st)
+            return s["state"] as? String == "idle" && (s["localFiles"] as? Int ?? -1) == files
+        }
+    }
+
+    static func rescan(_ st: SyncthingInstance) async throws {
+        try await st.post("/rest/db/scan?folder=\(folder)")
+        try await st.waitIdle(folder: folder)
+    }
+
+    static func sha(_ path: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func stat(_ path: String) -> stat {
+        var info = Glibc.stat()
+        lstat(path, &info)
+        return info
+    }
+
+    static func json(_ text: String) -> [[String: Any]] {
+        text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// Selected files arrive byte-identical with mtimes and permissions; the rest stays away;
+    /// the plan afterwards is empty; JSON events stream one per line.
+    @Test func selectedFilesArriveIdenticalWithMtimesAndPermissions() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-apply")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let p = world.peerData
+        try TestFiles.random(p + "/big/multi.bin", size: 700_000)
+        try TestFiles.random(p + "/big/other.bin", size: 200_000)
+        try TestFiles.write(p + "/docs/a [1].txt", "bracket\n")
+        try TestFiles.write(p + "/docs/café ü.txt", "non-ascii\n")
+        try TestFiles.write(p + "/docs/run.sh", "#!/bin/sh\necho hi\n")
+        chmod(p + "/docs/run.sh", 0o755)
+        chmod(p + "/docs/a [1].txt", 0o600)
+        FileManager.default.createFile(atPath: p + "/docs/empty", contents: Data())
+        try FileManager.default.createSymbolicLink(atPath: p + "/docs/link", withDestinationPath: "run.sh")
+        try TestFiles.write(p + "/unselected/x.txt", "stays on the peer\n")
+        var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2), timespec(tv_sec: 1_600_000_000, tv_nsec: 123_456_789)]
+        utimensat(AT_FDCWD, p + "/docs/a [1].txt", &times, 0)
+
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
+            try await Self.waitScanned(st, files: 7)  // the symlink counts apart
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "big/multi.bin", "docs").status == 0)
+
+            let refused = try world.kaiten("apply")
+            #expect(refused.status == 1)
+            #expect(refused.stderr.contains("pass --yes"))
+
+            let applied = try world.kaiten("apply", "--yes", "--json")
+            #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+            let events = Self.json(applied.stdout)
+            #expect(events.first?["type"] as? String == "apply_start")
+            #expect(events.last?["type"] as? String == "summary")
+            #expect(events.contains { $0["type"] as? String == "progress" })
+            #expect(events.filter { $0["type"] as? String == "action_done" && $0["action"] as? String == "pull" }.count == 6)
+            #expect(events.last?["failed"] as? Int == 0)
+
+            for name in ["big/multi.bin", "docs/a [1].txt", "docs/café ü.txt", "docs/run.sh", "docs/empty"] {
+                #expect(Self.sha(world.local + "/" + name) == Self.sha(p + "/" + name), "\(name)")
+                let mine = Self.stat(world.local + "/" + name)
+                let theirs = Self.stat(p + "/" + name)
+                #expect(mine.st_mtim.tv_sec == theirs.st_mtim.tv_sec && mine.st_mtim.tv_nsec == theirs.st_mtim.tv_nsec, "\(name)")
+                #expect(mine.st_mode & 0o777 == theirs.st_mode & 0o777, "\(name)")
+            }
+            #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: world.local + "/docs/link")) == "run.sh")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/big/other.bin"))
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/unselected"))
+            #expect(try String(contentsOfFile: world.local + "/.stignore", encoding: .utf8) == "!/big/multi.bin\n!/docs\n*\n")
+            let leftovers = try FileManager.default.subpathsOfDirectory(atPath: world.local).filter { $0.contains(".syncthing.") }
+            #expect(leftovers.isEmpty)
+
+            let after = try world.kaiten("plan", "--detailed-exitcode")
+            #expect(after.status == 0, "\(after.stdout)")
+        }
+    }
+
+    /// A peer that sends wrong bytes (its file corrupted behind its back so that the weak hash
+    /// still matches and it serves the data) never gets them into a file: the blocks are
+    /// rejected and fetched from the other peer; alone, the pull fails and nothing is written.
+    @Test func aPeerSendingWrongBlocksNeverGetsBadBytesIn() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-corrupt")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        let dataB = dir.file("peer-b")
+        try TestFiles.random(world.peerData + "/movie.bin", size: 16 * 131072)
+        try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
+        let original = Self.sha(world.peerData + "/movie.bin")
+
+        try await withSyncthing(a) { a in
+            try await withSyncthing(b) { b in
+                try await world.connect(a, name: "a")
+                try await world.connect(b, name: "b")
+                try await a.addDevice(b.deviceID, name: "b", addresses: [b.address])
+                try await b.addDevice(a.deviceID, name: "a", addresses: [a.address])
+                try await a.addFolder(id: Self.folder, path: world.peerData, devices: [world.me, b.deviceID])
+                try await b.addFolder(id: Self.folder, path: dataB, devices: [world.me, a.deviceID])
+                try await Self.waitScanned(b, files: 1)
+                try await b.waitUntil("B has the movie", timeout: 60) { Self.sha(dataB + "/movie.bin") == original }
+                try world.addFolder(sharedWith: [a.deviceID, b.deviceID])
+                #expect(try world.kaiten("index", "sync").status == 0)
+
+                // Corrupt every block on A so that Adler-32 still matches (+1 at i, -1 at
+                // i + 65521) and A serves the bytes; keep the size and mtime so A does not notice.
+                let path = world.peerData + "/movie.bin"
+                let before = Self.stat(path)
+                var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+                for block in 0..<16 {
+                    var i = block * 131072 + 100
+                    while bytes[i] == 255 || bytes[i + 65521] == 0 { i += 1 }
+                    bytes[i] += 1
+                    bytes[i + 65521] -= 1
+                }
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+                try handle.write(contentsOf: Data(bytes))
+                try handle.close()
+                var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2), before.st_mtim]
+                utimensat(AT_FDCWD, path, &times, 0)
+                #expect(Self.sha(path) != original)
+
+                // With only the corrupt peer configured in the folder, the pull fails cleanly.
+                #expect(try world.kaiten("select", Self.folder, "movie.bin").status == 0)
+                let config = try ConfigFile.load(path: world.home + "/config.xml")
+                try config.removeDevice(b.deviceID)
+                try config.write()
+                let alone = try world.kaiten("apply", "--yes", "--json")
+                #expect(alone.status == 5, "\(alone.stdout)\(alone.stderr)")
+                #expect(Self.json(alone.stdout).last?["blocks_rejected"] as? Int ?? 0 > 0)
+                #expect(!FileManager.default.fileExists(atPath: world.local + "/movie.bin"))
+                let temps = try FileManager.default.contentsOfDirectory(atPath: world.local).filter { $0.hasPrefix(".syncthing.") }
+                #expect(temps.isEmpty)
+
+                // With B back, every rejected block comes from B and the file is right.
+                #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
+                #expect(try world.kaiten("folder", "share", Self.folder, b.deviceID.description).status == 0)
+                let both = try world.kaiten("apply", "--yes", "--json")
+                #expect(both.status == 0, "\(both.stdout)\(both.stderr)")
+                #expect(Self.json(both.stdout).last?["blocks_rejected"] as? Int ?? 0 > 0)
+                #expect(Self.sha(world.local + "/movie.bin") == original)
+            }
+        }
+    }
+
+    /// Deselecting deletes the local copy only while enough peers hold it; a deletion on the
+    /// peer deletes the local copy; an extraneous file is reported and untouched; --max-delete
+    /// stops a mass deletion; a second apply is refused while one runs; a saved plan is refused
+    /// once the peer changed, and once applied.
+    @Test func deletionsBrakesLocksAndStalePlans() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-delete")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        for i in 0..<6 { try TestFiles.write(world.peerData + "/set/f\(i).txt", "file \(i)\n") }
+        try TestFiles.write(world.peerData + "/gone.txt", "deleted later on the peer\n")
+
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await Self.waitScanned(st, files: 7)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "set", "gone.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            try TestFiles.write(world.local + "/mine.txt", "only here\n")
+
+            // A deletion on the peer deletes the local copy.
+            try FileManager.default.removeItem(atPath: world.peerData + "/gone.txt")
+            try await Self.rescan(st)
+            let deleted = try world.kaiten("apply", "--yes")
+            #expect(deleted.status == 0, "\(deleted.stdout)\(deleted.stderr)")
+            #expect(deleted.stdout.contains("deleted gone.txt"))
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/gone.txt"))
+            // The extraneous file is reported and untouched.
+            #expect(deleted.stdout.contains("extraneous  mine.txt"))
+            #expect(try String(contentsOfFile: world.local + "/mine.txt", encoding: .utf8) == "only here\n")
+
+            // Deselect: with --require-peers 2 (one peer holds it) nothing goes.
+            #expect(try world.kaiten("deselect", Self.folder, "set").status == 0)
+            let lastCopy = try world.kaiten("apply", "--yes", "--require-peers", "2", "--max-delete", "100%")
+            #expect(lastCopy.status == 0, "\(lastCopy.stdout)\(lastCopy.stderr)")
+            #expect(lastCopy.stdout.contains("last-copy"))
+            #expect(FileManager.default.fileExists(atPath: world.local + "/set/f0.txt"))
+
+            // --max-delete (default 50%) stops deleting 6 of 7 local files, before anything changes.
+            let stignoreBefore = try String(contentsOfFile: world.local + "/.stignore", encoding: .utf8)
+            let braked = try world.kaiten("apply", "--yes")
+            #expect(braked.status == 4, "\(braked.stdout)\(braked.stderr)")
+            #expect(braked.stderr.contains("refusing to delete 6 of 7 local files"))
+            #expect(FileManager.default.fileExists(atPath: world.local + "/set/f0.txt"))
+            #expect(try String(contentsOfFile: world.local + "/.stignore", encoding: .utf8) == stignoreBefore)
+
+            // A second apply while one holds the lock is refused.
+            let lockPath = world.home + "/state/apply.lock"
+            let fd = open(lockPath, O_RDWR | O_CREAT, 0o600)
+            #expect(flock(fd, LOCK_EX) == 0)
+            let second = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(second.status == 4)
+            #expect(second.stderr.contains("another kaiten apply"))
+            close(fd)
+
+            // A saved plan goes stale when the peer changes.
+            #expect(try world.kaiten("plan", "--out", dir.file("p.plan")).status == 0)
+            try TestFiles.write(world.peerData + "/new.txt", "new on the peer\n")
+            try await Self.rescan(st)
+            let stale = try world.kaiten("apply", dir.file("p.plan"), "--max-delete", "100%")
+            #expect(stale.status == 3, "\(stale.stdout)\(stale.stderr)")
+            #expect(stale.stderr.contains("index moved"))
+            #expect(FileManager.default.fileExists(atPath: world.local + "/set/f0.txt"))
+
+            // A fresh saved plan applies, exactly; the deselected copies go (the peer holds them).
+            #expect(try world.kaiten("plan", "--out", dir.file("q.plan")).status == 0)
+            let exact = try world.kaiten("apply", dir.file("q.plan"), "--max-delete", "100%")
+            #expect(exact.status == 0, "\(exact.stdout)\(exact.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/set"))
+            #expect(FileManager.default.fileExists(atPath: world.local + "/mine.txt"))
+            let again = try world.kaiten("apply", dir.file("q.plan"))
+            #expect(again.status == 3)
+            #expect(again.stderr.contains("already applied"))
+        }
+    }
+
+    /// kill -9 at 20 random moments while many files are pulled: no file under its real name
+    /// ever holds anything but a complete global version, and the next apply converges.
+    @Test func survivesKillNineAtRandomMoments() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-apply-crash")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        var expected: [String: String] = [:]
+        for d in 0..<6 {
+            for i in 0..<40 {
+                let name = "d\(d)/f\(i).bin"
+                try TestFiles.random(world.peerData + "/" + name, size: 4096 + (i * 37_000) % 400_000)
+                expected[name] = Self.sha(world.peerData + "/" + name)
+            }
+        }
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await Self.waitScanned(st, files: expected.count)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "d0", "d1", "d2", "d3", "d4", "d5").status == 0)
+
+            func checkInvariant(_ round: Int) throws {
+                for name in try FileManager.default.subpathsOfDirectory(atPath: world.local) {
+                    let base = (name as NSString).lastPathComponent
+                    var info = Glibc.stat()
+                    lstat(world.local + "/" + name, &info)
+                    guard info.st_mode & S_IFMT == S_IFREG, !name.hasPrefix(".stfolder"), base != ".stignore" else { continue }
+                    if base.hasPrefix(".syncthing.") { continue }  // a temp file is never a real name
+                    #expect(Self.sha(world.local + "/" + name) == expected[name], "round \(round): \(name) is not a complete global version")
+                }
+            }
+
+            // The length of a full apply, to spread the kills over it.
+            let start = Date()
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            let full = max(0.5, Date().timeIntervalSince(start))
+            try checkInvariant(0)
+
+            var killedMidway = 0
+            for round in 1...20 {
+                // Start from nothing local again so every round pulls.
+                for d in 0..<6 { try? FileManager.default.removeItem(atPath: world.local + "/d\(d)") }
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+                process.arguments = ["apply", "--home", world.home, "--yes", "--max-delete", "100%"]
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                usleep(useconds_t(Double.random(in: 0.02...full) * 1_000_000))
+                if process.isRunning {
+                    kill(process.processIdentifier, SIGKILL)
+                    killedMidway += 1
+                }
+                process.waitUntilExit()
+                try checkInvariant(round)
+            }
+            #expect(killedMidway >= 10)
+
+            // The next apply converges: everything selected is there, whole.
+            let last = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(last.status == 0, "\(last.stdout)\(last.stderr)")
+            for (name, sum) in expected { #expect(Self.sha(world.local + "/" + name) == sum, "\(name)") }
+            let leftovers = try FileManager.default.subpathsOfDirectory(atPath: world.local).filter { $0.contains(".syncthing.") }
+            #expect(leftovers.isEmpty)
+            #expect(try world.kaiten("plan", "--detailed-exitcode").status == 0)
+        }
+    }
+}
