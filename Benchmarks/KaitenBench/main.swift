@@ -6,6 +6,8 @@
 //   kaiten-bench scan [--mib M] [--files N]  first scan of M MiB of big files vs sha256sum/openssl;
 //                                       first scan and rescan of N small files vs syncthing's scan
 //   kaiten-bench plan [--paths N] [--local N]  plan over an N-path global index with N local files
+//   kaiten-bench apply [--mib M] [--files N]   kaiten apply vs a syncthing receiver pulling the same
+//                                       folder: 4 random files of M/4 MiB, then N files of 4 KiB
 //
 // Each figure is time, peak RSS (VmHWM) and CPU seconds of the receiving process. Kaiten's side
 // runs in a child process (`kaiten-bench client …`) so that its RSS is its own.
@@ -340,10 +342,14 @@ do {
         let paths = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) } ?? 1_000_000
         let local = args.firstIndex(of: "--local").flatMap { Int(args[$0 + 1]) } ?? 100_000
         try runPlanBench(paths: paths, localFiles: local)
+    case "apply":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 20_000
+        try await runApplyBench(mib: mib, files: files, directories: max(1, files / 100))
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | apply [--mib M] [--files N]")
         exit(64)
     }
 } catch {

@@ -287,7 +287,7 @@ public enum Applier {
                         }
                     }
                 }
-                while next < pullActions.count && next < 16 { launch() }
+                while next < pullActions.count && next < 64 { launch() }
                 while let (action, result) = await group.next() {
                     filesDone += 1
                     switch result {

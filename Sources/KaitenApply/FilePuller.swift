@@ -22,7 +22,7 @@ struct FilePuller: Sendable {
     typealias LocalCheck = @Sendable (String) throws(ApplyError) -> Void
 
     /// Pulls `entry` (the global version, with its block list) and returns the new local record.
-    func pull(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: LocalCheck) async throws(ApplyError) -> LocalFile {
+    func pull(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck) async throws(ApplyError) -> LocalFile {
         let name = entry.name
         try SafePath.validate(name)
         try SafePath.prepareParents(root: root, name: name)
@@ -54,7 +54,7 @@ struct FilePuller: Sendable {
         }
     }
 
-    private func pullFile(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: LocalCheck) async throws(ApplyError) -> LocalFile {
+    private func pullFile(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck) async throws(ApplyError) -> LocalFile {
         let name = entry.name
         let target = root + "/" + name
         let temp = root + "/" + SafePath.temporaryName(for: name)
@@ -102,23 +102,31 @@ struct FilePuller: Sendable {
         } catch {
             throw ApplyError(.peerFailed, path: name, "\(error)")
         }
-        guard fsync(fd) == 0 else { throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(errno)))") }
         let mode: mode_t = entry.noPermissions || ignorePermissions ? 0o644 : mode_t(entry.permissions & 0o777)
-        fchmod(fd, mode)
-        var times = [
-            timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime alone
-            timespec(tv_sec: Int(entry.modifiedS), tv_nsec: Int(entry.modifiedNs)),
-        ]
-        futimens(fd, &times)
-        var info = stat()
-        fstat(fd, &info)
-        close(fd)
         ok = true
-        do {
-            try finish(temp: temp, target: target, name: name, check: check)
-        } catch {
-            unlink(temp)
-            throw error
+        // fsync blocks for milliseconds: run it (and the rename after it) off the cooperative
+        // pool, so other files keep downloading and many fsyncs share one journal commit.
+        let info = try await Blocking.run { () throws -> stat in
+            defer { close(fd) }
+            guard fsync(fd) == 0 else {
+                unlink(temp)
+                throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(errno)))")
+            }
+            fchmod(fd, mode)
+            var times = [
+                timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime alone
+                timespec(tv_sec: Int(entry.modifiedS), tv_nsec: Int(entry.modifiedNs)),
+            ]
+            futimens(fd, &times)
+            var info = stat()
+            fstat(fd, &info)
+            do {
+                try finish(temp: temp, target: target, name: name, check: check)
+            } catch {
+                unlink(temp)
+                throw error
+            }
+            return info
         }
         var offset: Int64 = 0
         let localBlocks = blocks.map { block -> LocalBlock in
@@ -139,5 +147,26 @@ struct FilePuller: Sendable {
             throw ApplyError(.io, path: name, "cannot rename into place: \(String(cString: strerror(errno)))")
         }
         SafePath.syncDirectory((target as NSString).deletingLastPathComponent)
+    }
+}
+
+/// Runs blocking file-system work on a concurrent dispatch queue instead of Swift's cooperative
+/// pool (one thread per core), which a few fsyncs would otherwise stall.
+enum Blocking {
+    static let queue = DispatchQueue(label: "kaiten.apply.blocking", attributes: .concurrent)
+
+    static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ApplyError) -> T {
+        let result: Result<T, ApplyError> = await withCheckedContinuation { continuation in
+            queue.async {
+                do {
+                    continuation.resume(returning: .success(try body()))
+                } catch let error as ApplyError {
+                    continuation.resume(returning: .failure(error))
+                } catch {
+                    continuation.resume(returning: .failure(ApplyError(.io, path: "", "\(error)")))
+                }
+            }
+        }
+        return try result.get()
     }
 }

@@ -284,6 +284,57 @@ struct ApplyInteropTests {
         }
     }
 
+    /// `kaiten conflicts` lists each conflict with its choices; `kaiten resolve` settles one at a
+    /// time: --delete-local, --keep (until the file changes), --use-global (a conflict copy).
+    @Test func conflictsAreListedAndResolvedOneByOne() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-conflicts")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/a.txt", "theirs\n")
+        try TestFiles.write(world.peerData + "/b.txt", "global b\n")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await Self.waitScanned(st, files: 2)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "a.txt", "b.txt").status == 0)
+            try TestFiles.write(world.local + "/a.txt", "mine\n")
+            try TestFiles.write(world.local + "/e.txt", "extra e\n")
+            try TestFiles.write(world.local + "/f.txt", "extra f\n")
+
+            let listed = try world.kaiten("conflicts", "--json")
+            let rows = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
+            #expect(rows.map { "\($0["kind"]!) \($0["path"]!)" } == ["shadowed a.txt", "extraneous e.txt", "extraneous f.txt"])
+            #expect(rows.first?["choices"] as? [String] == ["use-global", "delete-local", "keep"])
+
+            let wrong = try world.kaiten("resolve", Self.folder, "e.txt", "--use-global")
+            #expect(wrong.status == 1 && wrong.stderr.contains("--select, --delete-local, --keep"))
+            #expect(try world.kaiten("resolve", Self.folder, "f.txt", "--delete-local").status == 0)
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/f.txt"))
+            #expect(try world.kaiten("resolve", Self.folder, "e.txt", "--keep").status == 0)
+            let useGlobal = try world.kaiten("resolve", Self.folder, "a.txt", "--use-global")
+            #expect(useGlobal.status == 0, "\(useGlobal.stderr)")
+            let copies = try FileManager.default.contentsOfDirectory(atPath: world.local).filter { $0.hasPrefix("a.sync-conflict-") }
+            #expect(copies.count == 1)
+            #expect(copies.first.map { try? String(contentsOfFile: world.local + "/" + $0, encoding: .utf8) } == "mine\n")
+            #expect(copies.first?.hasSuffix("-\(st.deviceID.description.prefix(7)).txt") == true)
+
+            let applied = try world.kaiten("apply", "--yes")
+            #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+            #expect(try String(contentsOfFile: world.local + "/a.txt", encoding: .utf8) == "theirs\n")
+            #expect(try String(contentsOfFile: world.local + "/e.txt", encoding: .utf8) == "extra e\n")
+            let after = try world.kaiten("conflicts")
+            #expect(!after.stdout.contains("e.txt"))
+            #expect(after.stdout.contains("a.sync-conflict-"))
+
+            // A kept file that changes is reported again.
+            try TestFiles.write(world.local + "/e.txt", "extra e, edited\n")
+            #expect(try world.kaiten("conflicts").stdout.contains("extraneous  e.txt"))
+        }
+    }
+
     /// kill -9 at 20 random moments while many files are pulled: no file under its real name
     /// ever holds anything but a complete global version, and the next apply converges.
     @Test func survivesKillNineAtRandomMoments() async throws {

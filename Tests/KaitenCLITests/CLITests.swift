@@ -175,6 +175,7 @@ struct CLITests {
         ["peer", "ls", "--help"], ["peer", "check", "--help"], ["index", "sync", "--help"], ["index", "compact", "--help"],
         ["index", "rebuild", "--help"], ["ls", "--help"], ["status", "--help"], ["folder", "add", "--help"], ["folder", "share", "--help"], ["folder", "ls", "--help"],
         ["select", "--help"], ["deselect", "--help"], ["adopt", "--help"], ["plan", "--help"], ["show", "--help"],
+        ["apply", "--help"], ["conflicts", "--help"], ["resolve", "--help"],
     ])
     func everyVerbHasHelp(_ args: [String]) throws {
         let result = try KaitenCLI.run(args)

@@ -102,7 +102,8 @@ extension Kaiten {
                         plan = saved
                     } else {
                         plan = prepared.plan
-                        if !json { PlanRenderer.print(plan) }
+                        // Under a timer (no terminal) the output is one line per action and a summary.
+                        if !json && (isatty(1) == 1 || !yes) { PlanRenderer.print(plan) }
                         guard plan.summary.hasChanges else {
                             output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
                             await session.close(reason: "nothing to apply")
@@ -157,9 +158,12 @@ final class ApplyOutput: @unchecked Sendable {
         progressOnTerminal = !json && isatty(2) == 1
     }
 
+    /// One formatter for every event: making one costs more than a small pull.
+    let timestamps = ISO8601DateFormatter()
+
     func emit(_ object: [String: Any]) {
         var event = object
-        event["@timestamp"] = ISO8601DateFormatter().string(from: Date())
+        event["@timestamp"] = timestamps.string(from: Date())
         if let data = try? JSONSerialization.data(withJSONObject: event, options: [.sortedKeys, .withoutEscapingSlashes]) {
             FileHandle.standardOutput.write(data + Data("\n".utf8))
         }
@@ -171,6 +175,9 @@ final class ApplyOutput: @unchecked Sendable {
             if json { emit(["type": "apply_start", "actions": actions, "pull_bytes": bytes]) }
         case .progress(let done, let total, let bytesDone, let bytesTotal, let current):
             if json {
+                // At most a few progress events a second; the last one always.
+                guard Date().timeIntervalSince(lastProgress) > 0.25 || done == total else { return }
+                lastProgress = Date()
                 emit(["type": "progress", "files_done": done, "files_total": total, "bytes_done": bytesDone, "bytes_total": bytesTotal])
             } else if progressOnTerminal, Date().timeIntervalSince(lastProgress) > 0.2 || done == total {
                 lastProgress = Date()

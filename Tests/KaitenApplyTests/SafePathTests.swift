@@ -1,0 +1,85 @@
+import Foundation
+import KaitenScan
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenApply
+
+struct SafePathTests {
+    @Test(arguments: ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "..", "", "./a", ".stfolder", ".stignore",
+        ".stversions/x", "d/.syncthing.f.tmp", "~syncthing~f", "cafe\u{301}"])
+    func refusesNamesThatAreNotCleanOrAreReserved(_ name: String) {
+        #expect(throws: ApplyError.self) { try SafePath.validate(name) }
+    }
+
+    @Test(arguments: ["a", "a/b c/d [1].txt", "café", "x/.stfolder", "!bang", "a*b?"])
+    func acceptsOrdinaryNames(_ name: String) throws {
+        try SafePath.validate(name)
+    }
+
+    @Test func temporaryNamesFollowSyncthing() {
+        #expect(SafePath.temporaryName(for: "a/b.txt") == "a/.syncthing.b.txt.tmp")
+        #expect(SafePath.temporaryName(for: "b.txt") == ".syncthing.b.txt.tmp")
+        let long = String(repeating: "x", count: 146)
+        let temp = SafePath.temporaryName(for: "d/" + long)
+        #expect(temp.hasPrefix("d/.syncthing.") && temp.hasSuffix(".tmp"))
+        #expect(temp.count == "d/.syncthing.".count + 64 + 4)
+        #expect(SafePath.temporaryName(for: String(repeating: "y", count: 145)).contains("yyyy"))
+    }
+
+    @Test func conflictNamesFollowSyncthing() {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .current
+        let date = calendar.date(from: DateComponents(year: 2026, month: 11, day: 22, hour: 3, minute: 48, second: 54))!
+        #expect(SafePath.conflictName(for: "dir/hello.txt", date: date, shortID: "B6HUSE6") == "dir/hello.sync-conflict-20261122-034854-B6HUSE6.txt")
+        #expect(SafePath.conflictName(for: "Makefile", date: date, shortID: "B6HUSE6") == "Makefile.sync-conflict-20261122-034854-B6HUSE6")
+        #expect(SafePath.conflictName(for: ".bashrc", date: date, shortID: "B6HUSE6") == ".sync-conflict-20261122-034854-B6HUSE6.bashrc")
+    }
+
+    @Test func parentsThroughASymlinkAreRefused() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-safe")
+        defer { dir.remove() }
+        let outside = try TemporaryDirectory(prefix: "kaiten-outside")
+        defer { outside.remove() }
+        try FileManager.default.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: outside.path)
+        let error = #expect(throws: ApplyError.self) { try SafePath.prepareParents(root: dir.path, name: "link/x.txt") }
+        #expect(error?.hint.contains("a symlink") == true)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside.path).isEmpty)
+        try SafePath.prepareParents(root: dir.path, name: "new/deeper/x.txt")
+        var isDirectory: ObjCBool = false
+        #expect(FileManager.default.fileExists(atPath: dir.file("new/deeper"), isDirectory: &isDirectory) && isDirectory.boolValue)
+    }
+}
+
+struct DeleteLimitTests {
+    @Test func parsesCountsAndShares() {
+        #expect(DeleteLimit("10") == .count(10))
+        #expect(DeleteLimit("50%") == .percent(50))
+        #expect(DeleteLimit("x") == nil)
+        #expect(DeleteLimit("-1") == nil)
+        #expect(DeleteLimit("50%")!.allows(5, of: 10))
+        #expect(!DeleteLimit("50%")!.allows(6, of: 10))
+        #expect(DeleteLimit("3")!.allows(3, of: 3))
+        #expect(!DeleteLimit("0")!.allows(1, of: 100))
+    }
+}
+
+struct LocalCheckTests {
+    @Test func aPathChangedSinceThePlanIsLeftAlone() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-check")
+        defer { dir.remove() }
+        try FileManager.default.createDirectory(atPath: dir.file(".stfolder"), withIntermediateDirectories: true)
+        try TestFiles.write(dir.file("a.txt"), "planned\n")
+        let (tree, _) = try FolderScanner(root: dir.path).scan(previous: LocalTree())
+        try Applier.checkUnchanged(root: dir.path, name: "a.txt", planned: tree["a.txt"])
+        // Touched but the same content: still fine.
+        var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2), timespec(tv_sec: 1_000, tv_nsec: 0)]
+        utimensat(AT_FDCWD, dir.file("a.txt"), &times, 0)
+        try Applier.checkUnchanged(root: dir.path, name: "a.txt", planned: tree["a.txt"])
+        try TestFiles.write(dir.file("a.txt"), "edited!\n")
+        #expect(throws: ApplyError.self) { try Applier.checkUnchanged(root: dir.path, name: "a.txt", planned: tree["a.txt"]) }
+        // Planned absent, now present.
+        #expect(throws: ApplyError.self) { try Applier.checkUnchanged(root: dir.path, name: "a.txt", planned: nil) }
+        try Applier.checkUnchanged(root: dir.path, name: "absent.txt", planned: nil)
+    }
+}
