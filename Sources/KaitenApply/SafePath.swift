@@ -19,7 +19,8 @@ public enum SafePath {
                 throw ApplyError(.unsafePath, path: name, "not a clean folder-relative name")
             }
         }
-        guard name == name.precomposedStringWithCanonicalMapping else {
+        // Byte comparison: String's == treats NFD and NFC as equal.
+        guard name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) else {
             throw ApplyError(.unsafePath, path: name, "not in Unicode NFC")
         }
         let first = name.split(separator: "/").first.map(String.init) ?? name

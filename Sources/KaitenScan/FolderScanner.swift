@@ -95,7 +95,8 @@ public struct FolderScanner: Sendable {
                     statistics.temporaries.append(relative.isEmpty ? name : relative + "/" + name)
                     continue
                 }
-                if !name.utf8.allSatisfy({ $0 < 0x80 }) && name != name.precomposedStringWithCanonicalMapping {
+                // Byte comparison: String's == treats NFD and NFC as equal.
+                if !name.utf8.allSatisfy({ $0 < 0x80 }) && !name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) {
                     warn("\(absolute)/\(name): skipped: the name is not in Unicode NFC, as syncthing requires")
                     continue
                 }

@@ -236,14 +236,17 @@ struct ApplyInteropTests {
             #expect(deleted.stdout.contains("deleted gone.txt"))
             #expect(!FileManager.default.fileExists(atPath: world.local + "/gone.txt"))
             // The extraneous file is reported and untouched.
-            #expect(deleted.stdout.contains("extraneous  mine.txt"))
+            #expect(deleted.stdout.contains("1 conflict open"))
+            #expect(try world.kaiten("conflicts").stdout.contains("extraneous  mine.txt"))
             #expect(try String(contentsOfFile: world.local + "/mine.txt", encoding: .utf8) == "only here\n")
 
             // Deselect: with --require-peers 2 (one peer holds it) nothing goes.
             #expect(try world.kaiten("deselect", Self.folder, "set").status == 0)
             let lastCopy = try world.kaiten("apply", "--yes", "--require-peers", "2", "--max-delete", "100%")
             #expect(lastCopy.status == 0, "\(lastCopy.stdout)\(lastCopy.stderr)")
-            #expect(lastCopy.stdout.contains("last-copy"))
+            #expect(!lastCopy.stdout.contains("deleted"))
+            let kept = try world.kaiten("conflicts", "--require-peers", "2")
+            #expect(kept.stdout.contains("last-copy   set/f0.txt"), "\(kept.stdout)")
             #expect(FileManager.default.fileExists(atPath: world.local + "/set/f0.txt"))
 
             // --max-delete (default 50%) stops deleting 6 of 7 local files, before anything changes.

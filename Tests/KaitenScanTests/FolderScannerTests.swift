@@ -68,12 +68,17 @@ struct FolderScannerTests {
 
     @Test func skipsSyncthingsInternalAndTemporaryNames() throws {
         try folder { dir in
-            for name in [".stignore", ".stversions/old.txt", ".syncthing.a.txt.tmp", "~syncthing~b.tmp", "sub/.syncthing.c.tmp", "sub/kept.txt", "kept.txt"] {
+            for name in [".stignore", ".stversions/old.txt", ".syncthing.a.txt.tmp", "~syncthing~b.tmp", "sub/.syncthing.c.tmp", "sub/kept.txt", "kept.txt", "café-nfc"] {
                 try TestFiles.write(dir.file(name), "x")
             }
+            // A name in NFD (as macOS writes it) is reported and skipped, never renamed.
+            FileManager.default.createFile(atPath: dir.path + "/cafe\u{301}-nfd", contents: Data("x".utf8))
             try FileManager.default.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: "kept.txt")
-            let (tree, _) = try FolderScanner(root: dir.path).scan(previous: LocalTree())
-            #expect(Set(tree.entries.keys) == ["sub", "sub/kept.txt", "kept.txt", "link"])
+            var warnings: [String] = []
+            let (tree, stats) = try FolderScanner(root: dir.path).scan(previous: LocalTree(), warn: { warnings.append($0) })
+            #expect(Set(tree.entries.keys.map { Array($0.utf8) }) == Set(["sub", "sub/kept.txt", "kept.txt", "link", "café-nfc"].map { Array($0.utf8) }))
+            #expect(warnings.count == 1 && warnings[0].contains("not in Unicode NFC"))
+            #expect(Set(stats.temporaries) == [".syncthing.a.txt.tmp", "~syncthing~b.tmp", "sub/.syncthing.c.tmp"])
             #expect(tree["link"]?.kind == .symlink && tree["link"]?.symlinkTarget == "kept.txt")
             #expect(tree["sub"]?.kind == .directory)
         }

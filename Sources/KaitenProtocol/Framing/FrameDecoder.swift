@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import SwiftProtobuf
 
@@ -81,14 +82,31 @@ public struct FrameDecoder: NIOSingleStepByteToMessageDecoder {
         } catch {
             throw FrameError.malformedHeader
         }
-        var body = buffer.getBytes(at: start + 2 + headerLength + 4, length: messageLength) ?? []
-        buffer.moveReaderIndex(forwardBy: total)
+        let bodyStart = start + 2 + headerLength + 4
+        defer { buffer.moveReaderIndex(forwardBy: total) }
 
+        var body: [UInt8]
         let compressed: Bool
         switch header.compression {
         case .none:
-            compressed = false
+            // Decoded straight from the receive buffer: a block's bytes are copied once, into
+            // the message, not first into an array (a 1 GiB pull is 1 GiB less memcpy).
+            do {
+                // SwiftProtobuf copies every bytes and string field out of its input, so a
+                // no-copy Data over the buffer never outlives this closure.
+                let message = try buffer.withUnsafeReadableBytes { raw -> BEPMessage? in
+                    let slice = UnsafeRawBufferPointer(rebasing: raw[(bodyStart - start)..<(bodyStart - start + messageLength)])
+                    guard let base = slice.baseAddress else { return try BEPMessage.decode(type: header.type, body: [UInt8]()) }
+                    let view = Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: slice.count, deallocator: .none)
+                    return try BEPMessage.decode(type: header.type, body: view)
+                }
+                guard let message else { return .unknown(type: header.type.rawValue) }
+                return .message(message, wasCompressed: false)
+            } catch {
+                throw FrameError.malformedMessage(type: header.type.rawValue, reason: "\(error)")
+            }
         case .lz4:
+            body = buffer.getBytes(at: bodyStart, length: messageLength) ?? []
             compressed = true
             guard body.count >= 4 else { throw FrameError.compressedBodyTooShort }
             let size = Int(UInt32(body[0]) << 24 | UInt32(body[1]) << 16 | UInt32(body[2]) << 8 | UInt32(body[3]))

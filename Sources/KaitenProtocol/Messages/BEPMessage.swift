@@ -40,7 +40,7 @@ public enum BEPMessage: Sendable {
     }
 
     /// Decodes a body of a known type; `nil` for a type this version does not know.
-    static func decode(type: BEPMessageType, body: [UInt8]) throws -> BEPMessage? {
+    static func decode(type: BEPMessageType, body: some SwiftProtobufContiguousBytes) throws -> BEPMessage? {
         switch type {
         case .clusterConfig: return .clusterConfig(try BEPClusterConfig(serializedBytes: body))
         case .index: return .index(try BEPIndex(serializedBytes: body))

@@ -37,6 +37,9 @@ extension Kaiten {
         @Flag(help: "Print a JSON array of {folder, kind, path, reason, choices}.")
         var json = false
 
+        @Option(help: "As for plan and apply: how many peers must hold a deselected file before it may go.")
+        var requirePeers: Int = 1
+
         struct Row: Encodable {
             let folder: String
             let kind: String
@@ -48,7 +51,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                let (plan, _) = try Planner.plan(home: opened, folders: folders, warn: { Terminal.error($0) })
+                let (plan, _) = try Planner.plan(home: opened, folders: folders, requirePeers: max(1, requirePeers), warn: { Terminal.error($0) })
                 let rows = plan.folders.flatMap { folder in
                     folder.conflicts.map { Row(folder: folder.id, kind: $0.kind.rawValue, path: $0.path, reason: $0.reason, choices: $0.choices) }
                 }
