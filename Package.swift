@@ -71,6 +71,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // On demand: read files of the global index without selecting them; the signed-URL
+        // HTTP server with range support.
+        .target(
+            name: "KaitenStream",
+            dependencies: [
+                "KaitenApply", "KaitenSync", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // config.xml (read, edit, write back losslessly), the identity (cert.pem/key.pem), the home.
         .target(
             name: "KaitenConfig",
@@ -117,6 +130,7 @@ let package = Package(
                 "KaitenScan",
                 "KaitenReconcile",
                 "KaitenApply",
+                "KaitenStream",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -135,13 +149,14 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenSync"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenSync", "KaitenStream"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport"]),
         .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
         .testTarget(
@@ -164,7 +179,7 @@ let package = Package(
             name: "InteropTests",
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
-                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply",
+                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenStream",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

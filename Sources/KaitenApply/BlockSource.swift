@@ -12,7 +12,7 @@ import Glibc
 /// Where a block comes from: a local file that already holds it (the scan cache is a block
 /// index), else the peers holding the global version, spread over them. Every block is
 /// SHA-256-verified whichever way it came; bad data is dropped and the block tried elsewhere.
-final class BlockSource: Sendable {
+public final class BlockSource: Sendable {
     let folderID: String
     let root: String
     let connections: [DeviceID: PeerConnection]
@@ -21,7 +21,7 @@ final class BlockSource: Sendable {
     private let turn = Mutex(0)
     private let counters = Mutex((copied: 0, fetched: 0, rejected: 0))
 
-    init(folderID: String, root: String, connections: [DeviceID: PeerConnection], tree: LocalTree) {
+    public init(folderID: String, root: String, connections: [DeviceID: PeerConnection], tree: LocalTree) {
         self.folderID = folderID
         self.root = root
         self.connections = connections
@@ -36,10 +36,10 @@ final class BlockSource: Sendable {
         local = index
     }
 
-    var statistics: (copied: Int, fetched: Int, rejected: Int) { counters.withLock { $0 } }
+    public var statistics: (copied: Int, fetched: Int, rejected: Int) { counters.withLock { $0 } }
 
     /// The verified bytes of one block of `file`.
-    func block(_ block: BEPBlockInfo, of file: BEPFileInfo, holders: [DeviceID]) async throws(ApplyError) -> Data {
+    public func block(_ block: BEPBlockInfo, of file: BEPFileInfo, holders: [DeviceID]) async throws(ApplyError) -> Data {
         if block.size == 0 { return Data() }
         if let hash = ContentHash(data: block.hash), let source = local[hash], source.size == block.size,
             let data = readLocal(source.path, offset: source.offset, size: Int(block.size)),

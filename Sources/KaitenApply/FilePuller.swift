@@ -10,20 +10,31 @@ import Glibc
 /// Writes the global version of one entry into the folder: a temp file beside the target,
 /// every block verified, fsynced, permissions and mtime set, renamed into place, the directory
 /// fsynced. Nothing is ever left under the real name but a complete global version.
-struct FilePuller: Sendable {
+public struct FilePuller: Sendable {
     let root: String
     let ignorePermissions: Bool
     let source: BlockSource
+
+    public init(root: String, ignorePermissions: Bool, source: BlockSource) {
+        self.root = root
+        self.ignorePermissions = ignorePermissions
+        self.source = source
+    }
     /// Blocks requested at once per file.
     var window = 32
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
-    typealias LocalCheck = @Sendable (String) throws(ApplyError) -> Void
+    public typealias LocalCheck = @Sendable (String) throws(ApplyError) -> Void
 
     /// Pulls `entry` (the global version, with its block list) and returns the new local record.
-    func pull(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck) async throws(ApplyError) -> LocalFile {
-        let name = entry.name
+    /// - Parameter localName: where under `root` to write it, when not at its own name (`kaiten
+    ///   get -o`); the peers are still asked for `entry.name`.
+    public func pull(
+        _ entry: FileEntry, as localName: String? = nil, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck
+    ) async throws(ApplyError) -> LocalFile {
+        let name = localName ?? entry.name
+        try SafePath.validate(entry.name)
         try SafePath.validate(name)
         try SafePath.prepareParents(root: root, name: name)
         let target = root + "/" + name
@@ -50,12 +61,13 @@ struct FilePuller: Sendable {
             try finish(temp: temp, target: target, name: name, check: check)
             return LocalFile(path: name, kind: .symlink, symlinkTarget: entry.symlinkTarget)
         default:
-            return try await pullFile(entry, blocks: blocks, holders: holders, check: check)
+            return try await pullFile(entry, name: name, blocks: blocks, holders: holders, check: check)
         }
     }
 
-    private func pullFile(_ entry: FileEntry, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck) async throws(ApplyError) -> LocalFile {
-        let name = entry.name
+    private func pullFile(
+        _ entry: FileEntry, name: String, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck
+    ) async throws(ApplyError) -> LocalFile {
         let target = root + "/" + name
         let temp = root + "/" + SafePath.temporaryName(for: name)
         // A temp file left by a crashed run is simply rewritten.
@@ -72,7 +84,7 @@ struct FilePuller: Sendable {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
         var requestFile = BEPFileInfo()
-        requestFile.name = name
+        requestFile.name = entry.name
         requestFile.size = entry.size
         requestFile.blockSize = entry.blockSize
         let request = requestFile

@@ -1,0 +1,248 @@
+import Crypto
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenIndex
+import KaitenPeer
+import KaitenProtocol
+import KaitenScan
+import KaitenSync
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    var value: Int { count.withLock { $0 } }
+    func increment() { count.withLock { $0 += 1 } }
+}
+
+/// A bounded LRU cache of verified blocks, by content hash.
+final class BlockCache: Sendable {
+    private struct State {
+        var blocks: [ContentHash: (data: Data, tick: UInt64)] = [:]
+        var bytes = 0
+        var tick: UInt64 = 0
+    }
+
+    let capacity: Int
+    private let state = Mutex(State())
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    func get(_ hash: ContentHash) -> Data? {
+        state.withLock { s in
+            guard let hit = s.blocks[hash] else { return nil }
+            s.tick += 1
+            s.blocks[hash] = (hit.data, s.tick)
+            return hit.data
+        }
+    }
+
+    func put(_ hash: ContentHash, _ data: Data) {
+        guard data.count <= capacity else { return }
+        state.withLock { s in
+            s.tick += 1
+            if let old = s.blocks.updateValue((data, s.tick), forKey: hash) { s.bytes -= old.data.count }
+            s.bytes += data.count
+            while s.bytes > capacity, let oldest = s.blocks.min(by: { $0.value.tick < $1.value.tick }) {
+                s.bytes -= oldest.value.data.count
+                s.blocks.removeValue(forKey: oldest.key)
+            }
+        }
+    }
+}
+
+/// Files of the global index, readable without selecting them: from a current local copy when
+/// there is one, else block by block from the peers that hold them, every block verified.
+public final class RemoteFiles: @unchecked Sendable {
+    public let home: KaitenHome
+    let logger: Logger
+    let timeout: Double
+    let cache: BlockCache
+    private let lock = NSLock()
+    private var session: PeerSession?
+    private var logs: [String: IndexLog] = [:]
+    private var locals: [String: LocalTree] = [:]
+    private let fetchedBlocks = Counter()
+
+    /// Blocks fetched from peers so far (cache hits and local reads not counted).
+    public var blocksFetched: Int { fetchedBlocks.value }
+
+    public init(home: KaitenHome, cacheBytes: Int = 64 << 20, timeout: Double = 120, logger: Logger) {
+        self.home = home
+        self.logger = logger
+        self.timeout = timeout
+        self.cache = BlockCache(capacity: cacheBytes)
+    }
+
+    /// Refreshes the index of `folders` (all when empty) and keeps the peer connections.
+    public func connect(folders: [String] = [], warn: (String) -> Void) async throws {
+        let (reports, fresh) = try await IndexSync.runKeepingConnections(
+            home: home, folders: folders, timeout: timeout, logger: logger, warn: warn)
+        for r in reports where !r.ok {
+            warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "unreachable")")
+        }
+        let old = withLock { () -> PeerSession? in
+            let old = session
+            session = fresh
+            logs = [:]
+            locals = [:]
+            return old
+        }
+        await old?.close(reason: "reconnecting")
+    }
+
+    /// The open peer connections.
+    public func connections() throws -> [DeviceID: PeerConnection] {
+        withLock { session?.connections ?? [:] }
+    }
+
+    public func close() async {
+        let s = withLock { () -> PeerSession? in
+            defer { session = nil }
+            return session
+        }
+        await s?.close(reason: "done")
+    }
+
+    private func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    /// One file of the global index, ready to read.
+    public struct Entry: Sendable {
+        public let folder: String
+        public let global: FileEntry
+        public let blocks: [BEPBlockInfo]
+        public let holders: [DeviceID]
+        /// A local copy with exactly this content, when there is one.
+        public let localPath: String?
+        let source: BlockSource?
+
+        public var size: Int64 { global.size }
+        /// Changes whenever the global version does.
+        public var etag: String { "\"\(global.contentHash.hex.prefix(32))\"" }
+    }
+
+    /// Looks a path up. Errors say why in words: not in the index, deleted, a directory, no peer.
+    public func entry(folder: String, path: String) throws(StreamError) -> Entry {
+        guard let config = home.config.folders.first(where: { $0.id == folder }) else {
+            throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
+        }
+        let (log, local, connections): (IndexLog, LocalTree, [DeviceID: PeerConnection])
+        do {
+            (log, local, connections) = try withLock {
+                if logs[folder] == nil {
+                    logs[folder] = try IndexLog.open(path: home.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true)
+                    locals[folder] = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
+                }
+                return (logs[folder]!, locals[folder]!, session?.connections ?? [:])
+            }
+        } catch {
+            throw StreamError(.unavailable, "\(folder): cannot read the index: \(error)")
+        }
+        guard let g = log.index.global(path) else {
+            throw StreamError(.notFound, "\(folder)/\(path): not in the global index")
+        }
+        guard !g.file.isDeleted else { throw StreamError(.notFound, "\(folder)/\(path): deleted on every peer") }
+        guard g.file.type == .file else {
+            throw StreamError(.notFound, "\(folder)/\(path): a \(g.file.type == .directory ? "directory" : "symlink"), not a file")
+        }
+        var localPath: String?
+        if let mine = local[path], mine.kind == .file, mine.contentHash == g.file.contentHash {
+            let full = config.path + "/" + path
+            var info = stat()
+            if lstat(full, &info) == 0, Int64(info.st_size) == mine.size,
+                Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec) == mine.modifiedNs
+            {
+                localPath = full
+            }
+        }
+        let blocks: [BEPBlockInfo]
+        do {
+            blocks = try log.blocks(of: g.file)
+        } catch {
+            throw StreamError(.unavailable, "\(folder)/\(path): \(error)")
+        }
+        if localPath == nil && !g.holders.contains(where: { connections[$0] != nil }) {
+            throw StreamError(
+                .unavailable,
+                "\(folder)/\(path): no connected peer holds it (held by \(g.holders.map(\.shortDescription).joined(separator: ", ")))")
+        }
+        let source = BlockSource(folderID: folder, root: config.path, connections: connections, tree: LocalTree())
+        return Entry(folder: folder, global: g.file, blocks: blocks, holders: g.holders, localPath: localPath, source: source)
+    }
+
+    /// Hands the bytes of `range` to `body` in order, a block's worth at a time; fetches only
+    /// the blocks that cover the range (several at once), from the cache when they are there.
+    public func read(_ entry: Entry, range: ClosedRange<Int64>, window: Int = 8, _ body: (Data) async throws -> Void) async throws {
+        if let localPath = entry.localPath {
+            let fd = open(localPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            if fd >= 0 {
+                defer { Glibc.close(fd) }
+                var offset = range.lowerBound
+                while offset <= range.upperBound {
+                    let count = Int(min(Int64(1 << 20), range.upperBound - offset + 1))
+                    var data = Data(count: count)
+                    let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
+                    guard n == count else { throw StreamError(.unavailable, "\(localPath): short read") }
+                    try await body(data)
+                    offset += Int64(count)
+                }
+                return
+            }
+        }
+        let needed = entry.blocks.filter { $0.offset + Int64($0.size) > range.lowerBound && $0.offset <= range.upperBound }
+        guard !needed.isEmpty else { return }
+        var request = BEPFileInfo()
+        request.name = entry.global.name
+        request.size = entry.global.size
+        request.blockSize = entry.global.blockSize
+        let file = request
+        let holders = entry.holders
+        let cache = self.cache
+        let counter = self.fetchedBlocks
+        guard let source = entry.source else { throw StreamError(.unavailable, "no block source") }
+        func fetch(_ block: BEPBlockInfo) -> Task<Data, Error> {
+            Task {
+                if let hash = ContentHash(data: block.hash), let hit = cache.get(hash) { return hit }
+                let data = try await source.block(block, of: file, holders: holders)
+                counter.increment()
+                if let hash = ContentHash(data: block.hash) { cache.put(hash, data) }
+                return data
+            }
+        }
+        var pending: [Task<Data, Error>] = []
+        var next = 0
+        defer { for task in pending { task.cancel() } }
+        while next < needed.count && pending.count < window {
+            pending.append(fetch(needed[next]))
+            next += 1
+        }
+        var index = 0
+        while !pending.isEmpty {
+            let task = pending.removeFirst()
+            let data: Data
+            do {
+                data = try await task.value
+            } catch let error as ApplyError {
+                throw StreamError(.peerFailed, error.description)
+            }
+            if next < needed.count {
+                pending.append(fetch(needed[next]))
+                next += 1
+            }
+            let block = needed[index]
+            index += 1
+            let from = Int(max(range.lowerBound, block.offset) - block.offset)
+            let to = Int(min(range.upperBound + 1, block.offset + Int64(block.size)) - block.offset)
+            try await body(from == 0 && to == data.count ? data : data.subdata(in: from..<to))
+        }
+    }
+}

@@ -1,0 +1,242 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// `kaiten serve`: GET and HEAD of signed, expiring `/file` URLs with HTTP range support; only
+/// the blocks a range needs are fetched.
+public final class StreamServer: Sendable {
+    let files: RemoteFiles
+    let signer: URLSigner
+    let log: @Sendable (String) -> Void
+
+    public init(files: RemoteFiles, signer: URLSigner, log: @escaping @Sendable (String) -> Void) {
+        self.files = files
+        self.signer = signer
+        self.log = log
+    }
+
+    /// Binds, records the base URL in the home, serves until `stop` resolves, then cleans up.
+    public func run(host: String, port: Int, stop: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) async throws {
+        let group = MultiThreadedEventLoopGroup.singleton
+        let server = try await ServerBootstrap(group: group)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: host, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
+                }
+            }
+        let bound = server.channel.localAddress?.port ?? port
+        let shownHost = host.contains(":") ? "[\(host)]" : host
+        let base = "http://\(shownHost):\(bound)"
+        try ServerRecord(baseURL: base, pid: getpid()).save(files.home.home)
+        log("serving on \(base) (kaiten url FOLDER PATH prints a signed link)")
+        let channel = server.channel
+        stop { channel.close(promise: nil) }
+        defer { ServerRecord.remove(files.home.home) }
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { inbound in
+                for try await connection in inbound {
+                    group.addTask { await self.serve(connection) }
+                }
+            }
+        }
+    }
+
+    func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                var head: HTTPRequestHead?
+                for try await part in inbound {
+                    switch part {
+                    case .head(let h): head = h
+                    case .body: break
+                    case .end:
+                        guard let h = head else { continue }
+                        let keepAlive = try await respond(to: h, outbound)
+                        head = nil
+                        if !keepAlive { return }
+                    }
+                }
+            }
+        } catch {
+            // The client went away mid-body, or sent garbage: its connection ends, the server goes on.
+        }
+    }
+
+    struct Failure: Error {
+        let status: HTTPResponseStatus
+        let message: String
+    }
+
+    /// Answers one request; returns whether the connection may be reused.
+    func respond(to head: HTTPRequestHead, _ out: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>) async throws -> Bool {
+        let started = Date()
+        let fetchedBefore = files.blocksFetched
+        var status: HTTPResponseStatus = .ok
+        var sent: Int64 = 0
+        let isHead = head.method == .HEAD
+        var logged = Self.redacted(head.uri)
+        defer {
+            let ms = Int(Date().timeIntervalSince(started) * 1000)
+            log("\(head.method.rawValue) \(logged) \(status.code) bytes=\(sent) blocks_fetched=\(files.blocksFetched - fetchedBefore) ms=\(ms)")
+        }
+        do {
+            guard head.method == .GET || isHead else { throw Failure(status: .methodNotAllowed, message: "only GET and HEAD") }
+            let (folder, path) = try authorize(head.uri)
+            logged = "/file folder=\(folder) path=\(path)"
+            let entry: RemoteFiles.Entry
+            do {
+                entry = try files.entry(folder: folder, path: path)
+            } catch {
+                throw Failure(status: HTTPResponseStatus(statusCode: error.status), message: error.hint)
+            }
+            var headers = HTTPHeaders()
+            headers.add(name: "Accept-Ranges", value: "bytes")
+            headers.add(name: "ETag", value: entry.etag)
+            headers.add(name: "Last-Modified", value: Self.httpDate(Date(timeIntervalSince1970: TimeInterval(entry.global.modifiedS))))
+            headers.add(name: "Cache-Control", value: "private, max-age=0")
+            let type = MIME.type(forPath: path)
+            var ranges = HTTPRange.resolve(head.headers.first(name: "Range"), size: entry.size)
+            if let ifRange = head.headers.first(name: "If-Range"), ifRange != entry.etag {
+                // A changed representation: the whole of the new one, not a piece of it.
+                ranges = .full
+            }
+            switch ranges {
+            case .unsatisfiable:
+                status = .rangeNotSatisfiable
+                headers.add(name: "Content-Range", value: "bytes */\(entry.size)")
+                headers.add(name: "Content-Length", value: "0")
+                try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
+                try await out.write(.end(nil))
+            case .full:
+                headers.add(name: "Content-Type", value: type)
+                headers.add(name: "Content-Length", value: "\(entry.size)")
+                try await out.write(.head(HTTPResponseHead(version: head.version, status: .ok, headers: headers)))
+                if !isHead && entry.size > 0 {
+                    try await files.read(entry, range: 0...(entry.size - 1)) { data in
+                        try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
+                        sent += Int64(data.count)
+                    }
+                }
+                try await out.write(.end(nil))
+            case .ranges(let list) where list.count == 1:
+                let r = list[0]
+                status = .partialContent
+                headers.add(name: "Content-Type", value: type)
+                headers.add(name: "Content-Range", value: "bytes \(r.lowerBound)-\(r.upperBound)/\(entry.size)")
+                headers.add(name: "Content-Length", value: "\(r.upperBound - r.lowerBound + 1)")
+                try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
+                if !isHead {
+                    try await files.read(entry, range: r) { data in
+                        try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
+                        sent += Int64(data.count)
+                    }
+                }
+                try await out.write(.end(nil))
+            case .ranges(let list):
+                status = .partialContent
+                let boundary = "kaiten-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+                let parts = list.map { r in
+                    "--\(boundary)\r\nContent-Type: \(type)\r\nContent-Range: bytes \(r.lowerBound)-\(r.upperBound)/\(entry.size)\r\n\r\n"
+                }
+                let closing = "--\(boundary)--\r\n"
+                let length = zip(parts, list).reduce(Int64(closing.utf8.count)) { $0 + Int64($1.0.utf8.count) + ($1.1.upperBound - $1.1.lowerBound + 1) + 2 }
+                headers.add(name: "Content-Type", value: "multipart/byteranges; boundary=\(boundary)")
+                headers.add(name: "Content-Length", value: "\(length)")
+                try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
+                if !isHead {
+                    for (part, r) in zip(parts, list) {
+                        try await out.write(.body(.byteBuffer(ByteBuffer(string: part))))
+                        try await files.read(entry, range: r) { data in
+                            try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
+                            sent += Int64(data.count)
+                        }
+                        try await out.write(.body(.byteBuffer(ByteBuffer(string: "\r\n"))))
+                    }
+                    try await out.write(.body(.byteBuffer(ByteBuffer(string: closing))))
+                }
+                try await out.write(.end(nil))
+            }
+            return head.isKeepAlive
+        } catch let failure as Failure {
+            status = failure.status
+            var headers = HTTPHeaders()
+            let body = failure.message + "\n"
+            headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+            headers.add(name: "Content-Length", value: "\(body.utf8.count)")
+            try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
+            if !isHead { try await out.write(.body(.byteBuffer(ByteBuffer(string: body)))) }
+            try await out.write(.end(nil))
+            return head.isKeepAlive
+        } catch let error as StreamError {
+            // The head is already out: the body cannot be finished; end the connection.
+            status = HTTPResponseStatus(statusCode: error.status)
+            log("\(logged): \(error.hint)")
+            return false
+        }
+    }
+
+    /// Checks the URL: a clean path (400), then a valid, unexpired signature (403).
+    func authorize(_ uri: String) throws -> (folder: String, path: String) {
+        guard let components = URLComponents(string: uri), components.path == "/file" else {
+            throw Failure(status: .notFound, message: "not found (the only resource is /file)")
+        }
+        var query: [String: String] = [:]
+        for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        let folder = query["folder"] ?? ""
+        let path = query["path"] ?? ""
+        guard !folder.isEmpty, Self.isClean(path) else {
+            throw Failure(status: .badRequest, message: "folder and path must name a clean folder-relative file")
+        }
+        guard let exp = query["exp"].flatMap({ Int64($0) }), let sig = query["sig"] else {
+            throw Failure(status: .forbidden, message: "missing signature (make a link with `kaiten url`)")
+        }
+        guard exp >= Int64(Date().timeIntervalSince1970) else { throw Failure(status: .forbidden, message: "the link has expired") }
+        guard signer.verify(folder: folder, path: path, expires: exp, signature: sig) else {
+            throw Failure(status: .forbidden, message: "bad signature")
+        }
+        return (folder, path)
+    }
+
+    static func isClean(_ path: String) -> Bool {
+        guard !path.isEmpty, !path.hasPrefix("/"), !path.hasSuffix("/"), !path.contains("\0"), !path.contains("\\") else { return false }
+        return !path.split(separator: "/", omittingEmptySubsequences: false).contains { $0.isEmpty || $0 == "." || $0 == ".." }
+    }
+
+    /// The request line without its signature, for the log.
+    static func redacted(_ uri: String) -> String {
+        guard var components = URLComponents(string: uri) else { return uri }
+        components.queryItems = components.queryItems?.map { $0.name == "sig" ? URLQueryItem(name: "sig", value: "…") : $0 }
+        return components.string ?? uri
+    }
+
+    static func httpDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+}
+
+/// Content types by extension: what players and browsers need to pick a decoder.
+enum MIME {
+    static let types: [String: String] = [
+        "mkv": "video/x-matroska", "mp4": "video/mp4", "m4v": "video/mp4", "mov": "video/quicktime", "webm": "video/webm",
+        "avi": "video/x-msvideo", "ts": "video/mp2t", "mp3": "audio/mpeg", "m4a": "audio/mp4", "flac": "audio/flac",
+        "ogg": "audio/ogg", "opus": "audio/opus", "wav": "audio/wav", "jpg": "image/jpeg", "jpeg": "image/jpeg",
+        "png": "image/png", "gif": "image/gif", "webp": "image/webp", "heic": "image/heic", "svg": "image/svg+xml",
+        "pdf": "application/pdf", "txt": "text/plain; charset=utf-8", "md": "text/markdown; charset=utf-8",
+        "html": "text/html; charset=utf-8", "json": "application/json", "zip": "application/zip", "srt": "application/x-subrip",
+        "vtt": "text/vtt",
+    ]
+
+    static func type(forPath path: String) -> String {
+        types[(path as NSString).pathExtension.lowercased()] ?? "application/octet-stream"
+    }
+}

@@ -1,0 +1,121 @@
+import Crypto
+import Foundation
+import KaitenConfig
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Signed, expiring URLs: `sig` = HMAC-SHA256 over folder, path and expiry with a 32-byte key
+/// kept in the home (`state/url.key`, mode 0600, made on first use).
+public struct URLSigner: Sendable {
+    let key: SymmetricKey
+
+    public init(key: [UInt8]) {
+        self.key = SymmetricKey(data: key)
+    }
+
+    static func keyPath(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("url.key") }
+
+    /// The home's key, made (and kept) on first use.
+    public static func load(home: Home) throws -> URLSigner {
+        let path = keyPath(home)
+        if let data = FileManager.default.contents(atPath: path) {
+            guard data.count == 32 else { throw StreamError(.badRequest, "\(path): not a 32-byte key; remove it to make a new one") }
+            return URLSigner(key: [UInt8](data))
+        }
+        try FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
+        var bytes = [UInt8](repeating: 0, count: 32)
+        var generator = SystemRandomNumberGenerator()
+        for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &generator) }
+        try AtomicFile.write(bytes, to: path, mode: 0o600, exclusive: true)
+        // Someone else may have won the race to create it: use whatever is there now.
+        return URLSigner(key: [UInt8](FileManager.default.contents(atPath: path) ?? Data(bytes)))
+    }
+
+    static func message(folder: String, path: String, expires: Int64) -> [UInt8] {
+        Array("\(folder)\n\(path)\n\(expires)".utf8)
+    }
+
+    public func signature(folder: String, path: String, expires: Int64) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Self.message(folder: folder, path: path, expires: expires), using: key)
+        return Data(mac).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Checks a signature in constant time.
+    public func verify(folder: String, path: String, expires: Int64, signature: String) -> Bool {
+        guard signature.utf8.count == 64 else { return false }
+        var bytes: [UInt8] = []
+        var index = signature.startIndex
+        while index < signature.endIndex {
+            let next = signature.index(index, offsetBy: 2)
+            guard let byte = UInt8(signature[index..<next], radix: 16) else { return false }
+            bytes.append(byte)
+            index = next
+        }
+        return HMAC<SHA256>.isValidAuthenticationCode(bytes, authenticating: Self.message(folder: folder, path: path, expires: expires), using: key)
+    }
+
+    /// `BASE/file?folder=F&path=P&exp=T&sig=S`.
+    public func url(base: String, folder: String, path: String, expires: Int64) -> String {
+        let sig = signature(folder: folder, path: path, expires: expires)
+        return "\(base)/file?folder=\(Self.escape(folder))&path=\(Self.escape(path))&exp=\(expires)&sig=\(sig)"
+    }
+
+    static func escape(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~/")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+}
+
+/// Where a running `kaiten serve` listens, recorded in `state/serve.json` for `kaiten url`.
+public struct ServerRecord: Codable, Sendable {
+    public var baseURL: String
+    public var pid: Int32
+
+    enum CodingKeys: String, CodingKey {
+        case baseURL = "base_url", pid
+    }
+
+    static func path(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("serve.json") }
+
+    public static func load(_ home: Home) -> ServerRecord? {
+        guard let data = FileManager.default.contents(atPath: path(home)) else { return nil }
+        return try? JSONDecoder().decode(ServerRecord.self, from: data)
+    }
+
+    func save(_ home: Home) throws {
+        try FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
+        try AtomicFile.write([UInt8](try JSONEncoder().encode(self)), to: Self.path(home))
+    }
+
+    static func remove(_ home: Home) { unlink(path(home)) }
+}
+
+/// Why a file could not be served or fetched.
+public struct StreamError: Error, Sendable, CustomStringConvertible {
+    public enum Code: Sendable {
+        case badRequest, forbidden, notFound, unavailable, peerFailed
+    }
+
+    public let code: Code
+    public let hint: String
+
+    public init(_ code: Code, _ hint: String) {
+        self.code = code
+        self.hint = hint
+    }
+
+    public var description: String { hint }
+
+    var status: Int {
+        switch code {
+        case .badRequest: return 400
+        case .forbidden: return 403
+        case .notFound: return 404
+        case .unavailable: return 503
+        case .peerFailed: return 502
+        }
+    }
+}

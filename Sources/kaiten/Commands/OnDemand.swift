@@ -1,0 +1,259 @@
+import ArgumentParser
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenIndex
+import KaitenScan
+import KaitenStream
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Kaiten {
+    struct Cat: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write a file's global version to stdout, from peers, without selecting it.",
+            discussion: """
+                Every block is SHA-256-verified; a current local copy is read instead when there \
+                is one. Nothing is selected and .stignore is not touched.
+
+                Examples:
+                  kaiten cat docs notes/todo.txt
+                  kaiten cat media film.mkv | mpv -
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Argument(help: "The file, folder-relative.")
+        var path: String
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let files = RemoteFiles(home: opened, logger: global.logger)
+                try await files.connect(folders: [folder], warn: { Terminal.error($0) })
+                do {
+                    let entry = try files.entry(folder: folder, path: Self.clean(path))
+                    if entry.size > 0 {
+                        try await files.read(entry, range: 0...(entry.size - 1), window: 32) { data in
+                            try FileHandle.standardOutput.write(contentsOf: data)
+                        }
+                    }
+                    await files.close()
+                } catch {
+                    await files.close()
+                    throw error
+                }
+            }
+        }
+
+        static func clean(_ path: String) -> String {
+            path.trimmingCharacters(in: CharacterSet(charactersIn: "/")).precomposedStringWithCanonicalMapping
+        }
+    }
+
+    struct Get: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Fetch a file (or a directory's subtree) from peers into a local path.",
+            discussion: """
+                Writes through a temp file beside the target, fsynced and renamed into place; \
+                every block SHA-256-verified. Nothing is selected; .stignore is not touched. \
+                Without -o the file lands in the current directory under its own name.
+
+                Examples:
+                  kaiten get media film.mkv -o ~/Downloads/film.mkv
+                  kaiten get photos 2019/paris -o /tmp/paris
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Argument(help: "A file or directory, folder-relative.")
+        var path: String
+
+        @Option(name: .shortAndLong, help: ArgumentHelp("Where to write it (a directory for a directory).", valueName: "path"))
+        var output: String?
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let clean = Cat.clean(path)
+                let files = RemoteFiles(home: opened, logger: global.logger)
+                try await files.connect(folders: [folder], warn: { Terminal.error($0) })
+                do {
+                    try await fetch(clean, opened: opened, files: files)
+                    await files.close()
+                } catch {
+                    await files.close()
+                    throw error
+                }
+            }
+        }
+
+        func fetch(_ clean: String, opened: KaitenHome, files: RemoteFiles) async throws {
+            do {
+                let log = try IndexLog.open(path: opened.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true)
+                guard let g = log.index.global(clean), !g.file.isDeleted else {
+                    throw StreamError(.notFound, "\(folder)/\(clean): not in the global index\(log.index.global(clean) != nil ? " (deleted on every peer)" : "")")
+                }
+                let target = (output ?? (clean as NSString).lastPathComponent) as NSString
+                let absolute = target.isAbsolutePath ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
+                var wanted: [(remote: String, local: String)] = []
+                var root: String
+                if g.file.type == .directory {
+                    root = absolute
+                    try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+                    for entry in log.index.list(under: clean, recursive: true, includeDeleted: false) where entry.file.type == .file || entry.file.isSymlink || entry.file.type == .directory {
+                        wanted.append((entry.path, String(entry.path.dropFirst(clean.count + 1))))
+                    }
+                } else {
+                    root = (absolute as NSString).deletingLastPathComponent
+                    try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+                    wanted.append((clean, (absolute as NSString).lastPathComponent))
+                }
+                var failed = 0
+                var bytes: Int64 = 0
+                for (remote, local) in wanted {
+                    guard let entry = log.index.global(remote) else { continue }
+                    do {
+                        if entry.file.type == .directory {
+                            try SafePath.prepareParents(root: root, name: local + "/x")
+                            continue
+                        }
+                        let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
+                        let source = BlockSource(folderID: folder, root: root, connections: try files.connections(), tree: LocalTree())
+                        let puller = FilePuller(root: root, ignorePermissions: false, source: source)
+                        _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: { _ in })
+                        bytes += entry.file.size
+                        if wanted.count > 1 { print("fetched \(remote)") }
+                    } catch {
+                        failed += 1
+                        Terminal.error("\(folder)/\(remote): \((error as? ApplyError)?.hint ?? "\(error)")")
+                    }
+                }
+                print("\(wanted.count - failed) of \(wanted.count) written under \(root) (\(Kaiten.Ls.human(bytes)))")
+                if failed > 0 { throw ExitCode(1) }
+            }
+        }
+    }
+
+    struct Serve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Serve files of the global index over HTTP, with signed links and ranges.",
+            discussion: """
+                GET and HEAD /file?folder=F&path=P&exp=UNIX-SECONDS&sig=S, where S is an \
+                HMAC-SHA256 with a key kept in the home (state/url.key). `kaiten url` makes such \
+                links. Range requests (single, open-ended, suffix, several) fetch only the blocks \
+                that cover them, SHA-256-verified, with a bounded cache; a current local copy is \
+                read from disk instead. 403 for a missing, wrong or expired signature, 404 for \
+                an unknown folder or path, 400 for a path that is not clean.
+
+                Listens on loopback only, unless --allow-remote (links still need signatures). \
+                Logs one line per request to stderr. SIGTERM or SIGINT stop it cleanly.
+
+                Examples:
+                  kaiten serve &
+                  mpv "$(kaiten url media film.mkv)"
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Option(help: ArgumentHelp("Address to listen on.", valueName: "host:port"))
+        var listen: String = "127.0.0.1:8385"
+
+        @Flag(help: "Allow a non-loopback --listen address.")
+        var allowRemote = false
+
+        @Option(help: "MiB of verified blocks to keep in memory.")
+        var cacheMib: Int = 64
+
+        func run() async throws {
+            try await reportingErrors {
+                guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]) else {
+                    throw ValidationError("--listen takes host:port, e.g. 127.0.0.1:8385")
+                }
+                let host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+                let loopback = host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.")
+                guard loopback || allowRemote else {
+                    throw ValidationError("\(host) is not a loopback address; pass --allow-remote to listen there (links still need signatures)")
+                }
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let signer = try URLSigner.load(home: opened.home)
+                let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger)
+                try await files.connect(warn: { Terminal.error($0) })
+                let server = StreamServer(files: files, signer: signer, log: { line in
+                    FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) \(line)\n".utf8))
+                })
+                try await server.run(host: host, port: port) { stop in
+                    SignalStop.install(stop)
+                }
+                await files.close()
+                FileHandle.standardError.write(Data("stopped\n".utf8))
+            }
+        }
+    }
+
+    struct URLCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "url",
+            abstract: "Print a signed, expiring link to a file, for the running `kaiten serve`.",
+            discussion: """
+                Examples:
+                  mpv "$(kaiten url media film.mkv)"
+                  kaiten url docs report.pdf --ttl 15m
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folder: String
+
+        @Argument(help: "The file, folder-relative.")
+        var path: String
+
+        @Option(help: "How long the link works: 90s, 15m, 1h, 2d.")
+        var ttl: String = "1h"
+
+        func run() async throws {
+            try await reportingErrors {
+                guard let seconds = Self.duration(ttl) else { throw ValidationError("--ttl takes a duration like 90s, 15m, 1h or 2d") }
+                let opened = try KaitenHome.open(global.resolvedHome)
+                _ = try FolderSelection.resolve([folder], in: opened)
+                guard let record = ServerRecord.load(opened.home) else {
+                    throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
+                }
+                let signer = try URLSigner.load(home: opened.home)
+                let expires = Int64(Date().timeIntervalSince1970) + seconds
+                print(signer.url(base: record.baseURL, folder: folder, path: Cat.clean(path), expires: expires))
+            }
+        }
+
+        static func duration(_ text: String) -> Int64? {
+            let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+            if let value = Int64(text) { return value }
+            guard let unit = text.last.flatMap({ units[$0] }), let value = Int64(text.dropLast()), value > 0 else { return nil }
+            return value * unit
+        }
+    }
+}
+
+/// SIGTERM and SIGINT run `stop` once (and are otherwise ignored).
+enum SignalStop {
+    nonisolated(unsafe) static var sources: [DispatchSourceSignal] = []
+
+    static func install(_ stop: @escaping @Sendable () -> Void) {
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { stop() }
+            source.resume()
+            sources.append(source)
+        }
+    }
+}

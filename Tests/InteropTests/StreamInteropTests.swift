@@ -1,0 +1,198 @@
+import Crypto
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenStream
+import KaitenTestSupport
+import Testing
+
+/// On demand against a real syncthing peer: cat, get, and the signed range server.
+@Suite(.serialized)
+struct StreamInteropTests {
+    static let folder = "media"
+
+    struct Fetched {
+        let status: Int
+        let headers: [String: String]
+        let body: Data
+    }
+
+    /// One HTTP request with curl (the tests install it with the rest).
+    static func curl(_ url: String, range: String? = nil, head: Bool = false, extra: [String] = []) throws -> Fetched {
+        let dir = try TemporaryDirectory(prefix: "kaiten-curl")
+        defer { dir.remove() }
+        var args = ["-s", "-g", "-D", dir.file("h"), "-o", dir.file("b"), "-w", "%{http_code}"]
+        if let range { args += ["-r", range] }
+        if head { args += ["-I"] }
+        args += extra + [url]
+        let result = try ProcessRunner.run(ProcessRunner.which("curl") ?? "/usr/bin/curl", args)
+        var headers: [String: String] = [:]
+        for line in (try? String(contentsOfFile: dir.file("h"), encoding: .utf8))?.split(separator: "\r\n") ?? [] {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return Fetched(status: Int(result.stdout) ?? 0, headers: headers, body: FileManager.default.contents(atPath: dir.file("b")) ?? Data())
+    }
+
+    @Test func catGetAndTheRangeServerAgainstARealPeer() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-stream")
+        defer { dir.remove() }
+        let home = dir.file("kaiten")
+        let created = try KaitenCLI.run(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let peerData = dir.file("peer")
+        try TestFiles.random(peerData + "/films/movie.mkv", size: 3_000_000)
+        try TestFiles.random(peerData + "/big.bin", size: 300_000_000)
+        try TestFiles.write(peerData + "/films/notes/readme.txt", "hello from the peer\n")
+        let movie = try Data(contentsOf: URL(fileURLWithPath: peerData + "/films/movie.mkv"))
+        func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home]) }
+
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await st.addDevice(me, name: "k")
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
+            try await st.waitUntil("peer scanned", timeout: 120) {
+                let s = try await st.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 3
+            }
+            #expect(try kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", st.address).status == 0)
+            #expect(try kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
+
+            // cat and get: verified bytes, nothing selected, .stignore untouched.
+            let cat = try kaiten("cat", Self.folder, "films/notes/readme.txt")
+            #expect(cat.status == 0, "\(cat.stderr)")
+            #expect(cat.stdout == "hello from the peer\n")
+            let got = try kaiten("get", Self.folder, "films/movie.mkv", "-o", dir.file("out/movie.mkv"))
+            #expect(got.status == 0, "\(got.stderr)")
+            #expect(FileManager.default.contents(atPath: dir.file("out/movie.mkv")) == movie)
+            let tree = try kaiten("get", Self.folder, "films", "-o", dir.file("out/films"))
+            #expect(tree.status == 0, "\(tree.stderr)")
+            #expect(FileManager.default.contents(atPath: dir.file("out/films/notes/readme.txt")) == Data("hello from the peer\n".utf8))
+            #expect(FileManager.default.contents(atPath: dir.file("out/films/movie.mkv")) == movie)
+            #expect(!FileManager.default.fileExists(atPath: dir.file("local/.stignore")))
+            #expect(!FileManager.default.fileExists(atPath: home + "/selections/media.txt"))
+            let missing = try kaiten("cat", Self.folder, "films/nope.mkv")
+            #expect(missing.status == 1 && missing.stderr.contains("films/nope.mkv: not in the global index"))
+            let directory = try kaiten("cat", Self.folder, "films")
+            #expect(directory.status == 1 && directory.stderr.contains("a directory"))
+
+            // The server.
+            let port = try FreePort.next()
+            let server = Process()
+            server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+            server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
+            FileManager.default.createFile(atPath: dir.file("serve.log"), contents: nil)
+            server.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("serve.log")))
+            server.standardOutput = FileHandle.nullDevice
+            try server.run()
+            defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
+            try await st.waitUntil("kaiten serve is up", timeout: 60) { ServerRecord.load(Home(path: home)) != nil }
+            func serverLog() -> [String] {
+                ((try? String(contentsOfFile: dir.file("serve.log"), encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+            }
+            let refused = try kaiten("serve", "--listen", "0.0.0.0:\(try FreePort.next())")
+            #expect(refused.status != 0 && refused.stderr.contains("--allow-remote"))
+
+            let url = try kaiten("url", Self.folder, "films/movie.mkv").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(url.hasPrefix("http://127.0.0.1:\(port)/file?folder=media&path=films/movie.mkv&exp="))
+
+            let whole = try Self.curl(url)
+            #expect(whole.status == 200)
+            #expect(whole.body == movie)
+            #expect(whole.headers["accept-ranges"] == "bytes")
+            #expect(whole.headers["content-type"] == "video/x-matroska")
+            #expect(whole.headers["content-length"] == "\(movie.count)")
+            let etag = try #require(whole.headers["etag"])
+
+            var generator = SystemRandomNumberGenerator()
+            for _ in 0..<50 {
+                let a = Int.random(in: 0..<movie.count, using: &generator)
+                let b = Int.random(in: a..<min(movie.count, a + 400_000), using: &generator)
+                let part = try Self.curl(url, range: "\(a)-\(b)")
+                #expect(part.status == 206)
+                #expect(part.headers["content-range"] == "bytes \(a)-\(b)/\(movie.count)")
+                #expect(part.body == movie[a...b], "range \(a)-\(b)")
+            }
+            let suffix = try Self.curl(url, range: "-500")
+            #expect(suffix.status == 206 && suffix.body == movie.suffix(500))
+            let open = try Self.curl(url, range: "2999000-")
+            #expect(open.status == 206 && open.body == movie[2_999_000...])
+            let multi = try Self.curl(url, range: "0-9,1000-1099")
+            #expect(multi.status == 206)
+            #expect(multi.headers["content-type"]?.hasPrefix("multipart/byteranges; boundary=") == true)
+            let text = String(decoding: multi.body, as: UTF8.self)
+            #expect(text.contains("Content-Range: bytes 0-9/\(movie.count)") && text.contains("Content-Range: bytes 1000-1099/\(movie.count)"))
+            #expect(multi.body.range(of: movie[1000...1099]) != nil)
+            let beyond = try Self.curl(url, range: "\(movie.count + 10)-")
+            #expect(beyond.status == 416)
+            #expect(beyond.headers["content-range"] == "bytes */\(movie.count)")
+            let stillMatches = try Self.curl(url, range: "0-9", extra: ["-H", "If-Range: \(etag)"])
+            #expect(stillMatches.status == 206 && stillMatches.body == movie[0...9])
+            let changed = try Self.curl(url, range: "0-9", extra: ["-H", "If-Range: \"something-else\""])
+            #expect(changed.status == 200 && changed.body == movie)
+            let head = try Self.curl(url, head: true)
+            // (curl -I writes the header block where the body would go: that is all there is.)
+            #expect(head.status == 200 && head.headers["content-length"] == "\(movie.count)")
+            #expect(String(decoding: head.body, as: UTF8.self).hasPrefix("HTTP/1.1 200") && head.body.count < 1000)
+
+            // One byte in the middle of 300 MB: at most one block requested from the peer.
+            let bigURL = try kaiten("url", Self.folder, "big.bin").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let middle = 150_000_123
+            let byte = try Self.curl(bigURL, range: "\(middle)-\(middle)")
+            #expect(byte.status == 206 && byte.body.count == 1)
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: peerData + "/big.bin"))
+            try handle.seek(toOffset: UInt64(middle))
+            #expect(byte.body == handle.readData(ofLength: 1))
+            try handle.close()
+            let line = try #require(serverLog().last { $0.contains("path=big.bin") && $0.contains(" 206 ") })
+            #expect(line.contains("blocks_fetched=1 "), "\(line)")
+
+            // Signatures and paths.
+            let signer = try URLSigner.load(home: Home(path: home))
+            let base = "http://127.0.0.1:\(port)"
+            let tampered = url.replacingOccurrences(of: "movie.mkv", with: "movie2.mkv")
+            #expect(try Self.curl(tampered).status == 403)
+            let badSig = String(url.dropLast(4)) + "0000"
+            #expect(try Self.curl(badSig).status == 403)
+            let expired = signer.url(base: base, folder: Self.folder, path: "films/movie.mkv", expires: Int64(Date().timeIntervalSince1970) - 10)
+            #expect(try Self.curl(expired).status == 403)
+            #expect(try Self.curl("\(base)/file?folder=media&path=films/movie.mkv").status == 403)
+            let unknown = signer.url(base: base, folder: Self.folder, path: "films/none.mkv", expires: Int64(Date().timeIntervalSince1970) + 60)
+            #expect(try Self.curl(unknown).status == 404)
+            let fetchedBefore = serverLog().filter { $0.contains("blocks_fetched=") }.count
+            let traversal = signer.url(base: base, folder: Self.folder, path: "../etc/passwd", expires: Int64(Date().timeIntervalSince1970) + 60)
+            let escaped = try Self.curl(traversal)
+            #expect(escaped.status == 400)
+            let traversalLine = try #require(serverLog().filter { $0.contains("blocks_fetched=") }.dropFirst(fetchedBefore).first)
+            #expect(traversalLine.contains(" 400 ") && traversalLine.contains("blocks_fetched=0 "))
+
+            // A client that hangs up mid-body does not hurt the server.
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            #expect(connected == 0)
+            let pathAndQuery = String(bigURL.dropFirst(base.count))
+            let request = "GET \(pathAndQuery) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            _ = request.withCString { send(fd, $0, strlen($0), 0) }
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            #expect(recv(fd, &buffer, buffer.count, 0) > 0)
+            close(fd)
+            try await Task.sleep(nanoseconds: 300_000_000)
+            let after = try Self.curl(url, range: "0-99")
+            #expect(after.status == 206 && after.body == movie[0...99])
+
+            // SIGTERM stops it cleanly.
+            kill(server.processIdentifier, SIGTERM)
+            server.waitUntilExit()
+            #expect(server.terminationStatus == 0)
+            #expect(ServerRecord.load(Home(path: home)) == nil)
+            let urlWithoutServer = try kaiten("url", Self.folder, "films/movie.mkv")
+            #expect(urlWithoutServer.status == 1 && urlWithoutServer.stderr.contains("kaiten serve"))
+        }
+    }
+}
