@@ -8,6 +8,8 @@
 //   kaiten-bench plan [--paths N] [--local N]  plan over an N-path global index with N local files
 //   kaiten-bench apply [--mib M] [--files N]   kaiten apply vs a syncthing receiver pulling the same
 //                                       folder: 4 random files of M/4 MiB, then N files of 4 KiB
+//   kaiten-bench stream [--mib M]       time to first byte of a mid-file range through kaiten serve,
+//                                       streaming the whole file, kaiten get, a syncthing pull
 //
 // Each figure is time, peak RSS (VmHWM) and CPU seconds of the receiving process. Kaiten's side
 // runs in a child process (`kaiten-bench client …`) so that its RSS is its own.
@@ -346,10 +348,13 @@ do {
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 20_000
         try await runApplyBench(mib: mib, files: files, directories: max(1, files / 100))
+    case "stream":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        try await runStreamBench(mib: mib)
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | apply [--mib M] [--files N]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | apply [--mib M] [--files N] | stream [--mib M]")
         exit(64)
     }
 } catch {

@@ -1,0 +1,106 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenStream
+import KaitenTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// On demand: time to first byte of a range in the middle of a remote file, and streaming the
+/// whole file through `kaiten serve`, next to `kaiten get` and a syncthing-to-syncthing pull of
+/// the same file from the same peer, in the same run.
+func runStreamBench(mib: Int) async throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-streambench")
+    defer { dir.remove() }
+    log("work dir \(dir.path)")
+    let data = dir.file("data")
+    try TestFiles.random(data + "/movie.bin", size: mib << 20)
+    let size = Int64(mib) << 20
+    let source = try SyncthingInstance.generate(in: dir.path, name: "source")
+    let receiver = try SyncthingInstance.generate(in: dir.path, name: "receiver")
+    let home = dir.file("kaiten")
+    let created = try KaitenCLI.run(["init", "--home", home, "--name", "kaiten", "--listen", "tcp://127.0.0.1:0"])
+    let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    func kaiten(_ args: [String]) throws -> ProcessResult {
+        let result = try KaitenCLI.run(args + ["--home", home])
+        guard result.status == 0 else { throw HarnessError("kaiten \(args.joined(separator: " ")) failed: \(result.stderr)") }
+        return result
+    }
+    let curl = ProcessRunner.which("curl") ?? "/usr/bin/curl"
+    func curlTimes(_ url: String, range: String?) throws -> (ttfb: Double, total: Double) {
+        var args = ["-s", "-o", "/dev/null", "-w", "%{time_starttransfer} %{time_total}"]
+        if let range { args += ["-r", range] }
+        let out = try ProcessRunner.run(curl, args + [url]).stdout.split(separator: " ").compactMap { Double($0) }
+        return (out.first ?? 0, out.last ?? 0)
+    }
+
+    try await withSyncthing(source) { a in
+        try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])
+        try await a.addDevice(me, name: "kaiten")
+        try await a.addFolder(id: "bench", path: data, type: "sendonly", devices: [receiver.deviceID, me])
+        try await a.waitUntil("source scanned", timeout: 600) {
+            let s = try await a.get("/rest/db/status?folder=bench") as? [String: Any]
+            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 1
+        }
+        _ = try kaiten(["peer", "add", a.deviceID.description, "--address", a.address])
+        _ = try kaiten(["folder", "add", "bench", "--path", dir.file("kaiten-data"), "--share", a.deviceID.description])
+        _ = try kaiten(["index", "sync"])
+
+        // kaiten get: connect, fetch every block verified, temp + fsync + rename.
+        var start = now()
+        _ = try kaiten(["get", "bench", "movie.bin", "-o", dir.file("got.bin")])
+        let getSeconds = now() - start
+        try? FileManager.default.removeItem(atPath: dir.file("got.bin"))
+
+        // kaiten serve.
+        let port = try FreePort.next()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+        server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
+        server.standardError = FileHandle.nullDevice
+        server.standardOutput = FileHandle.nullDevice
+        try server.run()
+        defer { kill(server.processIdentifier, SIGTERM); server.waitUntilExit() }
+        try await a.waitUntil("kaiten serve is up", timeout: 60) { ServerRecord.load(Home(path: home)) != nil }
+        let url = try kaiten(["url", "bench", "movie.bin"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // Warm the connection with a tiny range at the start of the file.
+        _ = try curlTimes(url, range: "0-0")
+        // One block's round trip: a single cold byte.
+        let oneByte = try curlTimes(url, range: "\(size / 3)-\(size / 3)")
+        // A 1 MiB range in the middle, cold.
+        let middle = size / 2 + 12345
+        let range = try curlTimes(url, range: "\(middle)-\(middle + (1 << 20) - 1)")
+        start = now()
+        let whole = try curlTimes(url, range: nil)
+        let streamSeconds = now() - start
+
+        // syncthing pulling the same file from the same peer.
+        let syncthingSeconds = try await withSyncthing(receiver) { b -> Double in
+            try await b.addDevice(a.deviceID, name: "source", addresses: [a.address])
+            let folderPath = dir.file("receiver-data")
+            try FileManager.default.createDirectory(atPath: folderPath, withIntermediateDirectories: true)
+            try await a.waitUntil("connected", timeout: 60) {
+                let c = try await a.get("/rest/system/connections") as? [String: Any]
+                return ((c?["connections"] as? [String: Any])?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+            }
+            let start = now()
+            try await b.addFolder(id: "bench", path: folderPath, type: "receiveonly", devices: [a.deviceID])
+            try await b.waitUntil("receiver done", timeout: 1800) {
+                let s = try await b.get("/rest/db/status?folder=bench") as? [String: Any]
+                return (s?["localFiles"] as? Int) == 1 && (s?["needFiles"] as? Int ?? 1) == 0 && s?["state"] as? String == "idle"
+            }
+            return now() - start
+        }
+        let mb = Double(size) / 1e6
+        print("")
+        print("== on demand: one remote file of \(mib) MiB ==")
+        print(String(format: "time to first byte, 1 cold byte (one block round trip): %.1f ms", oneByte.ttfb * 1000))
+        print(String(format: "time to first byte, 1 MiB range in the middle (cold):     %.1f ms = %.2f block round trips", range.ttfb * 1000, range.ttfb / max(oneByte.ttfb, 0.0001)))
+        print(String(format: "stream the whole file through kaiten serve (curl): %6.2f s = %6.1f MB/s (ttfb %.1f ms)", whole.total, mb / whole.total, whole.ttfb * 1000))
+        print(String(format: "kaiten get (to disk, fsync, rename):               %6.2f s = %6.1f MB/s", getSeconds, mb / getSeconds))
+        print(String(format: "syncthing → syncthing pull of the same file:       %6.2f s = %6.1f MB/s", syncthingSeconds, mb / syncthingSeconds))
+        _ = streamSeconds
+    }
+}
