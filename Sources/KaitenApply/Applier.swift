@@ -236,7 +236,8 @@ public enum Applier {
                 }
             }
             let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: tree)
-            let puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source)
+            let puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
+            var renamedInto: Set<String> = []
 
             for action in folderPlan.actions where action.action == .mkdir {
                 do {
@@ -293,6 +294,7 @@ public enum Applier {
                     switch result {
                     case .success(let file):
                         tree[file.path] = file
+                        renamedInto.insert((root + "/" + file.path as NSString).deletingLastPathComponent)
                         bytesDone += action.size
                         report.pulledBytes += action.size
                         report.done += 1
@@ -303,6 +305,12 @@ public enum Applier {
                     }
                     events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesDone, bytesTotal: totalBytes, current: action.path))
                     if next < pullActions.count { launch() }
+                }
+            }
+            // Each directory that received files is fsynced once, before anything is deleted.
+            await withTaskGroup(of: Void.self) { group in
+                for directory in renamedInto {
+                    group.addTask { _ = try? await Blocking.run { SafePath.syncDirectory(directory) } }
                 }
             }
             let stats = source.statistics

@@ -14,11 +14,15 @@ public struct FilePuller: Sendable {
     let root: String
     let ignorePermissions: Bool
     let source: BlockSource
+    /// When false the caller fsyncs each directory once after a batch of renames (apply does,
+    /// before any deletion): a crash before that loses at most the rename, never content.
+    var syncsDirectories: Bool
 
-    public init(root: String, ignorePermissions: Bool, source: BlockSource) {
+    public init(root: String, ignorePermissions: Bool, source: BlockSource, syncsDirectories: Bool = true) {
         self.root = root
         self.ignorePermissions = ignorePermissions
         self.source = source
+        self.syncsDirectories = syncsDirectories
     }
     /// Blocks requested at once per file.
     var window = 32
@@ -158,7 +162,7 @@ public struct FilePuller: Sendable {
         guard rename(temp, target) == 0 else {
             throw ApplyError(.io, path: name, "cannot rename into place: \(String(cString: strerror(errno)))")
         }
-        SafePath.syncDirectory((target as NSString).deletingLastPathComponent)
+        if syncsDirectories { SafePath.syncDirectory((target as NSString).deletingLastPathComponent) }
     }
 }
 

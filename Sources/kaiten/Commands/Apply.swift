@@ -161,12 +161,46 @@ final class ApplyOutput: @unchecked Sendable {
     /// One formatter for every event: making one costs more than a small pull.
     let timestamps = ISO8601DateFormatter()
 
+    /// One event as one line of JSON, keys sorted. Events are flat (strings and numbers), so
+    /// this writes them directly: JSONSerialization cost more than pulling a small file.
     func emit(_ object: [String: Any]) {
         var event = object
         event["@timestamp"] = timestamps.string(from: Date())
-        if let data = try? JSONSerialization.data(withJSONObject: event, options: [.sortedKeys, .withoutEscapingSlashes]) {
-            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        var line = "{"
+        for (i, key) in event.keys.sorted().enumerated() {
+            if i > 0 { line += "," }
+            line += Self.quote(key) + ":"
+            switch event[key]! {
+            case let text as String: line += Self.quote(text)
+            case let number as Int: line += String(number)
+            case let number as Int64: line += String(number)
+            case let number as Double: line += number.isFinite ? String(number) : "null"
+            case let flag as Bool: line += flag ? "true" : "false"
+            default: line += "null"
+            }
         }
+        line += "}\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+    }
+
+    static func quote(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 {
+                    out += String(format: "\\u%04x", scalar.value)
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
     }
 
     func handle(_ event: ApplyEvent) {
