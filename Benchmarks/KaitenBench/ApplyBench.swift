@@ -88,25 +88,10 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
         log("kaiten summary: \(summary) (\(kaitenFiles) entries on disk)")
 
         // A fresh syncthing receiving the same folder from the same peer.
-        let theirs = try await withSyncthing(receiver) { b -> (seconds: Double, cpu: Double, rss: Double) in
-            try await b.addDevice(a.deviceID, name: "source", addresses: [a.address])
-            let folderPath = dir.file("receiver-data")
-            try FileManager.default.createDirectory(atPath: folderPath, withIntermediateDirectories: true)
-            try await a.waitUntil("source and receiver connected", timeout: 60) {
-                let c = try await a.get("/rest/system/connections") as? [String: Any]
-                let conns = c?["connections"] as? [String: Any]
-                return (conns?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+        let theirs = try await withSyncthing(receiver) { b in
+            try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-data")) { s in
+                (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
             }
-            guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
-            let cpu0 = ProcStat.cpuSeconds(pid: pid)
-            let start = now()
-            try await b.addFolder(id: folderID, path: folderPath, type: "receiveonly", devices: [a.deviceID])
-            try await b.waitUntil("receiver done", timeout: 1800) {
-                let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-                return (s?["localFiles"] as? Int ?? 0) == expectedFiles && (s?["needFiles"] as? Int ?? 1) == 0
-                    && s?["state"] as? String == "idle"
-            }
-            return (now() - start, ProcStat.cpuSeconds(pid: pid) - cpu0, ProcStat.peakRSS(pid: pid))
         }
         let ourCPU = after.cpu - before.cpu
         print("")
@@ -125,4 +110,28 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
                 ourCPU / max(theirs.cpu, 0.001)))
         print("(kaiten: index exchange, verified pulls, fsync before every rename; syncthing: the same, from adding the folder)")
     }
+}
+
+/// A running syncthing `receiver` pulls `folderID` from `source` into `folderPath`, from adding
+/// the folder until `done` holds for its `/rest/db/status`; returns time, CPU and peak RSS.
+func syncthingPull(
+    source a: SyncthingInstance, receiver b: SyncthingInstance, folderID: String, folderPath: String, stignore: String? = nil,
+    until done: @escaping ([String: Any]) -> Bool
+) async throws -> (seconds: Double, cpu: Double, rss: Double) {
+    try await b.addDevice(a.deviceID, name: "source", addresses: [a.address])
+    try FileManager.default.createDirectory(atPath: folderPath, withIntermediateDirectories: true)
+    if let stignore { try stignore.write(toFile: folderPath + "/.stignore", atomically: true, encoding: .utf8) }
+    try await a.waitUntil("source and receiver connected", timeout: 60) {
+        let c = try await a.get("/rest/system/connections") as? [String: Any]
+        let conns = c?["connections"] as? [String: Any]
+        return (conns?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+    }
+    guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
+    let cpu0 = ProcStat.cpuSeconds(pid: pid)
+    let start = now()
+    try await b.addFolder(id: folderID, path: folderPath, type: "receiveonly", devices: [a.deviceID])
+    try await b.waitUntil("receiver done", timeout: 1800) {
+        done(try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
+    }
+    return (now() - start, ProcStat.cpuSeconds(pid: pid) - cpu0, ProcStat.peakRSS(pid: pid))
 }

@@ -180,32 +180,18 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
 
         // A fresh syncthing receiving the same folder.
         let theirs = try await withSyncthing(receiver) { b in
-            try await b.addDevice(a.deviceID, name: "source", addresses: [a.address])
-            let folderPath = dir.file("receiver-data")
-            try FileManager.default.createDirectory(atPath: folderPath, withIntermediateDirectories: true)
-            if mode == "index" { try "*\n".write(toFile: folderPath + "/.stignore", atomically: true, encoding: .utf8) }
-            try await a.waitUntil("source and receiver connected", timeout: 60) {
-                let c = try await a.get("/rest/system/connections") as? [String: Any]
-                let conns = c?["connections"] as? [String: Any]
-                return (conns?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+            let pulled = try await syncthingPull(
+                source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-data"),
+                stignore: mode == "index" ? "*\n" : nil
+            ) { s in
+                if mode == "index" { return (s["globalFiles"] as? Int ?? 0) == expectedFiles }
+                return (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0
+                    && s["state"] as? String == "idle"
             }
-            guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
-            let cpu0 = ProcStat.cpuSeconds(pid: pid)
-            let start = now()
-            try await b.addFolder(id: folderID, path: folderPath, type: "receiveonly", devices: [a.deviceID])
-            try await b.waitUntil("receiver done", timeout: 1800) {
-                let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-                if mode == "index" { return (s?["globalFiles"] as? Int ?? 0) == expectedFiles }
-                return (s?["localFiles"] as? Int ?? 0) == expectedFiles && (s?["needFiles"] as? Int ?? 1) == 0
-                    && s?["state"] as? String == "idle"
-            }
-            let seconds = now() - start
             if mode == "index" { try await Task.sleep(nanoseconds: 3_000_000_000) }  // let LevelDB settle
             let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
             let bytes = mode == "index" ? directorySize(b.home + "/index-v0.14.0.db") : (s?["localBytes"] as? NSNumber)?.int64Value ?? 0
-            return Measurement(
-                seconds: seconds, peakRSSMiB: ProcStat.peakRSS(pid: pid), cpuSeconds: ProcStat.cpuSeconds(pid: pid) - cpu0,
-                files: expectedFiles, bytes: bytes)
+            return Measurement(seconds: pulled.seconds, peakRSSMiB: pulled.rss, cpuSeconds: pulled.cpu, files: expectedFiles, bytes: bytes)
         }
         report(mode: mode, ours: ours, theirs: theirs)
     }

@@ -131,7 +131,7 @@ public final class IndexLog {
         var recordStarts: [(offset: Int, length: Int)] = []
         if isFullIndex {
             var payload = device.bytes
-            payload.appendBE(indexID)
+            payload.appendBigEndian(indexID)
             Self.appendRecord(.replaced, payload, to: &buffer)
         }
         var maxSequence = isFullIndex ? 0 : (checkpoints[device]?.indexID == indexID ? checkpoints[device]?.maxSequence ?? 0 : 0)
@@ -147,8 +147,8 @@ public final class IndexLog {
         }
         let checkpointStart = buffer.count
         var checkpointPayload = device.bytes
-        checkpointPayload.appendBE(indexID)
-        checkpointPayload.appendBE(UInt64(bitPattern: maxSequence))
+        checkpointPayload.appendBigEndian(indexID)
+        checkpointPayload.appendBigEndian(UInt64(bitPattern: maxSequence))
         Self.appendRecord(.checkpoint, checkpointPayload, to: &buffer)
 
         let base = fileSize
@@ -232,8 +232,8 @@ public final class IndexLog {
         }
         for (device, checkpoint) in checkpoints.sorted(by: { $0.key < $1.key }) {
             var payload = device.bytes
-            payload.appendBE(checkpoint.indexID)
-            payload.appendBE(UInt64(bitPattern: checkpoint.maxSequence))
+            payload.appendBigEndian(checkpoint.indexID)
+            payload.appendBigEndian(UInt64(bitPattern: checkpoint.maxSequence))
             Self.appendRecord(.checkpoint, payload, to: &buffer)
         }
         try flush()
@@ -407,12 +407,12 @@ public final class IndexLog {
 
     static func header(folderID: String) -> [UInt8] {
         var header = magic
-        header.appendBE32(formatVersion)
+        header.appendBigEndian(formatVersion)
         let name = Array(folderID.utf8)
         header.append(UInt8(name.count >> 8 & 0xFF))
         header.append(UInt8(name.count & 0xFF))
         header += name
-        header.appendBE32(CRC32.checksum(header))
+        header.appendBigEndian(CRC32.checksum(header))
         return header
     }
 
@@ -442,8 +442,8 @@ public final class IndexLog {
     static func appendRecord(_ kind: Kind, _ payload: [UInt8], to buffer: inout [UInt8]) {
         var body = [kind.rawValue]
         body += payload
-        buffer.appendBE32(UInt32(payload.count))
-        buffer.appendBE32(CRC32.checksum(body))
+        buffer.appendBigEndian(UInt32(payload.count))
+        buffer.appendBigEndian(CRC32.checksum(body))
         buffer += body
     }
 
@@ -460,23 +460,10 @@ public final class IndexLog {
         let blockBytes: [UInt8] = try blocksOnly.serializedBytes()
         var payload = device.bytes
         payload.reserveCapacity(36 + metaBytes.count + blockBytes.count)
-        payload.appendBE32(UInt32(metaBytes.count))
+        payload.appendBigEndian(UInt32(metaBytes.count))
         payload += metaBytes
         payload += blockBytes
         appendRecord(.file, payload, to: &buffer)
-    }
-}
-
-extension Array where Element == UInt8 {
-    mutating func appendBE32(_ value: UInt32) {
-        append(UInt8(value >> 24))
-        append(UInt8(value >> 16 & 0xFF))
-        append(UInt8(value >> 8 & 0xFF))
-        append(UInt8(value & 0xFF))
-    }
-
-    mutating func appendBE(_ value: UInt64) {
-        for shift in stride(from: 56, through: 0, by: -8) { append(UInt8(value >> UInt64(shift) & 0xFF)) }
     }
 }
 

@@ -39,39 +39,39 @@ public enum ScanCache {
     static func encode(_ tree: LocalTree) -> [UInt8] {
         var out = magic
         out.reserveCapacity(tree.count * 160)
-        out.put32(formatVersion)
-        out.put32(UInt32(tree.count))
+        out.appendBigEndian(formatVersion)
+        out.appendBigEndian(UInt32(tree.count))
         for path in tree.entries.keys.sorted() {
             let entry = tree.entries[path]!
             out.putString(path)
             out.append(entry.kind.rawValue)
-            out.put64(UInt64(bitPattern: entry.size))
-            out.put64(UInt64(bitPattern: entry.modifiedNs))
-            out.put64(entry.inode)
-            out.put32(entry.permissions)
+            out.appendBigEndian(UInt64(bitPattern: entry.size))
+            out.appendBigEndian(UInt64(bitPattern: entry.modifiedNs))
+            out.appendBigEndian(entry.inode)
+            out.appendBigEndian(entry.permissions)
             out.putHash(entry.contentHash)
-            out.put32(UInt32(bitPattern: entry.blockSize))
-            out.put32(UInt32(entry.blocks.count))
+            out.appendBigEndian(UInt32(bitPattern: entry.blockSize))
+            out.appendBigEndian(UInt32(entry.blocks.count))
             for block in entry.blocks {
                 out.putHash(block.hash)
-                out.put32(block.weakHash)
-                out.put32(UInt32(bitPattern: block.size))
+                out.appendBigEndian(block.weakHash)
+                out.appendBigEndian(UInt32(bitPattern: block.size))
             }
             out.putString(entry.symlinkTarget)
             if let synced = entry.synced {
                 out.append(1)
                 out.putHash(synced.contentHash)
-                out.put32(UInt32(synced.version.counters.count))
+                out.appendBigEndian(UInt32(synced.version.counters.count))
                 for counter in synced.version.counters {
-                    out.put64(counter.id)
-                    out.put64(counter.value)
+                    out.appendBigEndian(counter.id)
+                    out.appendBigEndian(counter.value)
                 }
             } else {
                 out.append(0)
             }
         }
         let crc = out.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) }
-        out.put32(crc)
+        out.appendBigEndian(crc)
         return out
     }
 
@@ -160,27 +160,15 @@ struct ByteReader {
 }
 
 extension Array where Element == UInt8 {
-    mutating func put32(_ v: UInt32) {
-        append(UInt8(v >> 24))
-        append(UInt8(v >> 16 & 0xFF))
-        append(UInt8(v >> 8 & 0xFF))
-        append(UInt8(v & 0xFF))
-    }
-
-    mutating func put64(_ v: UInt64) {
-        put32(UInt32(v >> 32))
-        put32(UInt32(v & 0xFFFF_FFFF))
-    }
-
     mutating func putHash(_ h: ContentHash) {
-        put64(h.a)
-        put64(h.b)
-        put64(h.c)
-        put64(h.d)
+        appendBigEndian(h.a)
+        appendBigEndian(h.b)
+        appendBigEndian(h.c)
+        appendBigEndian(h.d)
     }
 
     mutating func putString(_ s: String) {
-        put32(UInt32(s.utf8.count))
+        appendBigEndian(UInt32(s.utf8.count))
         append(contentsOf: s.utf8)
     }
 }
