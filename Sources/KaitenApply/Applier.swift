@@ -72,6 +72,8 @@ public enum Applier {
         public var states: [Planner.FolderState]
         public var session: PeerSession
         public var warnings: [String]
+        /// Folders left out because they cannot be scanned (`.stfolder` missing), and why.
+        public var skipped: [(folder: String, reason: String)]
     }
 
     /// Holds `state/apply.lock` for the life of the value: one apply per home at a time.
@@ -111,8 +113,9 @@ public enum Applier {
             warnings.append("\(r.folder): could not refresh the index from \(who): \(r.problem ?? "unknown error")")
         }
         do {
-            let (plan, states) = try Planner.plan(home: home, folders: folders, requirePeers: requirePeers, warn: warn)
-            return Prepared(plan: plan, states: states, session: session, warnings: warnings)
+            let (plan, states, skipped) = try Planner.plan(
+                home: home, folders: folders, requirePeers: requirePeers, skipUnscannable: true, warn: warn)
+            return Prepared(plan: plan, states: states, session: session, warnings: warnings, skipped: skipped)
         } catch {
             await session.close(reason: "apply failed")
             throw error

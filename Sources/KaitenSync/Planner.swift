@@ -63,14 +63,30 @@ public enum Planner {
     public static func plan(
         home: KaitenHome, folders requested: [String], requirePeers: Int = 1, warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState]) {
+        let (plan, states, _) = try plan(home: home, folders: requested, requirePeers: requirePeers, skipUnscannable: false, warn: warn)
+        return (plan, states)
+    }
+
+    /// With `skipUnscannable`, a folder that cannot be scanned (its `.stfolder` marker missing,
+    /// the disk not mounted) is left out of the plan and reported in `skipped`, and the others
+    /// go on; without it, that folder's error is thrown.
+    public static func plan(
+        home: KaitenHome, folders requested: [String], requirePeers: Int = 1, skipUnscannable: Bool,
+        warn: (String) -> Void = { _ in }
+    ) throws -> (plan: Plan, states: [FolderState], skipped: [(folder: String, reason: String)]) {
         let configured = home.config.folders
         for id in requested where !configured.contains(where: { $0.id == id }) {
             throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
         }
         let folders = configured.filter { requested.isEmpty || requested.contains($0.id) }
         var states: [FolderState] = []
+        var skipped: [(folder: String, reason: String)] = []
         for folder in folders {
-            states.append(try loadFolder(folder, home: home, requirePeers: requirePeers, warn: warn))
+            do {
+                states.append(try loadFolder(folder, home: home, requirePeers: requirePeers, warn: warn))
+            } catch let error as ScanError where skipUnscannable {
+                skipped.append((folder.id, error.description))
+            }
         }
         let configBytes = FileManager.default.contents(atPath: home.home.configPath).map { [UInt8]($0) } ?? []
         let formatter = ISO8601DateFormatter()
@@ -78,7 +94,7 @@ public enum Planner {
             states.map(\.input), lineage: try lineage(home.home), planID: UUID().uuidString.lowercased(),
             createdAt: formatter.string(from: Date()), deviceID: home.identity.deviceID.description, configBytes: configBytes)
         plan.requirePeers = requirePeers
-        return (plan, states)
+        return (plan, states, skipped)
     }
 
     /// The home's lineage, made on first use.

@@ -69,6 +69,20 @@ struct SelectionCLITests {
         }
     }
 
+    @Test func applySkipsAFolderWithoutItsMarkerAndSaysSo() throws {
+        try withFolder { home, dir in
+            let second = try kaiten("folder", "add", "--home", home, "other", "--path", dir.file("other"))
+            #expect(second.status == 0)
+            try FileManager.default.removeItem(atPath: dir.file("docs/.stfolder"))
+            let applied = try kaiten("apply", "--home", home, "--yes")
+            #expect(applied.status == 4, "\(applied.stdout)\(applied.stderr)")
+            #expect(applied.stderr.contains("docs: skipped:") && applied.stderr.contains(".stfolder is missing"))
+            // The other folder went ahead: its .stignore was written; nothing appeared in docs.
+            #expect(FileManager.default.fileExists(atPath: dir.file("other/.stignore")))
+            #expect(!FileManager.default.fileExists(atPath: dir.file("docs/.stignore")))
+        }
+    }
+
     @Test func planExitCodesAndErrors() throws {
         try withFolder { home, dir in
             let first = try kaiten("plan", "--home", home, "--offline", "--detailed-exitcode")

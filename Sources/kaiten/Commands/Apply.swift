@@ -91,6 +91,7 @@ extension Kaiten {
                 let session = prepared.session
                 do {
                     for warning in prepared.warnings { Terminal.error(warning) }
+                    for (folder, reason) in prepared.skipped { Terminal.error("\(folder): skipped: \(reason)") }
                     let plan: Plan
                     if let saved {
                         do {
@@ -107,6 +108,7 @@ extension Kaiten {
                         guard plan.summary.hasChanges else {
                             output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
                             await session.close(reason: "nothing to apply")
+                            if !prepared.skipped.isEmpty { throw ExitCode(4) }
                             if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
                             return
                         }
@@ -136,6 +138,8 @@ extension Kaiten {
                     await session.close(reason: "apply done")
                     output.summary(report, plan: plan)
                     if !report.failed.isEmpty { throw ExitCode(5) }
+                    // A folder left alone for safety (no marker) is a brake, even if the others went through.
+                    if !prepared.skipped.isEmpty { throw ExitCode(4) }
                     if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
                 } catch {
                     await session.close(reason: "apply stopped")
