@@ -209,6 +209,8 @@ public enum Applier {
         events(.start(actions: plan.folders.reduce(0) { $0 + $1.actions.count }, pullBytes: totalBytes))
         var filesDone = 0
         var bytesDone: Int64 = 0
+        let watcher = UpdateWatcher(connections: prepared.session.connections)
+        defer { watcher.stop() }
         for folderPlan in plan.folders {
             guard let state = prepared.states.first(where: { $0.input.id == folderPlan.id }),
                 let config = home.config.folders.first(where: { $0.id == folderPlan.id })
@@ -257,13 +259,13 @@ public enum Applier {
 
             // Pulls, several files at once (one request per small file would wait a round trip each).
             let pullActions = folderPlan.actions.filter { $0.action == .pull }
-            await withTaskGroup(of: (Action, Result<LocalFile, ApplyError>).self) { group in
+            await withTaskGroup(of: (Action, Result<LocalFile, ApplyError>, String?).self) { group in
                 var next = 0
                 func launch() {
                     let action = pullActions[next]
                     next += 1
                     guard let global = log.index.global(action.path), !global.file.isDeleted, !global.holders.isEmpty else {
-                        group.addTask { (action, .failure(ApplyError(.changedGlobally, path: action.path, "no longer available from any peer"))) }
+                        group.addTask { (action, .failure(ApplyError(.changedGlobally, path: action.path, "no longer available from any peer")), nil) }
                         return
                     }
                     var blocks: [BEPBlockInfo] = []
@@ -271,28 +273,56 @@ public enum Applier {
                         do {
                             blocks = try log.blocks(of: global.file)
                         } catch {
-                            group.addTask { (action, .failure(ApplyError(.io, path: action.path, "\(error)"))) }
+                            group.addTask { (action, .failure(ApplyError(.io, path: action.path, "\(error)")), nil) }
                             return
                         }
                     }
-                    let entry = global.file
-                    let holders = global.holders
+                    let folderID = folderPlan.id
                     group.addTask {
-                        do {
-                            var file = try await puller.pull(entry, blocks: blocks, holders: holders, check: check)
-                            if file.kind == .symlink {
-                                file.synced = SyncedVersion(version: entry.version, contentHash: Reconciler.symlinkHash(entry.symlinkTarget))
+                        // A version that moves on the peers while it is pulled is redone with the
+                        // new one (the peers announce it on the open connections).
+                        var entry = global.file
+                        var blocks = blocks
+                        var holders = global.holders
+                        var note: String?
+                        for _ in 0..<3 {
+                            let current = entry
+                            let currentHolders = holders
+                            let stillGlobal: FilePuller.LocalCheck = { name throws(ApplyError) in
+                                try check(name)
+                                if watcher.newer(than: current, holders: currentHolders, folder: folderID) != nil {
+                                    throw ApplyError(.changedGlobally, path: name, "changed on the peers while it was pulled")
+                                }
                             }
-                            return (action, .success(file))
-                        } catch let error as ApplyError {
-                            return (action, .failure(error))
-                        } catch {
-                            return (action, .failure(ApplyError(.io, path: action.path, "\(error)")))
+                            do {
+                                var file = try await puller.pull(current, blocks: blocks, holders: currentHolders, check: stillGlobal)
+                                if file.kind == .symlink {
+                                    file.synced = SyncedVersion(version: current.version, contentHash: Reconciler.symlinkHash(current.symlinkTarget))
+                                }
+                                return (action, .success(file), note)
+                            } catch let error as ApplyError {
+                                // Stopped before the rename, or refused by peers that no longer
+                                // have the old blocks: either way the new version is what to write.
+                                guard error.code == .changedGlobally || error.code == .peerFailed,
+                                    let newer = watcher.newer(than: current, holders: currentHolders, folder: folderID)
+                                else { return (action, .failure(error), nil) }
+                                let announced = watcher.announcements(folder: folderID, name: current.name)
+                                guard !newer.file.isDeleted, let holder = newer.holders.first, let file = announced[holder] ?? nil else {
+                                    return (action, .failure(ApplyError(.changedGlobally, path: action.path, "deleted on the peers while it was pulled; not written")), nil)
+                                }
+                                entry = newer.file
+                                blocks = file.blocks
+                                holders = newer.holders
+                                note = "redone: it changed on the peers while it was pulled"
+                            } catch {
+                                return (action, .failure(ApplyError(.io, path: action.path, "\(error)")), nil)
+                            }
                         }
+                        return (action, .failure(ApplyError(.changedGlobally, path: action.path, "kept changing on the peers; the next apply tries again")), nil)
                     }
                 }
                 while next < pullActions.count && next < 64 { launch() }
-                while let (action, result) = await group.next() {
+                while let (action, result, note) = await group.next() {
                     filesDone += 1
                     switch result {
                     case .success(let file):
@@ -301,7 +331,7 @@ public enum Applier {
                         bytesDone += action.size
                         report.pulledBytes += action.size
                         report.done += 1
-                        events(.done(folder: folderPlan.id, action: action, note: nil))
+                        events(.done(folder: folderPlan.id, action: action, note: note))
                     case .failure(let error):
                         report.failed.append((folderPlan.id, action.path, error.hint))
                         events(.failed(folder: folderPlan.id, action: action, reason: error.hint))

@@ -50,6 +50,11 @@ public struct FileEntry: Sendable, Equatable {
         self.recordLength = recordLength
     }
 
+    /// An announcement that lives in no log (one that arrived during an apply).
+    public init(announced file: BEPFileInfo) {
+        self.init(file, recordOffset: 0, recordLength: 0)
+    }
+
     /// Whether this is a link (including the deprecated symlink types).
     public var isSymlink: Bool { type == .symlink || type == .symlinkFile || type == .symlinkDirectory }
 

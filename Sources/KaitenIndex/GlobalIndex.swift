@@ -129,6 +129,11 @@ public struct GlobalIndex: Sendable {
         return result
     }
 
+    /// The global version among some announcements of one path, by syncthing's rule.
+    public static func winner(_ path: String, _ versions: [DeviceID: FileEntry]) -> GlobalEntry? {
+        select(path: path, versions)
+    }
+
     /// syncthing's VersionList insertion, replayed in device order.
     static func select(path: String, _ versions: [DeviceID: FileEntry]) -> GlobalEntry? {
         select(path: path, versions.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })

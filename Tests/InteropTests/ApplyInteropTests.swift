@@ -287,6 +287,48 @@ struct ApplyInteropTests {
         }
     }
 
+    /// On a terminal apply shows the plan and waits for "yes". A file that changes on the peer
+    /// meanwhile (its update arrives on the open connection) is pulled at its new version, not
+    /// renamed into place stale.
+    @Test func aFileThatMovesOnThePeerDuringTheApplyIsRedone() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-moved")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/doc.txt", "version one\n")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await Self.waitScanned(st, files: 1)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "doc.txt").status == 0)
+
+            // `script` gives apply a terminal, so it asks; the test answers later.
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            process.arguments = ["-q", "-e", "-c", "'\(KaitenCLI.executable)' apply --home '\(world.home)'", "/dev/null"]
+            let input = Pipe()
+            FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
+            process.standardInput = input
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            try await st.waitUntil("apply asks", timeout: 60) {
+                ((try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? "").contains("Apply this plan?")
+            }
+            try TestFiles.write(world.peerData + "/doc.txt", "version two, changed while apply waited\n")
+            try await Self.rescan(st)
+            try await Task.sleep(nanoseconds: 1_000_000_000)  // the IndexUpdate reaches the open connection
+            input.fileHandleForWriting.write(Data("yes\n".utf8))
+            process.waitUntilExit()
+            let output = (try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? ""
+            #expect(process.terminationStatus == 0, "\(output)")
+            #expect(output.contains("redone: it changed on the peers while it was pulled"), "\(output)")
+            #expect(try String(contentsOfFile: world.local + "/doc.txt", encoding: .utf8) == "version two, changed while apply waited\n")
+        }
+    }
+
     /// `kaiten conflicts` lists each conflict with its choices; `kaiten resolve` settles one at a
     /// time: --delete-local, --keep (until the file changes), --use-global (a conflict copy).
     @Test func conflictsAreListedAndResolvedOneByOne() async throws {

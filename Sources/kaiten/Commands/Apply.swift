@@ -231,7 +231,7 @@ final class ApplyOutput: @unchecked Sendable {
                 var object: [String: Any] = ["type": "action_done", "folder": folder, "action": action.action.rawValue, "path": action.path, "size": action.size]
                 if let note { object["note"] = note }
                 emit(object)
-            } else if !progressOnTerminal || action.action != .pull {
+            } else if !progressOnTerminal || action.action != .pull || note != nil {
                 let verb = action.path == ".stignore" ? "wrote" : ["pull": "pulled", "delete": "deleted", "mkdir": "created", "rmdir": "removed"][action.action.rawValue]!
                 let size = action.action == .pull || action.action == .delete ? " (\(Kaiten.Ls.human(action.size)))" : ""
                 clearProgress()

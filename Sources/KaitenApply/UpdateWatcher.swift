@@ -1,0 +1,60 @@
+import KaitenIndex
+import KaitenPeer
+import KaitenProtocol
+import Synchronization
+
+/// Listens, during an apply, to the index updates peers keep sending on the open connections,
+/// so that a file whose global version moves while it is being pulled is redone with the new
+/// version rather than renamed into place stale.
+final class UpdateWatcher: Sendable {
+    private let tasks: [Task<Void, Never>]
+
+    init(connections: [DeviceID: PeerConnection]) {
+        var tasks: [Task<Void, Never>] = []
+        let store = Store()
+        for (device, connection) in connections {
+            tasks.append(
+                Task {
+                    for await event in connection.events {
+                        guard case .index(let folder, let files, _) = event else { continue }
+                        store.record(folder: folder, device: device, files: files)
+                    }
+                })
+        }
+        self.tasks = tasks
+        self.store = store
+    }
+
+    private let store: Store
+
+    final class Store: Sendable {
+        let latest = Mutex<[String: [String: [DeviceID: BEPFileInfo]]]>([:])
+
+        func record(folder: String, device: DeviceID, files: [BEPFileInfo]) {
+            latest.withLock { all in
+                for file in files { all[folder, default: [:]][file.name, default: [:]][device] = file }
+            }
+        }
+    }
+
+    func stop() {
+        for task in tasks { task.cancel() }
+    }
+
+    /// What peers announced for `name` since the apply began, if anything.
+    func announcements(folder: String, name: String) -> [DeviceID: BEPFileInfo] {
+        store.latest.withLock { $0[folder]?[name] ?? [:] }
+    }
+
+    /// The version to write instead of `entry`, when a peer announced a newer (or concurrent and
+    /// winning) one during the apply; nil when `entry` is still the global version.
+    func newer(than entry: FileEntry, holders: [DeviceID], folder: String) -> GlobalEntry? {
+        let fresh = announcements(folder: folder, name: entry.name)
+        guard !fresh.isEmpty else { return nil }
+        var all: [DeviceID: FileEntry] = [:]
+        for device in holders { all[device] = entry }
+        for (device, file) in fresh { all[device] = FileEntry(announced: file) }
+        guard let winner = GlobalIndex.winner(entry.name, all), winner.file.version != entry.version else { return nil }
+        return winner
+    }
+}
