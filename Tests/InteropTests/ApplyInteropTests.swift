@@ -87,6 +87,7 @@ struct ApplyInteropTests {
         let p = world.peerData
         try TestFiles.random(p + "/big/multi.bin", size: 700_000)
         try TestFiles.random(p + "/big/other.bin", size: 200_000)
+        try FileManager.default.copyItem(atPath: p + "/big/multi.bin", toPath: p + "/big/copy.bin")
         try TestFiles.write(p + "/docs/a [1].txt", "bracket\n")
         try TestFiles.write(p + "/docs/café ü.txt", "non-ascii\n")
         try TestFiles.write(p + "/docs/run.sh", "#!/bin/sh\necho hi\n")
@@ -101,7 +102,7 @@ struct ApplyInteropTests {
         try await withSyncthing(st) { st in
             try await world.connect(st)
             try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
-            try await Self.waitScanned(st, files: 7)  // the symlink counts apart
+            try await Self.waitScanned(st, files: 8)  // the symlink counts apart
             try world.addFolder(sharedWith: [st.deviceID])
             #expect(try world.kaiten("index", "sync").status == 0)
             #expect(try world.kaiten("select", Self.folder, "big/multi.bin", "docs").status == 0)
@@ -135,6 +136,14 @@ struct ApplyInteropTests {
 
             let after = try world.kaiten("plan", "--detailed-exitcode")
             #expect(after.status == 0, "\(after.stdout)")
+
+            // A file whose blocks are already here (another file holds them) is copied, not fetched.
+            #expect(try world.kaiten("select", Self.folder, "big/copy.bin").status == 0)
+            let copied = try world.kaiten("apply", "--yes", "--json")
+            #expect(copied.status == 0, "\(copied.stdout)\(copied.stderr)")
+            let summary = Self.json(copied.stdout).last
+            #expect(summary?["blocks_copied_locally"] as? Int == 6 && summary?["blocks_fetched"] as? Int == 0, "\(copied.stdout)")
+            #expect(Self.sha(world.local + "/big/copy.bin") == Self.sha(p + "/big/multi.bin"))
         }
     }
 
