@@ -44,6 +44,7 @@ struct StreamInteropTests {
         try TestFiles.random(peerData + "/films/movie.mkv", size: 3_000_000)
         try TestFiles.random(peerData + "/big.bin", size: 300_000_000)
         try TestFiles.write(peerData + "/films/notes/readme.txt", "hello from the peer\n")
+        try TestFiles.random(peerData + "/here-too.bin", size: 1_000_000)
         let movie = try Data(contentsOf: URL(fileURLWithPath: peerData + "/films/movie.mkv"))
         func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home]) }
 
@@ -53,7 +54,7 @@ struct StreamInteropTests {
             try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
             try await st.waitUntil("peer scanned", timeout: 120) {
                 let s = try await st.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
-                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 3
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 4
             }
             #expect(try kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", st.address).status == 0)
             #expect(try kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
@@ -75,6 +76,14 @@ struct StreamInteropTests {
             #expect(missing.status == 1 && missing.stderr.contains("films/nope.mkv: not in the global index"))
             let directory = try kaiten("cat", Self.folder, "films")
             #expect(directory.status == 1 && directory.stderr.contains("a directory"))
+
+            // A current local copy is read from disk, not fetched (the scan in `plan` records it).
+            try FileManager.default.copyItem(atPath: peerData + "/here-too.bin", toPath: dir.file("local/here-too.bin"))
+            #expect(try kaiten("plan", "--offline").status == 0)
+            let gotLocal = try kaiten("get", Self.folder, "here-too.bin", "-o", dir.file("out/here-too.bin"))
+            #expect(gotLocal.status == 0, "\(gotLocal.stderr)")
+            #expect(gotLocal.stdout.contains("blocks: 0 fetched from peers, 8 read from local files"), "\(gotLocal.stdout)")
+            #expect(FileManager.default.contents(atPath: dir.file("out/here-too.bin")) == FileManager.default.contents(atPath: peerData + "/here-too.bin"))
 
             // The server.
             let port = try FreePort.next()
@@ -146,6 +155,12 @@ struct StreamInteropTests {
             try handle.close()
             let line = try #require(serverLog().last { $0.contains("path=big.bin") && $0.contains(" 206 ") })
             #expect(line.contains("blocks_fetched=1 "), "\(line)")
+
+            let localURL = try kaiten("url", Self.folder, "here-too.bin").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let fromDisk = try Self.curl(localURL, range: "1000-1999")
+            #expect(fromDisk.status == 206 && fromDisk.body.count == 1000)
+            let diskLine = try #require(serverLog().last { $0.contains("path=here-too.bin") })
+            #expect(diskLine.contains("blocks_fetched=0 "), "\(diskLine)")
 
             // Signatures and paths.
             let signer = try URLSigner.load(home: Home(path: home))

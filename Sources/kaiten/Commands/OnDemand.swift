@@ -119,6 +119,12 @@ extension Kaiten {
                 }
                 var failed = 0
                 var bytes: Int64 = 0
+                var localReads = 0
+                var fetched = 0
+                // Blocks this machine already holds (any file of the folder, per the scan cache)
+                // are read locally, verified like everything else; a stale cache only means a fetch.
+                let folderPath = opened.config.folders.first { $0.id == folder }!.path
+                let localBlocks = ScanCache.load(path: opened.home.scanCachePath(folderID: folder))
                 for (remote, local) in wanted {
                     guard let entry = log.index.global(remote) else { continue }
                     do {
@@ -127,17 +133,19 @@ extension Kaiten {
                             continue
                         }
                         let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
-                        let source = BlockSource(folderID: folder, root: root, connections: try files.connections(), tree: LocalTree())
+                        let source = BlockSource(folderID: folder, root: folderPath, connections: try files.connections(), tree: localBlocks)
                         let puller = FilePuller(root: root, ignorePermissions: false, source: source)
                         _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: { _ in })
                         bytes += entry.file.size
+                        localReads += source.statistics.copied
+                        fetched += source.statistics.fetched
                         if wanted.count > 1 { print("fetched \(remote)") }
                     } catch {
                         failed += 1
                         Terminal.error("\(folder)/\(remote): \((error as? ApplyError)?.hint ?? "\(error)")")
                     }
                 }
-                print("\(wanted.count - failed) of \(wanted.count) written under \(root) (\(Kaiten.Ls.human(bytes)))")
+                print("\(wanted.count - failed) of \(wanted.count) written under \(root) (\(Kaiten.Ls.human(bytes)); blocks: \(fetched) fetched from peers, \(localReads) read from local files)")
                 if failed > 0 { throw ExitCode(1) }
             }
         }
