@@ -11,14 +11,7 @@ import Glibc
 public enum SafePath {
     /// A folder-relative name as BEP allows it: NFC, `/`-separated, clean, not internal.
     public static func validate(_ name: String) throws(ApplyError) {
-        guard !name.isEmpty, name != ".", name != "..", !name.hasPrefix("/"), !name.hasSuffix("/"),
-            name.utf8.firstIndex(of: 0) == nil
-        else { throw ApplyError(.unsafePath, path: name, "not a clean folder-relative name") }
-        for component in name.split(separator: "/", omittingEmptySubsequences: false) {
-            guard !component.isEmpty, component != ".", component != ".." else {
-                throw ApplyError(.unsafePath, path: name, "not a clean folder-relative name")
-            }
-        }
+        guard isClean(name) else { throw ApplyError(.unsafePath, path: name, "not a clean folder-relative name") }
         // Byte comparison: String's == treats NFD and NFC as equal.
         guard name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) else {
             throw ApplyError(.unsafePath, path: name, "not in Unicode NFC")
@@ -31,6 +24,13 @@ public enum SafePath {
         guard !(base.hasPrefix(".syncthing.") && base.hasSuffix(".tmp")), !base.hasPrefix("~syncthing~") else {
             throw ApplyError(.unsafePath, path: name, "a temporary-file name")
         }
+    }
+
+    /// `path.Clean(name) == name` and relative: not empty, no leading or trailing `/`, no NUL,
+    /// no empty, `.` or `..` component.
+    public static func isClean(_ name: String) -> Bool {
+        guard !name.isEmpty, !name.hasPrefix("/"), !name.hasSuffix("/"), name.utf8.firstIndex(of: 0) == nil else { return false }
+        return !name.split(separator: "/", omittingEmptySubsequences: false).contains { $0.isEmpty || $0 == "." || $0 == ".." }
     }
 
     /// Makes sure every parent of `name` below `root` is a real directory (creating missing ones

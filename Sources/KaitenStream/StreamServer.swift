@@ -1,4 +1,5 @@
 import Foundation
+import KaitenApply
 import KaitenConfig
 import KaitenProtocol
 import Logging
@@ -204,8 +205,7 @@ public final class StreamServer: Sendable {
     }
 
     static func isClean(_ path: String) -> Bool {
-        guard !path.isEmpty, !path.hasPrefix("/"), !path.hasSuffix("/"), !path.contains("\0"), !path.contains("\\") else { return false }
-        return !path.split(separator: "/", omittingEmptySubsequences: false).contains { $0.isEmpty || $0 == "." || $0 == ".." }
+        SafePath.isClean(path) && !path.contains("\\")
     }
 
     /// The request line without its signature, for the log.
@@ -215,12 +215,20 @@ public final class StreamServer: Sendable {
         return components.string ?? uri
     }
 
-    static func httpDate(_ date: Date) -> String {
+    /// One formatter for every response (making one per request costs more than the headers).
+    nonisolated(unsafe) private static let httpDates: DateFormatter = {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        return formatter.string(from: date)
+        return formatter
+    }()
+    private static let httpDatesLock = NSLock()
+
+    static func httpDate(_ date: Date) -> String {
+        httpDatesLock.lock()
+        defer { httpDatesLock.unlock() }
+        return httpDates.string(from: date)
     }
 }
 

@@ -195,8 +195,9 @@ extension Kaiten {
                 let signer = try URLSigner.load(home: opened.home)
                 let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger)
                 try await files.connect(warn: { Terminal.error($0) })
+                let stamps = LockedISO8601()
                 let server = StreamServer(files: files, signer: signer, log: { line in
-                    FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) \(line)\n".utf8))
+                    FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8))
                 })
                 try await server.run(host: host, port: port) { stop in
                     SignalStop.install(stop)
@@ -263,5 +264,17 @@ enum SignalStop {
             source.resume()
             sources.append(source)
         }
+    }
+}
+
+/// One ISO 8601 formatter shared by concurrent request handlers.
+final class LockedISO8601: @unchecked Sendable {
+    private let formatter = ISO8601DateFormatter()
+    private let lock = NSLock()
+
+    func now() -> String {
+        lock.lock()
+        defer { lock.unlock() }
+        return formatter.string(from: Date())
     }
 }
