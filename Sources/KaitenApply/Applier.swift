@@ -18,6 +18,8 @@ public enum ApplyEvent: Sendable {
     case done(folder: String, action: Action, note: String?)
     case failed(folder: String, action: Action, reason: String)
     case removedTemporary(folder: String, path: String)
+    /// A deletion not done because too few connected peers hold the file: a safety brake.
+    case kept(folder: String, action: Action, reason: String)
 }
 
 /// The outcome of an apply.
@@ -31,6 +33,8 @@ public struct ApplyReport: Sendable {
     public var blocksCopiedLocally = 0
     public var blocksFetched = 0
     public var blocksRejected = 0
+    /// Deselected files kept because too few connected peers hold them (apply exits 4).
+    public var keptForSafety: [(folder: String, path: String)] = []
 }
 
 /// `--max-delete`: a count, or a share of a folder's local files.
@@ -114,7 +118,8 @@ public enum Applier {
         }
         do {
             let (plan, states, skipped) = try Planner.plan(
-                home: home, folders: folders, requirePeers: requirePeers, skipUnscannable: true, warn: warn)
+                home: home, folders: folders, requirePeers: requirePeers, connected: session.refreshed, skipUnscannable: true,
+                warn: warn)
             return Prepared(plan: plan, states: states, session: session, warnings: warnings, skipped: skipped)
         } catch {
             await session.close(reason: "apply failed")
@@ -182,6 +187,41 @@ public enum Applier {
         guard moved.isEmpty else {
             throw ApplyError(.stale, path: "", "the saved plan is stale: " + moved.joined(separator: "; ") + ". Make a new plan.")
         }
+        if let difference = firstDifference(saved, from: fresh.plan) {
+            throw ApplyError(
+                .stale, path: "",
+                "the saved plan is not what a fresh plan from its baseline says (\(difference)); it was edited or made by "
+                    + "another version of Kaiten. Make a new plan.")
+        }
+    }
+
+    /// Where a saved plan would do something a fresh plan from the same baseline would not: a
+    /// plan file is a proposal to check, never an instruction to trust. Every saved action must
+    /// be in the fresh plan as it is (path, kind, size, type, version, cause), and the `.stignore`
+    /// it writes must be the fresh rendering of the selection. The one accepted difference: a
+    /// deselect-deletion that the fresh plan holds back because its holders are offline (apply
+    /// re-checks it live and keeps the file).
+    static func firstDifference(_ saved: Plan, from fresh: Plan) -> String? {
+        struct Key: Hashable {
+            let action: Action.Kind, path: String, size: Int64, type: String, version: [String], cause: Action.Cause?
+            init(_ a: Action) {
+                (action, path, size, type, version, cause) = (a.action, a.path, a.size, a.type, a.version, a.cause)
+            }
+        }
+        for folder in saved.folders {
+            guard let now = fresh.folders.first(where: { $0.id == folder.id }) else { return "folder \(folder.id) is not planned now" }
+            if folder.path != now.path { return "\(folder.id): the folder path differs" }
+            if folder.stignore.changed && (!now.stignore.managed || folder.stignore.content != now.stignore.content) {
+                return "\(folder.id): the .stignore it writes differs from the rendering of the selection"
+            }
+            let allowed = Set(now.actions.map(Key.init))
+            let heldBack = Set(now.conflicts.filter { $0.kind == .holdersOffline }.map(\.path))
+            for action in folder.actions where !allowed.contains(Key(action)) {
+                if action.action == .delete && action.cause == .deselected && heldBack.contains(action.path) { continue }
+                return "\(folder.id): \(action.action.rawValue) \(action.path) is not in a fresh plan as it is in the file"
+            }
+        }
+        return nil
     }
 
     /// `--max-delete` and the folder marker: refuses the whole apply before anything changes.
@@ -241,7 +281,13 @@ public enum Applier {
                 }
             }
             let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: tree)
-            let puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
+            let cachePath = home.home.scanCachePath(folderID: folderPlan.id)
+            let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
+            let puller = {
+                var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
+                puller.journal = journal
+                return puller
+            }()
             var renamedInto: Set<String> = []
 
             for action in folderPlan.actions where action.action == .mkdir {
@@ -295,10 +341,7 @@ public enum Applier {
                                 }
                             }
                             do {
-                                var file = try await puller.pull(current, blocks: blocks, holders: currentHolders, check: stillGlobal)
-                                if file.kind == .symlink {
-                                    file.synced = SyncedVersion(version: current.version, contentHash: Reconciler.symlinkHash(current.symlinkTarget))
-                                }
+                                let file = try await puller.pull(current, blocks: blocks, holders: currentHolders, check: stillGlobal)
                                 return (action, .success(file), note)
                             } catch let error as ApplyError {
                                 // Stopped before the rename, or refused by peers that no longer
@@ -340,7 +383,9 @@ public enum Applier {
                     if next < pullActions.count { launch() }
                 }
             }
-            // Each directory that received files is fsynced once, before anything is deleted.
+            // Each directory that received files is fsynced once, before anything is deleted; the
+            // synced journal is made durable first, so no rename outlives its record.
+            journal?.sync()
             await withTaskGroup(of: Void.self) { group in
                 for directory in renamedInto {
                     group.addTask { _ = try? await Blocking.run { SafePath.syncDirectory(directory) } }
@@ -356,14 +401,20 @@ public enum Applier {
                     try SafePath.validate(action.path)
                     try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
                     let global = log.index.global(action.path)
-                    if action.reason == "deleted on peers" {
+                    if action.cause == .deletedOnPeers {
                         guard global?.file.isDeleted ?? true else {
                             throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
                         }
                     } else {
-                        let holders = global.map { $0.file.isDeleted ? 0 : $0.holders.count } ?? 0
+                        // Deselected: only peers connected now, announcing the global version this
+                        // copy is (or that replaces it), count. A peer last seen holding it may be
+                        // the NAS that died overnight.
+                        let live = prepared.session.live(folder: folderPlan.id)
+                        let holders = global.map { $0.file.isDeleted || $0.file.isInvalid ? 0 : $0.holders.filter(live.contains).count } ?? 0
                         guard holders >= requirePeers else {
-                            throw ApplyError(.changedGlobally, path: action.path, "only \(holders) peer(s) hold it now (--require-peers \(requirePeers)); kept")
+                            report.keptForSafety.append((folderPlan.id, action.path))
+                            events(.kept(folder: folderPlan.id, action: action, reason: "only \(holders) connected peer\(holders == 1 ? "" : "s") hold\(holders == 1 ? "s" : "") it now (--require-peers \(requirePeers)); kept"))
+                            continue
                         }
                     }
                     try SafePath.prepareParentsExisting(root: root, name: action.path)
@@ -400,7 +451,7 @@ public enum Applier {
                 }
                 report.done += 1
             }
-            try? ScanCache.save(tree, path: home.home.scanCachePath(folderID: folderPlan.id))
+            if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
         return report
     }

@@ -1,6 +1,7 @@
 import Foundation
 import KaitenIndex
 import KaitenProtocol
+import KaitenReconcile
 import KaitenScan
 
 #if canImport(Glibc)
@@ -26,6 +27,8 @@ public struct FilePuller: Sendable {
     }
     /// Blocks requested at once per file.
     var window = 32
+    /// Where apply records the version it writes, just before each rename (nil for `get`).
+    public var journal: SyncedJournal?
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
@@ -62,8 +65,9 @@ public struct FilePuller: Sendable {
             guard symlink(entry.symlinkTarget, temp) == 0 else {
                 throw ApplyError(.io, path: name, "cannot create the symlink: \(String(cString: strerror(errno)))")
             }
-            try finish(temp: temp, target: target, name: name, check: check)
-            return LocalFile(path: name, kind: .symlink, symlinkTarget: entry.symlinkTarget)
+            let synced = SyncedVersion(version: entry.version, contentHash: Reconciler.symlinkHash(entry.symlinkTarget))
+            try finish(temp: temp, target: target, name: name, synced: synced, check: check)
+            return LocalFile(path: name, kind: .symlink, symlinkTarget: entry.symlinkTarget, synced: synced)
         default:
             return try await pullFile(entry, name: name, blocks: blocks, holders: holders, check: check)
         }
@@ -137,7 +141,9 @@ public struct FilePuller: Sendable {
             var info = stat()
             fstat(fd, &info)
             do {
-                try finish(temp: temp, target: target, name: name, check: check)
+                try finish(
+                    temp: temp, target: target, name: name, synced: SyncedVersion(version: entry.version, contentHash: entry.contentHash),
+                    check: check)
             } catch {
                 unlink(temp)
                 throw error
@@ -157,8 +163,17 @@ public struct FilePuller: Sendable {
     }
 
     /// The last look before the rename, then the rename and the directory fsync.
-    private func finish(temp: String, target: String, name: String, check: LocalCheck) throws(ApplyError) {
+    private func finish(temp: String, target: String, name: String, synced: SyncedVersion, check: LocalCheck) throws(ApplyError) {
         try check(name)
+        // The record goes first: a crash after the rename must not leave the new content with
+        // no word of which version it is.
+        if let journal {
+            do {
+                try journal.record(name, synced)
+            } catch {
+                throw ApplyError(.io, path: name, "\(error)")
+            }
+        }
         guard rename(temp, target) == 0 else {
             throw ApplyError(.io, path: name, "cannot rename into place: \(String(cString: strerror(errno)))")
         }

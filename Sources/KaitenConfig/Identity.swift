@@ -7,7 +7,7 @@ import X509
 /// This device's identity: its certificate and private key, as PEM, and the device ID they give.
 ///
 /// Kaiten makes certificates the way `syncthing generate` does (lib/tlsutil/tlsutil.go):
-/// ECDSA P-384, self-signed with ecdsa-with-SHA256, subject and issuer
+/// Ed25519 as syncthing 2.x (or ECDSA P-384 signed with ecdsa-with-SHA256, as 1.x), subject and issuer
 /// `O=Syncthing, OU=Automatically Generated, CN=syncthing`, SAN `DNS:syncthing`,
 /// key usage digitalSignature + keyEncipherment, EKU serverAuth + clientAuth, not a CA,
 /// valid from today's UTC midnight for 20 years. Identities copied from a syncthing home load
@@ -22,11 +22,37 @@ public struct Identity: Sendable {
     /// This device's ID.
     public let deviceID: DeviceID
 
+    /// The kind of key a new identity gets.
+    public enum KeyType: String, Sendable, CaseIterable {
+        /// What syncthing 2.x makes for a new device (`key.pem` as PKCS#8 `PRIVATE KEY`).
+        case ed25519
+        /// What syncthing 1.x makes: ECDSA P-384 (`key.pem` as SEC1 `EC PRIVATE KEY`).
+        case ecdsa
+
+        /// What current syncthing makes.
+        public static let `default` = KeyType.ed25519
+    }
+
     /// Generates a new identity as syncthing would.
-    /// - Parameter now: the clock, passed in so that tests can pin it.
-    public static func generate(now: Date = Date()) throws -> Identity {
-        let key = P384.Signing.PrivateKey()
-        let privateKey = Certificate.PrivateKey(key)
+    /// - Parameters:
+    ///   - keyType: Ed25519 as syncthing 2.x, or ECDSA P-384 as 1.x.
+    ///   - now: the clock, passed in so that tests can pin it.
+    public static func generate(keyType: KeyType = .default, now: Date = Date()) throws -> Identity {
+        let privateKey: Certificate.PrivateKey
+        let signatureAlgorithm: Certificate.SignatureAlgorithm
+        let keyPEM: String
+        switch keyType {
+        case .ecdsa:
+            let key = P384.Signing.PrivateKey()
+            privateKey = Certificate.PrivateKey(key)
+            signatureAlgorithm = .ecdsaWithSHA256
+            keyPEM = try sec1PEM(for: key)
+        case .ed25519:
+            let key = Curve25519.Signing.PrivateKey()
+            privateKey = Certificate.PrivateKey(key)
+            signatureAlgorithm = .ed25519
+            keyPEM = try privateKey.serializeAsPEM().pemString + "\n"
+        }
         let name = try DistinguishedName {
             OrganizationName("Syncthing")
             OrganizationalUnitName("Automatically Generated")
@@ -47,7 +73,7 @@ public struct Identity: Sendable {
             notValidAfter: notAfter,
             issuer: name,
             subject: name,
-            signatureAlgorithm: .ecdsaWithSHA256,
+            signatureAlgorithm: signatureAlgorithm,
             extensions: try Certificate.Extensions {
                 Critical(KeyUsage(digitalSignature: true, keyEncipherment: true))
                 try ExtendedKeyUsage([.serverAuth, .clientAuth])
@@ -60,7 +86,6 @@ public struct Identity: Sendable {
         try serializer.serialize(certificate)
         let der = serializer.serializedBytes
         let certPEM = PEMDocument(type: "CERTIFICATE", derBytes: der).pemString + "\n"
-        let keyPEM = try sec1PEM(for: key)
         return Identity(
             certificatePEM: certPEM, privateKeyPEM: keyPEM, certificateDER: der,
             deviceID: DeviceID(certificateDER: der))

@@ -29,9 +29,11 @@ public struct KaitenHome {
     /// - Parameters:
     ///   - name: this device's name as peers see it; the host name when nil.
     ///   - listenAddress: where peers reach Kaiten, `tcp://HOST:PORT`.
+    ///   - keyType: Ed25519 (as syncthing 2.x makes) or ECDSA P-384 (as 1.x).
     /// - Throws: ``ConfigError/Code/alreadyExists`` naming every file already present.
     public static func initialize(
-        _ home: Home, name: String?, listenAddress: String = "tcp://0.0.0.0:22000", now: Date = Date()
+        _ home: Home, name: String?, listenAddress: String = "tcp://0.0.0.0:22000", keyType: Identity.KeyType = .default,
+        now: Date = Date()
     ) throws(ConfigError) -> Created {
         try validateListenAddress(listenAddress, file: home.configPath)
         let existing = [home.configPath, home.certificatePath, home.keyPath].filter {
@@ -52,7 +54,7 @@ public struct KaitenHome {
             }
         }
         let identity: Identity
-        do { identity = try Identity.generate(now: now) } catch {
+        do { identity = try Identity.generate(keyType: keyType, now: now) } catch {
             throw ConfigError(.writeFailed, file: home.certificatePath, "cannot generate a certificate: \(error)")
         }
         let deviceName = name ?? ProcessInfo.processInfo.hostName

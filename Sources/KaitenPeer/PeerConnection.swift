@@ -49,6 +49,9 @@ public final class PeerConnection: Sendable {
     /// A short name for messages: the peer's short device ID.
     public var label: String { deviceID.shortDescription }
 
+    /// Whether the connection is still up (the peer has not hung up, nor have we).
+    public var isOpen: Bool { channel.isActive }
+
     /// Counters about this connection.
     public var stats: PeerStats { statsBox.withLockedValue { $0 } }
 

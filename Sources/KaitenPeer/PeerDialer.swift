@@ -25,7 +25,7 @@ public enum PeerDialer {
         let partsPromise = group.next().makePromise(of: PeerPipeline.Parts.self)
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.seconds(10))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let tls = try NIOSSLClientHandler(
@@ -73,9 +73,32 @@ public enum PeerDialer {
         }
     }
 
+    /// A connection failure in words, with the remedy; never a library's internals.
     static func describe(_ error: Error) -> String {
-        if let io = error as? IOError { return io.description }
-        if error is ChannelError { return "\(error)" }
+        if let failure = error as? NIOConnectionError {
+            if let first = failure.connectionErrors.first { return describe(first.error) }
+            if failure.dnsAError != nil || failure.dnsAAAAError != nil {
+                return "the host name \(failure.host) does not resolve; check the address in config.xml (`kaiten peer ls`)"
+            }
+            return "no address to try for \(failure.host)"
+        }
+        if let io = error as? IOError { return describe(errno: io.errnoCode) }
+        if let channel = error as? ChannelError, case .connectTimeout(let limit) = channel {
+            return "timed out after \(limit.nanoseconds / 1_000_000_000) s: nothing answers there (a firewall, or the peer is off)"
+        }
         return "\(error)"
+    }
+
+    static func describe(errno code: Int32) -> String {
+        switch code {
+        case ECONNREFUSED: return "connection refused: nothing listens there (is syncthing running on the peer, at that port?)"
+        case ETIMEDOUT: return "timed out: nothing answers there (a firewall, or the peer is off)"
+        case EHOSTUNREACH, ENETUNREACH: return "no route to the host (another network, or the peer is off)"
+        case ECONNRESET, EPIPE:
+            return "the peer closed the connection; most likely it does not know this device yet: add this device's ID "
+                + "(`kaiten id`) on the peer"
+        case EACCES, EPERM: return "not permitted by this system (\(String(cString: strerror(code))))"
+        default: return String(cString: strerror(code))
+        }
     }
 }

@@ -36,7 +36,7 @@ public final class PeerListener: Sendable {
         let context = try TLSContexts.server(identity: identity)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let remote = channel.remoteAddress?.description ?? "?"

@@ -29,10 +29,22 @@ enum TLSContexts {
         configuration.certificateChain = chain
         configuration.privateKey = key
         configuration.applicationProtocols = ["bep/1.0"]
+        // Syncthing 2.x makes Ed25519 device certificates; BoringSSL leaves Ed25519 out of the
+        // signature algorithms it offers and accepts unless asked, and a 2.x peer then fails
+        // the handshake. Offer and accept it beside the ECDSA and RSA-PSS defaults.
+        configuration.verifySignatureAlgorithms = signatureAlgorithms
+        configuration.signingSignatureAlgorithms = signatureAlgorithms
         // Makes BoringSSL ask for (server) or check (client) a peer certificate and hand it to
         // our callback, which replaces chain validation entirely.
         configuration.certificateVerification = .noHostnameVerification
     }
+
+    /// What TLS 1.3 allows for a CertificateVerify, Ed25519 included: syncthing uses ECDSA
+    /// (1.x and early 2.x), Ed25519 (new 2.x devices) and RSA (very old homes).
+    static let signatureAlgorithms: [SignatureAlgorithm] = [
+        .ed25519, .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .ecdsaSecp521R1Sha512,
+        .rsaPssRsaeSha256, .rsaPssRsaeSha384, .rsaPssRsaeSha512,
+    ]
 
     private static func material(_ identity: Identity) throws -> ([NIOSSLCertificateSource], NIOSSLPrivateKeySource) {
         let certificates = try NIOSSLCertificate.fromPEMBytes(Array(identity.certificatePEM.utf8))

@@ -56,6 +56,9 @@ struct Builder {
     static let shadowedChoices = ["use-global", "delete-local", "keep"]
     static let localEditChoices = ["use-global", "select", "keep"]
     static let lastCopyChoices = ["select", "delete-local", "keep"]
+    static let concurrentChoices = ["use-global", "keep"]
+    /// The global version is a deletion: there is nothing to use instead; accept it or keep the file.
+    static let deletedGloballyChoices = ["delete-local", "keep"]
 
     mutating func classify() {
         let local = input.local
@@ -86,7 +89,7 @@ struct Builder {
         if file.type == .directory {
             guard selected else { return }
             if l == nil {
-                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version))
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory)
             } else if l!.kind != .directory {
                 addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
             }
@@ -97,7 +100,7 @@ struct Builder {
         let peers = names(g.holders)
         guard let l else {
             if selected {
-                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "selected, not present locally", type: type, version: describe(file.version), peers: peers))
+                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "selected, not present locally", type: type, version: describe(file.version), peers: peers, cause: .selected))
             }
             return
         }
@@ -114,8 +117,19 @@ struct Builder {
         if selected {
             if equalsGlobal { return }
             if unchangedSinceSync {
-                if l.synced!.version == file.version { return }
-                pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: describe(file.version), peers: peers))
+                // Only a version that replaces the one written here is pulled: peers that hold an
+                // older history (a restored NAS, an index rebuilt from a stale peer) never roll
+                // this copy back.
+                switch file.version.compare(l.synced!.version) {
+                case .equal:
+                    return
+                case .greater:
+                    pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: describe(file.version), peers: peers, cause: .changedOnPeers))
+                case .lesser:
+                    warnings.append("\(path): the local copy (\(describe(l.synced!.version).joined(separator: ","))) is newer than any version the peers announce (\(describe(file.version).joined(separator: ","))); kept, not rolled back")
+                case .concurrentGreater, .concurrentLesser:
+                    addConflict(Conflict(kind: .concurrent, path: path, reason: "the version Kaiten synced here and the global version are concurrent (changed on two devices)", choices: Self.concurrentChoices))
+                }
             } else if l.synced != nil {
                 let why = l.synced!.version == file.version ? "edited locally (Kaiten does not send changes)" : "edited locally while it also changed on peers"
                 addConflict(Conflict(kind: .localEdit, path: path, reason: why, choices: Self.localEditChoices))
@@ -129,12 +143,22 @@ struct Builder {
             junk.append(path)
             return
         }
-        if equalsGlobal || unchangedSinceSync {
-            if g.holders.count >= input.requirePeers {
-                deletes.append(Action(action: .delete, path: path, size: l.size, reason: "deselected; \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version", type: Self.kindName(l.kind), version: describe(l.synced?.version ?? file.version), peers: peers))
+        // The local copy may go only when peers hold this content or a version that replaces it.
+        let superseded = unchangedSinceSync && file.version.compare(l.synced!.version) == .greater
+        if equalsGlobal || superseded {
+            let live = input.connectedPeers.map { connected in g.holders.filter { connected.contains($0) } } ?? g.holders
+            let k = input.requirePeers
+            if live.count >= k {
+                let how = input.connectedPeers == nil ? "last seen holding" : "connected, holding"
+                deletes.append(Action(action: .delete, path: path, size: l.size, reason: "deselected; \(live.count) peer\(live.count == 1 ? "" : "s") \(how) the global version", type: Self.kindName(l.kind), version: describe(l.synced?.version ?? file.version), peers: names(live), cause: .deselected))
+            } else if g.holders.count >= k {
+                addConflict(Conflict(kind: .holdersOffline, path: path, reason: "deselected, but only \(live.count) of the \(g.holders.count) peers holding it are connected now (--require-peers \(k)): kept until they are", choices: Self.lastCopyChoices))
             } else {
-                addConflict(Conflict(kind: .lastCopy, path: path, reason: "deselected, but only \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version (--require-peers \(input.requirePeers)): kept", choices: Self.lastCopyChoices))
+                addConflict(Conflict(kind: .lastCopy, path: path, reason: "deselected, but only \(g.holders.count) peer\(g.holders.count == 1 ? "" : "s") hold the global version (--require-peers \(k)): kept", choices: Self.lastCopyChoices))
             }
+        } else if unchangedSinceSync {
+            // Peers hold an older or a concurrent version: this copy is the only one of its version.
+            addConflict(Conflict(kind: .lastCopy, path: path, reason: "deselected, but no peer holds the version Kaiten synced here (peers announce an older or concurrent one): kept", choices: Self.lastCopyChoices))
         } else if l.synced != nil {
             addConflict(Conflict(kind: .localEdit, path: path, reason: "deselected, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
         } else {
@@ -154,9 +178,13 @@ struct Builder {
             return
         }
         if synced.contentHash != localHash {
-            addConflict(Conflict(kind: .localEdit, path: g.path, reason: "deleted on peers, but edited locally since Kaiten synced it", choices: Self.localEditChoices))
+            addConflict(Conflict(kind: .localEdit, path: g.path, reason: "deleted on peers, but edited locally since Kaiten synced it", choices: Self.deletedGloballyChoices))
+        } else if selected && g.file.version.compare(synced.version) != .greater {
+            // A deletion that does not supersede the version held here (a peer with an older
+            // history, or a change concurrent with it) deletes nothing.
+            addConflict(Conflict(kind: .concurrent, path: g.path, reason: "deleted on peers, but the deletion does not replace the version Kaiten synced here: kept", choices: Self.deletedGloballyChoices))
         } else if selected {
-            deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: describe(synced.version)))
+            deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: describe(synced.version), cause: .deletedOnPeers))
         } else {
             // Ignored here and gone everywhere else: this copy may be the last one.
             addConflict(Conflict(kind: .lastCopy, path: g.path, reason: "deselected and deleted on peers: this may be the last copy, kept", choices: Self.lastCopyChoices))
@@ -196,7 +224,7 @@ struct Builder {
                 }
                 if mkdirs[dir] == nil {
                     let version = input.global.global(dir).map { $0.file.version.descriptions } ?? []
-                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: "directory", version: version)
+                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: "directory", version: version, cause: .directory)
                 }
             }
             if ok { keptPulls.append(pull) }
@@ -230,9 +258,9 @@ struct Builder {
         var rmdirs: [Action] = []
         for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) {
             if touched.contains(path) {
-                rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory"))
+                rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory", cause: .emptied))
             } else if deletedSelectedDirectories.contains(path) {
-                rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: "directory"))
+                rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: "directory", cause: .emptied))
             }
         }
 

@@ -3,7 +3,7 @@
 /// Its JSON form is the plan file: keys in snake_case, `format_version` under Terraform's rules
 /// (a minor bump only adds fields; a consumer refuses an unknown major version).
 public struct Plan: Codable, Sendable, Equatable {
-    public static let formatVersion = "1.0"
+    public static let formatVersion = "1.1"
 
     public var formatVersion: String
     /// Stamped on every plan a home makes (Terraform's lineage), so a plan from another home
@@ -179,8 +179,29 @@ public struct Action: Codable, Sendable, Equatable {
     public var version: [String]
     /// Peers holding the global version in full.
     public var peers: [String]
+    /// Why the action is there, as apply reads it (`reason` is for people). Added in format 1.1.
+    public var cause: Cause?
 
-    public init(action: Kind, path: String, size: Int64 = 0, reason: String, type: String = "file", version: [String] = [], peers: [String] = []) {
+    /// The decision behind an action: apply re-checks each kind differently.
+    public enum Cause: String, Codable, Sendable {
+        /// Pulled: selected and absent here.
+        case selected
+        /// Pulled: a newer global version replaces the unchanged local copy.
+        case changedOnPeers = "changed-on-peers"
+        /// Deleted: deselected, and enough connected peers hold it.
+        case deselected
+        /// Deleted: the global version is a deletion that replaces the local copy.
+        case deletedOnPeers = "deleted-on-peers"
+        /// mkdir: a selected directory, or the parent of selected files.
+        case directory
+        /// rmdir: left empty by deletions, or deleted on peers.
+        case emptied
+    }
+
+    public init(
+        action: Kind, path: String, size: Int64 = 0, reason: String, type: String = "file", version: [String] = [], peers: [String] = [],
+        cause: Cause? = nil
+    ) {
         self.action = action
         self.path = path
         self.size = size
@@ -188,6 +209,7 @@ public struct Action: Codable, Sendable, Equatable {
         self.type = type
         self.version = version
         self.peers = peers
+        self.cause = cause
     }
 }
 
@@ -203,6 +225,12 @@ public struct Conflict: Codable, Sendable, Equatable {
         case localEdit = "local-edit"
         /// Deselected, but fewer than K peers hold it in full: kept.
         case lastCopy = "last-copy"
+        /// Deselected, and peers last seen holding it would be enough, but fewer than K of them
+        /// are connected now: kept until they are (apply exits 4, a safety brake).
+        case holdersOffline = "holders-offline"
+        /// The local copy is the version Kaiten synced, and it is concurrent with the global
+        /// version (neither replaces the other): never overwritten silently.
+        case concurrent
     }
 
     public var kind: Kind

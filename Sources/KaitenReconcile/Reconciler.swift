@@ -23,6 +23,10 @@ public struct FolderInput: Sendable {
     public var requirePeers: Int
     /// Paths kept as they are by the user's choice, with the content they had then.
     public var kept: [String: ContentHash] = [:]
+    /// The peers reachable now, whose index was just refreshed: only they count as holders of
+    /// a file about to be deleted. Nil for an offline plan (every peer's last known index
+    /// counts; apply re-checks against the peers it reaches before it deletes anything).
+    public var connectedPeers: Set<DeviceID>?
 
     public init(
         id: String, path: String, selection: SelectionFile, selectionBytes: [UInt8]?, stignore: String?, global: GlobalIndex,
@@ -112,6 +116,8 @@ public enum Reconciler {
                 let hash = contentHash(of: file), hash == contentHash(of: g.file)
             else { continue }
             let synced = SyncedVersion(version: g.file.version, contentHash: hash)
+            // Never step a record back to an older version with the same content.
+            if let current = file.synced, current.contentHash == hash, current.version.compare(g.file.version) != .lesser { continue }
             if file.synced != synced {
                 local.entries[path]?.synced = synced
                 changed += 1

@@ -8,9 +8,19 @@ import Logging
 /// Connections to peers left open after an index sync, for block requests.
 public final class PeerSession: Sendable {
     public let connections: [DeviceID: PeerConnection]
+    /// Per folder, the peers whose index this session brought up to date.
+    public let refreshed: [String: Set<DeviceID>]
 
-    init(connections: [DeviceID: PeerConnection]) {
+    init(connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>]) {
         self.connections = connections
+        self.refreshed = refreshed
+    }
+
+    /// The peers that count as holders of a folder's files right now: their index was
+    /// refreshed by this session and their connection is still open. A peer known only from
+    /// the log (offline now) holds nothing as far as a deletion is concerned.
+    public func live(folder: String) -> Set<DeviceID> {
+        (refreshed[folder] ?? []).filter { connections[$0]?.isOpen == true }
     }
 
     public func close(reason: String = "done") async {
@@ -21,6 +31,15 @@ public final class PeerSession: Sendable {
 /// `kaiten index sync`: connect to every peer sharing the folders, receive what is new, append
 /// it to each folder's log, disconnect.
 public enum IndexSync {
+    /// Per folder, the peers whose index a run brought up to date (the peers reachable now).
+    public static func refreshedPeers(_ reports: [Report]) -> [String: Set<DeviceID>] {
+        var refreshed: [String: Set<DeviceID>] = [:]
+        for report in reports where report.ok {
+            if let device = try? DeviceID(report.deviceID) { refreshed[report.folder, default: []].insert(device) }
+        }
+        return refreshed
+    }
+
     /// What happened with one peer and one folder.
     public struct Report: Sendable, Codable {
         public var folder: String
@@ -139,7 +158,7 @@ public enum IndexSync {
         }
         for (_, log) in logs where log.shouldCompact { try log.compact() }
         for (_, log) in logs { log.close() }
-        return (reports, PeerSession(connections: kept))
+        return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports)))
     }
 
     static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger) async throws

@@ -38,8 +38,11 @@ public enum Planner {
                 guard let g = global.global(path), g.file.type == .file, g.file.size == size, g.file.blockSize > 0 else { return nil }
                 return g.file.blockSize
             }, warn: warn)
+        // Versions an apply wrote after the cache was last saved (it may have been cut off).
+        let journaled = SyncedJournal.merge(
+            path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
         let confirmed = Reconciler.confirmSynced(&tree, global: global)
-        if statistics.hashedFiles > 0 || confirmed > 0 || tree.count != previous.count || !sameStats(tree, previous) {
+        if statistics.hashedFiles > 0 || confirmed > 0 || journaled > 0 || tree.count != previous.count || !sameStats(tree, previous) {
             try ScanCache.save(tree, path: cachePath)
         }
         let checkpoints = log.checkpoints.map { (device: $0.key, indexID: $0.value.indexID, sequence: $0.value.maxSequence) }
@@ -60,10 +63,14 @@ public enum Planner {
     }
 
     /// Makes a plan for the given folders (all when empty).
+    /// - Parameter connected: per folder, the peers reached just now (``IndexSync/refreshedPeers(_:)``);
+    ///   only they count as holders of a file to delete. Nil for an offline plan.
     public static func plan(
-        home: KaitenHome, folders requested: [String], requirePeers: Int = 1, warn: (String) -> Void = { _ in }
+        home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
+        warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState]) {
-        let (plan, states, _) = try plan(home: home, folders: requested, requirePeers: requirePeers, skipUnscannable: false, warn: warn)
+        let (plan, states, _) = try plan(
+            home: home, folders: requested, requirePeers: requirePeers, connected: connected, skipUnscannable: false, warn: warn)
         return (plan, states)
     }
 
@@ -71,8 +78,8 @@ public enum Planner {
     /// the disk not mounted) is left out of the plan and reported in `skipped`, and the others
     /// go on; without it, that folder's error is thrown.
     public static func plan(
-        home: KaitenHome, folders requested: [String], requirePeers: Int = 1, skipUnscannable: Bool,
-        warn: (String) -> Void = { _ in }
+        home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
+        skipUnscannable: Bool, warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState], skipped: [(folder: String, reason: String)]) {
         let configured = home.config.folders
         for id in requested where !configured.contains(where: { $0.id == id }) {
@@ -83,7 +90,9 @@ public enum Planner {
         var skipped: [(folder: String, reason: String)] = []
         for folder in folders {
             do {
-                states.append(try loadFolder(folder, home: home, requirePeers: requirePeers, warn: warn))
+                var state = try loadFolder(folder, home: home, requirePeers: requirePeers, warn: warn)
+                state.input.connectedPeers = connected.map { $0[folder.id] ?? [] }
+                states.append(state)
             } catch let error as ScanError where skipUnscannable {
                 skipped.append((folder.id, error.description))
             }

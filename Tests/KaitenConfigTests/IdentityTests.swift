@@ -9,13 +9,16 @@ import X509
 @testable import KaitenConfig
 
 struct IdentityTests {
-    @Test func generatedCertificateIsMadeAsSyncthingMakesIt() throws {
+    /// ECDSA P-384 as syncthing 1.x makes it, Ed25519 as 2.x does (checked against
+    /// `syncthing-2 generate`: same names, validity and extensions, PKCS#8 key.pem).
+    @Test(arguments: Identity.KeyType.allCases)
+    func generatedCertificateIsMadeAsSyncthingMakesIt(_ keyType: Identity.KeyType) throws {
         let now = Date(timeIntervalSince1970: 1_795_400_000)  // 2026-11-21 some time of day
-        let identity = try Identity.generate(now: now)
+        let identity = try Identity.generate(keyType: keyType, now: now)
         let certificate = try Certificate(derEncoded: identity.certificateDER)
         #expect(certificate.subject.description == "CN=syncthing,OU=Automatically Generated,O=Syncthing")
         #expect(certificate.issuer == certificate.subject)
-        #expect(certificate.signatureAlgorithm == .ecdsaWithSHA256)
+        #expect(certificate.signatureAlgorithm == (keyType == .ecdsa ? .ecdsaWithSHA256 : .ed25519))
         let midnight = Date(timeIntervalSince1970: TimeInterval((1_795_400_000 / 86400) * 86400))
         #expect(certificate.notValidBefore == midnight)
         #expect(certificate.notValidAfter == midnight.addingTimeInterval(7300 * 86400))
@@ -23,9 +26,20 @@ struct IdentityTests {
         #expect(try certificate.extensions.keyUsage == KeyUsage(digitalSignature: true, keyEncipherment: true))
         #expect(try certificate.extensions.extendedKeyUsage == ExtendedKeyUsage([.serverAuth, .clientAuth]))
         #expect(try certificate.extensions.basicConstraints == .notCertificateAuthority)
-        #expect(identity.privateKeyPEM.hasPrefix("-----BEGIN EC PRIVATE KEY-----"))
         #expect(identity.deviceID == DeviceID(certificateDER: identity.certificateDER))
-        #expect(P384.Signing.PublicKey(certificate.publicKey) != nil)
+        switch keyType {
+        case .ecdsa:
+            #expect(identity.privateKeyPEM.hasPrefix("-----BEGIN EC PRIVATE KEY-----"))
+            #expect(P384.Signing.PublicKey(certificate.publicKey) != nil)
+        case .ed25519:
+            #expect(identity.privateKeyPEM.hasPrefix("-----BEGIN PRIVATE KEY-----"))
+            #expect(Curve25519.Signing.PublicKey(certificate.publicKey) != nil)
+        }
+        // What was written loads back as the same identity.
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        try identity.write(certificatePath: dir.file("cert.pem"), keyPath: dir.file("key.pem"))
+        #expect(try Identity.load(certificatePath: dir.file("cert.pem"), keyPath: dir.file("key.pem")).deviceID == identity.deviceID)
     }
 
     @Test(arguments: CertificateFactory.KeyType.allCases)

@@ -18,6 +18,8 @@ struct Fixture {
     var stignore: String? = nil
     var requirePeers = 1
     var checkpoints: [(device: DeviceID, indexID: UInt64, sequence: Int64)] = [(peerA, 1, 10)]
+    /// Peers reached just now; nil for an offline plan.
+    var connected: Set<DeviceID>? = nil
 
     /// A content hash standing for a file's bytes.
     static func content(_ text: String) -> ContentHash { ContentHash(SHA256.hash(data: Array(text.utf8))) }
@@ -60,9 +62,10 @@ struct Fixture {
 
     func plan() throws -> FolderPlan {
         let selectionFile = try SelectionFile.parse(selection, file: "sel.txt")
-        let input = FolderInput(
+        var input = FolderInput(
             id: "f", path: "/data/f", selection: selectionFile, selectionBytes: Array(selection.utf8), stignore: stignore,
             global: global, checkpoints: checkpoints, local: local, requirePeers: requirePeers)
+        input.connectedPeers = connected
         return Reconciler.planFolder(input).0
     }
 

@@ -98,7 +98,7 @@ struct DeleteRuleTests {
     @Test func aSelectedFileDeletedGloballyIsDeletedWhenUnchangedSinceSync() throws {
         var f = Fixture()
         f.announce("docs", type: .directory)
-        f.announce("docs/a.txt", deleted: true)
+        f.announce("docs/a.txt", version: 2, deleted: true)  // a deletion bumps the version
         f.onDisk("docs", kind: .directory)
         f.onDisk("docs/a.txt", "v1", synced: (1, "v1"))
         f.selection = "docs\n"
@@ -108,7 +108,7 @@ struct DeleteRuleTests {
     @Test func aSelectedDirectoryDeletedGloballyIsRemovedOnceEmpty() throws {
         var f = Fixture()
         f.announce("docs", type: .directory, deleted: true)
-        f.announce("docs/a.txt", deleted: true)
+        f.announce("docs/a.txt", version: 2, deleted: true)
         f.onDisk("docs", kind: .directory)
         f.onDisk("docs/a.txt", "v1", synced: (1, "v1"))
         f.selection = "docs\n"

@@ -25,12 +25,14 @@ extension Kaiten {
                 Order: .stignore first (atomically), then directories, then pulls (every block \
                 SHA-256-verified, written to .syncthing.NAME.tmp, fsynced, renamed into place), \
                 then deletions (each re-checked as it runs: still the content the plan saw, still \
-                held by --require-peers peers), then empty directories. Conflicts are reported, \
+                held by --require-peers peers connected right now: a peer that is offline holds nothing \
+                as far as a deletion is concerned), then empty directories. Conflicts are reported, \
                 never resolved: see `kaiten conflicts` and `kaiten resolve`.
 
                 Exit codes: 0 everything applied; 1 error before anything changed; 2 conflicts \
                 left open (with --fail-on-conflict); 3 stale plan; 4 refused by a safety brake \
-                (--max-delete, another apply running); 5 partial: some actions failed, the rest \
+                (--max-delete, another apply running, a deselected file kept because fewer than \
+                --require-peers connected peers hold it); 5 partial: some actions failed, the rest \
                 are done.
 
                 Examples:
@@ -65,6 +67,11 @@ extension Kaiten {
 
         @Option(help: "Seconds to wait for each peer's index.")
         var timeout: Double = 120
+
+        /// Deselected files the plan keeps because too few of the peers holding them are connected.
+        static func keptForOfflineHolders(_ plan: Plan) -> Int {
+            plan.folders.reduce(0) { $0 + $1.conflicts.filter { $0.kind == .holdersOffline }.count }
+        }
 
         func validate() throws {
             guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
@@ -108,7 +115,7 @@ extension Kaiten {
                         guard plan.summary.hasChanges else {
                             output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
                             await session.close(reason: "nothing to apply")
-                            if !prepared.skipped.isEmpty { throw ExitCode(4) }
+                            if !prepared.skipped.isEmpty || Self.keptForOfflineHolders(plan) > 0 { throw ExitCode(4) }
                             if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
                             return
                         }
@@ -138,8 +145,11 @@ extension Kaiten {
                     await session.close(reason: "apply done")
                     output.summary(report, plan: plan)
                     if !report.failed.isEmpty { throw ExitCode(5) }
-                    // A folder left alone for safety (no marker) is a brake, even if the others went through.
-                    if !prepared.skipped.isEmpty { throw ExitCode(4) }
+                    // A folder left alone for safety (no marker), or a deselected file kept because
+                    // its holders are offline, is a brake, even if everything else went through.
+                    if !prepared.skipped.isEmpty || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0 {
+                        throw ExitCode(4)
+                    }
                     if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
                 } catch {
                     await session.close(reason: "apply stopped")
@@ -244,6 +254,13 @@ final class ApplyOutput: @unchecked Sendable {
                 clearProgress()
                 Terminal.error("\(folder): \(action.action.rawValue) \(action.path) FAILED: \(reason)")
             }
+        case .kept(let folder, let action, let reason):
+            if json {
+                emit(["type": "action_kept", "folder": folder, "action": action.action.rawValue, "path": action.path, "reason": reason])
+            } else {
+                clearProgress()
+                Terminal.error("\(folder): \(action.action.rawValue) \(action.path) NOT DONE: \(reason)")
+            }
         case .removedTemporary(let folder, let path):
             if json { emit(["type": "action_done", "folder": folder, "action": "remove_temporary", "path": path]) }
         }
@@ -260,15 +277,23 @@ final class ApplyOutput: @unchecked Sendable {
                 "type": "summary", "done": report.done, "failed": report.failed.count, "conflicts": report.conflicts,
                 "pulled_bytes": report.pulledBytes, "freed_bytes": report.freedBytes, "seconds": seconds,
                 "blocks_fetched": report.blocksFetched, "blocks_copied_locally": report.blocksCopiedLocally,
-                "blocks_rejected": report.blocksRejected, "plan_id": plan.planID,
+                "blocks_rejected": report.blocksRejected, "plan_id": plan.planID, "kept_for_safety": report.keptForSafety.count,
             ])
             return
         }
         var line = "Applied: \(report.done) action\(report.done == 1 ? "" : "s") (\(Kaiten.Ls.human(report.pulledBytes)) pulled, \(Kaiten.Ls.human(report.freedBytes)) freed)"
         if !report.failed.isEmpty { line += ", \(report.failed.count) failed" }
+        if !report.keptForSafety.isEmpty { line += ", \(report.keptForSafety.count) deletion\(report.keptForSafety.count == 1 ? "" : "s") held back (too few connected peers hold the file)" }
         line += ", \(report.conflicts) conflict\(report.conflicts == 1 ? "" : "s") open."
         print(line)
         for failure in report.failed { print("  failed: \(failure.folder): \(failure.path): \(failure.reason)") }
+        // Deletions held back for safety are said every time, on every output: a timer's log
+        // must show why the folder does not match its selection.
+        for folder in plan.folders {
+            for conflict in folder.conflicts where conflict.kind == .holdersOffline {
+                print("  kept: \(folder.id): \(conflict.path): \(conflict.reason)")
+            }
+        }
         if report.conflicts > 0 { print("  See them with: kaiten conflicts") }
     }
 }

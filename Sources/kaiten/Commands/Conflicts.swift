@@ -61,7 +61,7 @@ extension Kaiten {
                 }
                 if rows.isEmpty { print("No conflicts.") }
                 for row in rows {
-                    print("\(row.folder)  \(row.kind.padding(toLength: 10, withPad: " ", startingAt: 0))  \(row.path)")
+                    print("\(row.folder)  \(row.kind.padding(toLength: max(10, row.kind.count), withPad: " ", startingAt: 0))  \(row.path)")
                     print("    \(row.reason)")
                     print("    kaiten resolve \(row.folder) \(Self.quoted(row.path)) " + row.choices.map { "--\($0)" }.joined(separator: " | "))
                 }

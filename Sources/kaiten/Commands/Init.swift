@@ -6,7 +6,9 @@ extension Kaiten {
         static let configuration = CommandConfiguration(
             abstract: "Create a home: a new device identity and a Syncthing-compatible config.xml.",
             discussion: """
-                Makes an ECDSA P-384 certificate the way `syncthing generate` does, key.pem \
+                Makes a certificate the way `syncthing generate` does — Ed25519 as syncthing 2.x \
+                does, or ECDSA P-384 as 1.x with --key-type ecdsa (both kinds of peer accept \
+                either) — key.pem \
                 (mode 0600), and config.xml (version 36) with global discovery, local discovery, \
                 relays, NAT traversal and usage reporting off: Kaiten only talks to the peer \
                 addresses you give it. Prints the new device ID; give it to your peers.
@@ -15,8 +17,9 @@ extension Kaiten {
                 written and the command exits 1. To reuse a Syncthing identity, copy its \
                 config.xml, cert.pem and key.pem into the home instead.
 
-                Example:
+                Examples:
                   kaiten init --name laptop --listen tcp://0.0.0.0:22000
+                  kaiten init --home /srv/kaiten --key-type ecdsa
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -30,12 +33,20 @@ extension Kaiten {
                 valueName: "tcp://host:port"))
         var listen: String = "tcp://0.0.0.0:22000"
 
+        @Option(help: ArgumentHelp("The device key: ed25519 (what syncthing 2.x makes) or ecdsa (P-384, as 1.x).", valueName: "type"))
+        var keyType: KeyTypeArgument = .ed25519
+
+        enum KeyTypeArgument: String, ExpressibleByArgument, CaseIterable {
+            case ed25519, ecdsa
+        }
+
         @Flag(help: "Print the result as JSON.")
         var json = false
 
         func run() async throws {
             try await reportingErrors {
-                let created = try KaitenHome.initialize(global.resolvedHome, name: name, listenAddress: listen)
+                let created = try KaitenHome.initialize(
+                    global.resolvedHome, name: name, listenAddress: listen, keyType: Identity.KeyType(rawValue: keyType.rawValue)!)
                 if json {
                     try Terminal.json(["device_id": created.deviceID.description, "home": created.home.path])
                 } else {

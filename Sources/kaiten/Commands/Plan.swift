@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenConfig
+import KaitenProtocol
 import KaitenReconcile
 import KaitenSync
 
@@ -19,7 +20,8 @@ extension Kaiten {
                   - delete      2019/b.mkv (1.2 GiB)
                   ! extraneous  notes.txt: a local file not in the global index
 
-                Nothing is ever deleted that fewer than --require-peers peers hold in full, nor a \
+                Nothing is ever deleted that fewer than --require-peers connected peers hold in full \
+                (with --offline every peer's last known index counts; apply re-checks live), nor a \
                 file edited locally since Kaiten synced it: those are conflicts, listed with the \
                 choices that settle them. A folder without its .stfolder marker is refused.
 
@@ -64,6 +66,7 @@ extension Kaiten {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 var refreshProblems: [String: [String]] = [:]
+                var connected: [String: Set<DeviceID>]?
                 if !offline {
                     let reports = try await IndexSync.run(
                         home: opened, folders: folders, timeout: timeout, logger: global.logger,
@@ -71,11 +74,13 @@ extension Kaiten {
                     for r in reports where !r.ok {
                         let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name
                         refreshProblems[r.folder, default: []].append(
-                            "could not refresh the index from \(who): \(r.problem ?? "unknown error"); its last known index is used")
+                            "could not refresh the index from \(who): \(r.problem ?? "unknown error"); its last known index is used, "
+                                + "and it counts as no holder of a file to delete")
                     }
+                    connected = IndexSync.refreshedPeers(reports)
                 }
                 var (plan, _) = try Planner.plan(
-                    home: opened, folders: folders, requirePeers: requirePeers, warn: { Terminal.error($0) })
+                    home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { Terminal.error($0) })
                 for i in plan.folders.indices {
                     plan.folders[i].warnings = (refreshProblems[plan.folders[i].id] ?? []) + plan.folders[i].warnings
                 }
@@ -174,7 +179,7 @@ enum PlanRenderer {
                 }
             }
             for conflict in folder.conflicts {
-                let kind = conflict.kind.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)
+                let kind = conflict.kind.rawValue.padding(toLength: max(11, conflict.kind.rawValue.count), withPad: " ", startingAt: 0)
                 Swift.print("  ! \(kind) \(conflict.path): \(conflict.reason) [\(conflict.choices.joined(separator: "|"))]")
             }
             if !folder.junk.isEmpty {

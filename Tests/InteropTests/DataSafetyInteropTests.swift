@@ -1,0 +1,155 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+/// Data safety across peers that go offline or hold older histories, against real syncthing
+/// (issue 19, items 1 and 2): no last copy deleted, no older version written.
+@Suite(.serialized, .timeLimit(.minutes(10)))
+struct DataSafetyInteropTests {
+    static let folder = "f"
+    typealias World = ApplyInteropTests.World
+
+    /// Two syncthing peers a and b sharing the folder with each other and with Kaiten, with
+    /// `files` written on a and synced to b (so both hold the same versions).
+    struct Pair {
+        let a: SyncthingInstance
+        let b: SyncthingInstance
+        let dataA: String
+        let dataB: String
+
+        init(_ dir: TemporaryDirectory, world: World) throws {
+            a = try SyncthingInstance.generate(in: dir.path, name: "a")
+            b = try SyncthingInstance.generate(in: dir.path, name: "b")
+            dataA = world.peerData
+            dataB = dir.file("peer-b")
+            try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
+        }
+
+        /// Introduces everyone to everyone and waits until b holds what a holds.
+        func wire(_ world: World, files: Int) async throws {
+            try await world.connect(a, name: "a")
+            try await world.connect(b, name: "b")
+            try await a.addDevice(b.deviceID, name: "b", addresses: [b.address])
+            try await b.addDevice(a.deviceID, name: "a", addresses: [a.address])
+            try await a.addFolder(id: DataSafetyInteropTests.folder, path: dataA, devices: [world.me, b.deviceID])
+            try await b.addFolder(id: DataSafetyInteropTests.folder, path: dataB, devices: [world.me, a.deviceID])
+            try await ApplyInteropTests.waitScanned(b, files: files)
+            try world.addFolder(sharedWith: [a.deviceID, b.deviceID])
+        }
+    }
+
+    /// Both peers that hold a deselected file are offline: apply keeps it, says why, exits 4
+    /// (also with --require-peers 2, which counted offline peers before). `plan --offline` may
+    /// show the deletion; apply re-checks with the peers it reaches. Once a holder is back, the
+    /// copy goes.
+    @Test func aDeselectedFileIsKeptWhileItsHoldersAreOffline() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-offline")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let pair = try Pair(dir, world: world)
+        try TestFiles.write(world.peerData + "/old.txt", "the NAS died overnight\n")
+        try TestFiles.write(world.peerData + "/keep.txt", "stays selected\n")
+
+        try await pair.a.start()
+        defer { pair.a.stop() }
+        try await pair.b.start()
+        defer { pair.b.stop() }
+        try await pair.wire(world, files: 2)
+        #expect(try world.kaiten("index", "sync").status == 0)
+        #expect(try world.kaiten("select", Self.folder, "old.txt", "keep.txt").status == 0)
+        let pulled = try world.kaiten("apply", "--yes")
+        #expect(pulled.status == 0, "\(pulled.stdout)\(pulled.stderr)")
+        let plan0 = try world.kaiten("plan", "--json")
+        #expect(plan0.status == 0)
+
+        // Both holders go offline; the file is deselected.
+        pair.a.stop()
+        pair.b.stop()
+        #expect(try world.kaiten("deselect", Self.folder, "old.txt").status == 0)
+
+        let offlinePlan = try world.kaiten("plan", "--offline")
+        #expect(offlinePlan.stdout.contains("- delete      old.txt"), "\(offlinePlan.stdout)")
+
+        let online = try world.kaiten("plan", "--timeout", "5")
+        #expect(online.stdout.contains("holders-offline old.txt"), "\(online.stdout)\(online.stderr)")
+        #expect(!online.stdout.contains("- delete"), "\(online.stdout)")
+
+        for extra in [[], ["--require-peers", "2"]] {
+            let apply = try KaitenCLI.run(["apply", "--yes", "--max-delete", "100%", "--timeout", "5", "--home", world.home] + extra)
+            #expect(apply.status == 4, "\(extra): \(apply.stdout)\(apply.stderr)")
+            #expect(!apply.stdout.contains("deleted old.txt"), "\(apply.stdout)")
+            #expect(apply.stdout.contains("are connected now"), "\(apply.stdout)")
+            #expect(FileManager.default.fileExists(atPath: world.local + "/old.txt"))
+        }
+
+        // A plan saved offline shows the deletion; applied while the peers are away, the
+        // deletion is re-checked live and held back (exit 4), the file stays.
+        let saved = dir.file("offline.plan")
+        #expect(try world.kaiten("plan", "--offline", "--out", saved).status == 0)
+        let replay = try KaitenCLI.run(["apply", saved, "--max-delete", "100%", "--timeout", "5", "--home", world.home])
+        #expect(replay.status == 4, "\(replay.stdout)\(replay.stderr)")
+        #expect(FileManager.default.fileExists(atPath: world.local + "/old.txt"))
+
+        // One holder back: the default --require-peers 1 is met, --require-peers 2 is not.
+        try await pair.a.start()
+        let two = try world.kaiten("apply", "--yes", "--max-delete", "100%", "--require-peers", "2", "--timeout", "10")
+        #expect(two.status == 4, "\(two.stdout)\(two.stderr)")
+        #expect(FileManager.default.fileExists(atPath: world.local + "/old.txt"))
+        let one = try world.kaiten("apply", "--yes", "--max-delete", "100%", "--timeout", "10")
+        #expect(one.status == 0, "\(one.stdout)\(one.stderr)")
+        #expect(one.stdout.contains("deleted old.txt"), "\(one.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: world.local + "/old.txt"))
+        #expect(FileManager.default.fileExists(atPath: world.local + "/keep.txt"))
+    }
+
+    /// a and b hold reg.txt at V2; b goes offline; a edits it (V3) and Kaiten applies V3; a goes
+    /// offline and b (still V2) comes back; after `index rebuild` the plan and apply keep V3 and
+    /// say the local copy is newer than what the peers announce.
+    @Test func anOlderVersionIsNeverWrittenOverANewerOne() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-older")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let pair = try Pair(dir, world: world)
+        try TestFiles.write(world.peerData + "/reg.txt", "V2: what b keeps\n")
+
+        try await pair.a.start()
+        defer { pair.a.stop() }
+        try await pair.b.start()
+        defer { pair.b.stop() }
+        try await pair.wire(world, files: 1)
+        pair.b.stop()
+
+        try TestFiles.write(world.peerData + "/reg.txt", "V3: the newest, only on a and here\n")
+        try await ApplyInteropTests.rescan(pair.a)
+        // b is offline: index sync says so (exit 1) and takes a's index.
+        #expect(try world.kaiten("index", "sync", "--timeout", "20").status == 1)
+        #expect(try world.kaiten("select", Self.folder, "reg.txt").status == 0)
+        let applied = try world.kaiten("apply", "--yes")
+        #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+        let v3 = "V3: the newest, only on a and here\n"
+        #expect(try String(contentsOfFile: world.local + "/reg.txt", encoding: .utf8) == v3)
+
+        pair.a.stop()
+        try await pair.b.start()
+        // a is offline: the rebuild says so (exit 1) and takes b's index.
+        let rebuilt = try world.kaiten("index", "rebuild", Self.folder, "--timeout", "20")
+        #expect(rebuilt.status == 1, "\(rebuilt.stdout)\(rebuilt.stderr)")
+        let plan = try world.kaiten("plan", "--detailed-exitcode", "--timeout", "20")
+        #expect(plan.status == 0, "\(plan.stdout)\(plan.stderr)")
+        #expect(plan.stderr.contains("newer than any version the peers announce") || plan.stdout.contains("newer than any version the peers announce"), "\(plan.stdout)")
+        #expect(!plan.stdout.contains("pull"), "\(plan.stdout)")
+        let apply = try world.kaiten("apply", "--yes", "--timeout", "20")
+        #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+        #expect(try String(contentsOfFile: world.local + "/reg.txt", encoding: .utf8) == v3)
+
+        // Deselected now, it is kept: no connected peer holds V3 (b's V2 does not replace it).
+        #expect(try world.kaiten("deselect", Self.folder, "reg.txt").status == 0)
+        let deselect = try world.kaiten("apply", "--yes", "--max-delete", "100%", "--timeout", "20")
+        #expect(!deselect.stdout.contains("deleted reg.txt"), "\(deselect.stdout)")
+        #expect(try String(contentsOfFile: world.local + "/reg.txt", encoding: .utf8) == v3)
+        let conflicts = try world.kaiten("conflicts")
+        #expect(conflicts.stdout.contains("last-copy") && conflicts.stdout.contains("reg.txt"), "\(conflicts.stdout)")
+    }
+}

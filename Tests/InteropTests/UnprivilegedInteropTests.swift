@@ -1,0 +1,77 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+/// Kaiten as the users it is for run it: not root (issue 19, item 3). When the suite itself
+/// runs as root (CI does), each `kaiten` runs as `nobody` through setpriv, so a socket option
+/// or a path only root may touch fails here as it would for them.
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct UnprivilegedInteropTests {
+    static let nobody: UInt32 = 65534
+
+    /// Runs `kaiten ARGS` as an unprivileged user.
+    static func kaiten(_ arguments: [String], home: String) throws -> ProcessResult {
+        let environment = ["PATH": "/usr/bin:/bin", "HOME": home]
+        guard getuid() == 0 else { return try KaitenCLI.run(arguments, environment: environment) }
+        return try ProcessRunner.run(
+            "/usr/bin/setpriv",
+            ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "--", KaitenCLI.executable] + arguments,
+            environment: environment)
+    }
+
+    /// init, peer add, folder add, peer check, index sync, select, apply and cat, each as an
+    /// unprivileged user against a real syncthing: every verb that opens a connection works,
+    /// and what apply writes belongs to that user.
+    @Test func everyVerbThatConnectsWorksWithoutRoot() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-nonroot")
+        defer { dir.remove() }
+        let user = dir.file("user")
+        try FileManager.default.createDirectory(atPath: user, withIntermediateDirectories: true)
+        if getuid() == 0 {
+            chmod(dir.path, 0o755)
+            #expect(chown(user, Self.nobody, Self.nobody) == 0)
+        }
+        let whoami = try ProcessRunner.run(
+            getuid() == 0 ? "/usr/bin/setpriv" : "/usr/bin/id",
+            getuid() == 0 ? ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "--", "/usr/bin/id", "-u"] : ["-u"])
+        #expect(whoami.stdout.trimmingCharacters(in: .whitespacesAndNewlines) != "0", "the commands under test must not run as root")
+
+        let home = user + "/kaiten"
+        let local = user + "/local"
+        let run = { (args: [String]) throws -> ProcessResult in try Self.kaiten(args + ["--home", home], home: user) }
+        let created = try run(["init", "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/docs/a.txt", "pulled by nobody\n")
+        try TestFiles.write(peerData + "/docs/b.txt", "read on demand by nobody\n")
+        try await withSyncthing(st) { st in
+            try await st.addDevice(me, name: "k")
+            try await st.addFolder(id: "f", path: peerData, devices: [me])
+            try await ApplyInteropTests.waitScanned(st, files: 2)
+            #expect(try run(["peer", "add", st.deviceID.description, "--name", "a", "--address", st.address]).status == 0)
+            let added = try run(["folder", "add", "f", "--path", local, "--share", st.deviceID.description])
+            #expect(added.status == 0, "\(added.stderr)")
+
+            let check = try run(["peer", "check"])
+            #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+            #expect(!check.stderr.contains("Permission denied"), "\(check.stderr)")
+            let sync = try run(["index", "sync"])
+            #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+            #expect(try run(["select", "f", "docs/a.txt"]).status == 0)
+            let apply = try run(["apply", "--yes"])
+            #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+            #expect((try? String(contentsOfFile: local + "/docs/a.txt", encoding: .utf8)) == "pulled by nobody\n")
+            var info = stat()
+            #expect(lstat(local + "/docs/a.txt", &info) == 0)
+            #expect(info.st_uid == getuid() || info.st_uid == Self.nobody)
+            #expect(info.st_uid != 0 || getuid() != 0, "written by root")
+            let cat = try run(["cat", "f", "docs/b.txt"])
+            #expect(cat.status == 0, "\(cat.stderr)")
+            #expect(cat.stdout == "read on demand by nobody\n")
+        }
+    }
+}
