@@ -20,8 +20,11 @@ public final class ConfigFile {
     private let document: XMLDocument
     private var root: XMLElement { document.rootElement()! }
 
-    /// The config version syncthing 1.19.2 writes.
+    /// The config version syncthing 1.19.2 writes, and `kaiten init` with it.
     public static let currentVersion = 36
+    /// The newest config version Kaiten reads and edits: syncthing 2.x's. A config of any
+    /// version from 30 to this one keeps its version when Kaiten writes it.
+    public static let newestVersion = 52
 
     private init(path: String, document: XMLDocument) {
         self.path = path
@@ -122,7 +125,7 @@ public final class ConfigFile {
         if self.device(id: device.id) != nil {
             throw ConfigError(.duplicateDeviceID, file: path, "device \(device.id) is already configured")
         }
-        let element = XMLBuilder.device(device, depth: 1)
+        let element = template("device").map { deviceElement(device, from: $0) } ?? XMLBuilder.device(device, depth: 1)
         let anchor = root.elements(forName: "device").last ?? root.elements(forName: "folder").last
         XMLBuilder.insert(element, into: root, after: anchor, depth: 1)
     }
@@ -153,13 +156,45 @@ public final class ConfigFile {
         for id in folder.devices where device(id: id) == nil {
             throw ConfigError(.unknownDevice, file: path, "device \(id) is not configured; add it with `kaiten peer add`")
         }
-        let element = XMLBuilder.folder(folder, depth: 1)
+        let element = template("folder").map { folderElement(folder, from: $0) } ?? XMLBuilder.folder(folder, depth: 1)
         let anchor = root.elements(forName: "folder").last
         if let anchor {
             XMLBuilder.insert(element, into: root, after: anchor, depth: 1)
         } else {
             XMLBuilder.insert(element, into: root, before: root.elements(forName: "device").first, depth: 1)
         }
+    }
+
+    /// The `<defaults>` entry a new element is built from, in configs newer than 1.19.2's:
+    /// there the defaults list every field the writing version expects. Config 36 (and files
+    /// without defaults) use Kaiten's own layout of 1.19.2's fields.
+    private func template(_ name: String) -> XMLElement? {
+        guard version > Self.currentVersion else { return nil }
+        return root.elements(forName: "defaults").first?.elements(forName: name).first
+    }
+
+    private func deviceElement(_ device: DeviceConfiguration, from template: XMLElement) -> XMLElement {
+        var attributes: [(String, String)] = [
+            ("id", device.id.description), ("name", device.name), ("compression", device.compression.rawValue),
+            ("introducer", String(device.isIntroducer)),
+        ]
+        if !device.certName.isEmpty { attributes.append(("certName", device.certName)) }
+        return XMLBuilder.fromTemplate(
+            template, depth: 1, attributes: attributes, leaves: ["paused": String(device.isPaused)],
+            replacing: "address", with: device.addresses.map { .leaf("address", $0) })
+    }
+
+    private func folderElement(_ folder: FolderConfiguration, from template: XMLElement) -> XMLElement {
+        let attributes: [(String, String)] = [
+            ("id", folder.id), ("label", folder.label), ("path", folder.path), ("type", folder.type.rawValue),
+            ("rescanIntervalS", String(folder.rescanIntervalS)), ("fsWatcherEnabled", "false"),
+            ("ignorePerms", String(folder.ignorePerms)),
+        ]
+        let devices = folder.devices.sorted().map { XMLBuilder.Child.element(XMLBuilder.folderDevice($0, depth: 2)) }
+        return XMLBuilder.fromTemplate(
+            template, depth: 1, attributes: attributes,
+            leaves: ["maxConflicts": String(folder.maxConflicts), "paused": String(folder.isPaused), "markerName": folder.markerName],
+            replacing: "device", with: devices)
     }
 
     /// Shares a folder with a configured device (no-op if already shared).
@@ -239,10 +274,10 @@ public final class ConfigFile {
         guard let version = Int(versionText) else {
             throw ConfigError(.unsupportedVersion, file: path, line: 1, "<configuration> has no numeric version")
         }
-        guard version <= Self.currentVersion, version >= 30 else {
+        guard version <= Self.newestVersion, version >= 30 else {
             throw ConfigError(
                 .unsupportedVersion, file: path, line: 1,
-                "config version \(version) is not supported (Kaiten reads 30...\(Self.currentVersion), as syncthing 1.19.2 writes)"
+                "config version \(version) is not supported (Kaiten reads 30...\(Self.newestVersion): syncthing 1.12 to 2.x)"
             )
         }
         var seenDevices = Set<DeviceID>()

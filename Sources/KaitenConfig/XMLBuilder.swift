@@ -95,6 +95,48 @@ enum XMLBuilder {
         return element("folder", attributes: attributes, children: children, depth: depth)
     }
 
+    /// A copy of `template` laid out at `depth`, its leaves set by `leaves` (by element name;
+    /// a name absent from the template is not added) and its attributes by `attributes`.
+    /// Newer syncthing versions (config 37 and later, 2.x's 52) keep a `<defaults>` section
+    /// that spells out every field a new folder or device gets in that version; building from it
+    /// writes exactly what that version expects, fields Kaiten has never heard of included.
+    static func fromTemplate(
+        _ template: XMLElement, depth: Int, attributes: [(String, String)], leaves: [String: String] = [:],
+        replacing repeated: String? = nil, with replacements: [Child] = []
+    ) -> XMLElement {
+        var attributeList: [(String, String)] = (template.attributes ?? []).compactMap { node in
+            guard let name = node.name else { return nil }
+            return (name, node.stringValue ?? "")
+        }
+        for (key, value) in attributes {
+            if let index = attributeList.firstIndex(where: { $0.0 == key }) {
+                attributeList[index].1 = value
+            } else {
+                attributeList.append((key, value))
+            }
+        }
+        var children: [Child] = []
+        var replaced = false
+        for case let child as XMLElement in template.children ?? [] {
+            guard let name = child.name else { continue }
+            if name == repeated {
+                if !replaced { children += replacements }
+                replaced = true
+                continue
+            }
+            let childAttributes: [(String, String)] = (child.attributes ?? []).compactMap { node in
+                node.name.map { ($0, node.stringValue ?? "") }
+            }
+            if child.children?.contains(where: { $0.kind == .element }) == true {
+                children.append(.element(fromTemplate(child, depth: depth + 1, attributes: [])))
+            } else {
+                children.append(.leaf(name, leaves[name] ?? child.stringValue ?? "", attributes: childAttributes))
+            }
+        }
+        if !replaced { children = replacements + children }
+        return element(template.name ?? "", attributes: attributeList, children: children, depth: depth)
+    }
+
     /// Inserts `element` right after `anchor` (or as the first element child when nil), with a
     /// line break and indentation in front of it.
     static func insert(_ element: XMLElement, into parent: XMLElement, after anchor: XMLElement?, depth: Int) {

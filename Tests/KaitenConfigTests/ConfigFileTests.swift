@@ -177,3 +177,58 @@ struct HomeTests {
         #expect(Home(path: "/x").selectionPath(folderID: "photos") == "/x/selections/photos.txt")
     }
 }
+
+/// A home written by syncthing 2.x (config version 52, fields 1.19.2 never had) is read,
+/// edited and written back as 2.x expects (issue 15, item 6).
+struct Syncthing2ConfigTests {
+    static let peer = try! DeviceID("LXONAJ2-BUJHTRL-4AZYOG4-5H4JWNG-XA4OJHO-JEGBUIY-D5N2DL5-KCJ33AQ")
+    static let other = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
+
+    /// Written by `syncthing-2 generate` and then 2.1.3's REST API (a device named with `&`,
+    /// `<` and NFC text; a folder label with NFD and NFC spellings of "café").
+    static func fixture() throws -> Data {
+        let url = try #require(Bundle.module.url(forResource: "Fixtures/syncthing2-written", withExtension: "xml"))
+        return try Data(contentsOf: url)
+    }
+
+    @Test func roundTripsByteForByte() throws {
+        let data = try Self.fixture()
+        let config = try ConfigFile.parse(data: data, path: "config.xml")
+        #expect(config.version == 52)
+        #expect(Array(config.serialized().utf8) == [UInt8](data))
+        let label = try #require(config.folder(id: "photos")?.label)
+        #expect(Array(label.utf8) == Array("Photos \"2026\" cafe\u{301} caf\u{E9}".utf8))
+    }
+
+    @Test func newDevicesAndFoldersCarryWhatVersion52Expects() throws {
+        let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
+        try config.addDevice(DeviceConfiguration(id: Self.other, name: "nas", addresses: ["tcp://10.0.0.2:22000"]))
+        try config.addFolder(FolderConfiguration(id: "docs", label: "docs", path: "/srv/docs", devices: [Self.other]))
+        let out = config.serialized()
+        let reread = try ConfigFile.parse(data: Data(out.utf8), path: "config.xml")
+        #expect(reread.version == 52)
+        #expect(reread.device(id: Self.other)?.addresses == ["tcp://10.0.0.2:22000"])
+        #expect(reread.folder(id: "docs")?.devices == [Self.other])
+        // The new device and folder have every field 2.x's defaults list, in its order.
+        let device = try #require(out.range(of: "<device id=\"\(Self.other)\" name="))
+        let deviceText = String(out[device.lowerBound...].prefix(800))
+        #expect(deviceText.contains("<numConnections>0</numConnections>"))
+        let folder = try #require(out.range(of: "<folder id=\"docs\""))
+        let folderText = String(out[folder.lowerBound...].prefix(3000))
+        for field in ["<syncXattrs>false</syncXattrs>", "<blockIndexing>true</blockIndexing>", "<maxSingleEntrySize>1024</maxSingleEntrySize>", "fsWatcherTimeoutS=\"0\""] {
+            #expect(folderText.contains(field), "\(field)")
+        }
+        #expect(!folderText.contains("weakHashThresholdPct"), "a 1.19.2 field 2.x dropped")
+        #expect(folderText.contains("<maxConflicts>10</maxConflicts>"))
+    }
+
+    @Test func aVersionNewerThanKaitenKnowsIsRefusedWithTheFileAndLine() throws {
+        let text = String(decoding: try Self.fixture(), as: UTF8.self).replacingOccurrences(
+            of: "<configuration version=\"52\">", with: "<configuration version=\"60\">")
+        #expect {
+            _ = try ConfigFile.parse(data: Data(text.utf8), path: "config.xml")
+        } throws: { error in
+            "\(error)".contains("config.xml:1") && "\(error)".contains("version 60")
+        }
+    }
+}
