@@ -108,12 +108,17 @@ enum XMLBuilder {
             guard let name = node.name else { return nil }
             return (name, node.stringValue ?? "")
         }
+        // An attribute the template lacks (a device's name) goes right after the one given
+        // before it, so the order is syncthing's.
+        var previous: String?
         for (key, value) in attributes {
             if let index = attributeList.firstIndex(where: { $0.0 == key }) {
                 attributeList[index].1 = value
             } else {
-                attributeList.append((key, value))
+                let after = previous.flatMap { name in attributeList.firstIndex { $0.0 == name } }
+                attributeList.insert((key, value), at: after.map { $0 + 1 } ?? 0)
             }
+            previous = key
         }
         var children: [Child] = []
         var replaced = false

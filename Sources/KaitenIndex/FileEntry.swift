@@ -20,7 +20,8 @@ public struct FileEntry: Sendable, Equatable {
     public var blockSize: Int32
     public var blockCount: Int32
     public var symlinkTarget: String
-    /// The content identity (syncthing's `blocks_hash`) of a live regular file; zero otherwise.
+    /// The content identity of a live regular file (``BEPFileInfo/contentHash``, computed by
+    /// Kaiten from the blocks, never the peer's own `blocks_hash`); zero otherwise.
     /// Equal hashes mean equal content, so a plan compares local files without block lists.
     public var contentHash: ContentHash
     /// Where the record holding this entry's blocks sits in the log.
@@ -43,9 +44,7 @@ public struct FileEntry: Sendable, Equatable {
         blockSize = file.blockSize
         blockCount = Int32(clamping: file.blocks.count)
         symlinkTarget = file.symlinkTarget
-        contentHash = file.type == .file && !file.deleted && !file.invalid
-            ? ContentHash(data: file.blocksHash) ?? (file.blocks.isEmpty ? .zero : BEPFileInfo.blocksHash(of: file.blocks))
-            : .zero
+        contentHash = file.type == .file && !file.deleted && !file.invalid ? file.contentHash : .zero
         self.recordOffset = recordOffset
         self.recordLength = recordLength
     }

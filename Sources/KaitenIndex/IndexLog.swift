@@ -10,13 +10,16 @@ import Glibc
 /// ``GlobalIndex`` on open.
 ///
 /// ```
-/// header:  "KAITENIX" | format version (u32 BE) = 1 | folder-ID length (u16 BE) | folder ID
+/// header:  "KAITENIX" | format version (u32 BE) = 2 | folder-ID length (u16 BE) | folder ID
 ///          | CRC32 of the header bytes before it (u32 BE)
 /// record:  | payload length (u32 BE) | CRC32 of kind + payload (u32 BE) | kind (u8) | payload |
 ///   kind 1 "replaced":   device ID (32) | index ID (u64 BE)
 ///            the device sent a full Index: everything it announced before is void
 ///   kind 2 "file":       device ID (32) | meta length (u32 BE) | FileInfo without blocks
-///                        | FileInfo holding only the blocks (the rest of the payload)
+///                        | FileInfo holding only the blocks (the rest of the payload);
+///            the meta's `blocks_hash` is Kaiten's own (``BEPFileInfo/blocksHash(of:)``), not
+///            the peer's: format 1 kept the peer's, which differs between syncthing 1.x and
+///            2.x, and is converted on the first writable open
 ///   kind 3 "checkpoint": device ID (32) | index ID (u64 BE) | highest sequence (i64 BE)
 ///            what to send in the next ClusterConfig to get only deltas
 /// ```
@@ -28,7 +31,9 @@ import Glibc
 /// record is cut off with a warning; damage anywhere else is an error naming the byte offset.
 public final class IndexLog {
     public static let magic: [UInt8] = Array("KAITENIX".utf8)
-    public static let formatVersion: UInt32 = 1
+    public static let formatVersion: UInt32 = 2
+    /// The format of the file as read (1 until a writable open converts it).
+    private var fileFormat: UInt32 = formatVersion
 
     enum Kind: UInt8 {
         case replaced = 1
@@ -101,6 +106,8 @@ public final class IndexLog {
             try log.writeHeader()
         } else {
             try log.replay(size: Int64(info.st_size), warn: warn)
+            // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's.
+            if log.fileFormat == 1 && !readOnly { try log.compact(rewritingRecords: true) }
         }
         return log
     }
@@ -198,6 +205,12 @@ public final class IndexLog {
     /// Rewrites the log with only live records: a new file, fsynced, renamed over the old one.
     /// A crash at any moment leaves either the old log or the new one, whole.
     public func compact() throws(IndexLogError) {
+        try compact(rewritingRecords: false)
+    }
+
+    /// - Parameter rewritingRecords: re-encode every file record in the current format (a
+    ///   format-1 log's records carry the peer's blocks hash) instead of copying it.
+    private func compact(rewritingRecords: Bool) throws(IndexLogError) {
         let temp = path + ".compact"
         let out = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw IndexLogError(.io, file: temp, "cannot create: \(String(cString: strerror(errno)))") }
@@ -221,12 +234,22 @@ public final class IndexLog {
         var live: [(String, DeviceID, FileEntry)] = []
         index.forEachEntry { live.append(($0, $1, $2)) }
         live.sort { ($0.0, $0.1) < ($1.0, $1.1) }
-        for (_, _, entry) in live {
+        for (_, device, entry) in live {
             do {
                 var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
                 let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
                 guard n == record.count else { throw IndexLogError(.io, file: path, offset: entry.recordOffset, "read failed") }
-                buffer += record
+                if rewritingRecords {
+                    let file: BEPFileInfo
+                    do {
+                        file = try Self.decodeFileRecord(record)
+                        try Self.appendFileRecord(device: device, file: file, to: &buffer)
+                    } catch {
+                        throw IndexLogError(.corruptRecord, file: path, offset: entry.recordOffset, "file record does not decode")
+                    }
+                } else {
+                    buffer += record
+                }
                 if buffer.count > 4 << 20 { try flush() }
             }
         }
@@ -337,7 +360,8 @@ public final class IndexLog {
                 "not a Kaiten index log; run `kaiten index rebuild \(folderID)` to replace it")
         }
         let version = bytes.readBE32(at: 8)
-        guard version == Self.formatVersion else {
+        fileFormat = version
+        guard version == Self.formatVersion || version == 1 else {
             throw IndexLogError(.unsupportedVersion, file: path, offset: 8, "log format \(version) is not supported (want \(Self.formatVersion))")
         }
         let nameLength = Int(UInt16(bytes[12]) << 8 | UInt16(bytes[13]))
@@ -372,9 +396,15 @@ public final class IndexLog {
             guard 36 + metaLength <= length else { throw corruption(at: offset, "bad meta length") }
             let meta = UnsafeRawBufferPointer(
                 rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36)..<(payloadStart + 36 + metaLength)])
-            let file: BEPFileInfo
+            var file: BEPFileInfo
             do {
                 file = try BEPFileInfo(serializedBytes: Array(meta))
+                if fileFormat == 1 && file.type == .file {
+                    // The stored hash is the peer's; Kaiten's own needs the block list.
+                    let blocks = UnsafeRawBufferPointer(
+                        rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36 + metaLength)..<(payloadStart + length)])
+                    file.blocks = try BEPFileInfo(serializedBytes: Array(blocks)).blocks
+                }
             } catch {
                 throw corruption(at: offset, "file record does not decode")
             }
@@ -447,10 +477,23 @@ public final class IndexLog {
         buffer += body
     }
 
+    /// A whole FileInfo (meta and blocks) from a file record's bytes (header included).
+    static func decodeFileRecord(_ record: [UInt8]) throws -> BEPFileInfo {
+        let payloadStart = 9
+        guard record.count >= payloadStart + 36 else { throw IndexLogError(.corruptRecord, file: "", "short record") }
+        let metaLength = Int(record.readBE32(at: payloadStart + 32))
+        let metaStart = payloadStart + 36
+        guard metaStart + metaLength <= record.count else { throw IndexLogError(.corruptRecord, file: "", "bad meta length") }
+        var file = try BEPFileInfo(serializedBytes: Array(record[metaStart..<(metaStart + metaLength)]))
+        file.blocks = try BEPFileInfo(serializedBytes: Array(record[(metaStart + metaLength)...])).blocks
+        return file
+    }
+
     static func appendFileRecord(device: DeviceID, file: BEPFileInfo, to buffer: inout [UInt8]) throws {
         var meta = file
-        // The meta half is what replay reads: it must carry the content hash the blocks imply.
-        if meta.blocksHash.count != 32 && !file.blocks.isEmpty {
+        // The meta half is what replay reads: it carries Kaiten's content hash of the blocks,
+        // whatever the peer put in blocks_hash (1.x and 2.x compute it differently).
+        if !file.blocks.isEmpty {
             meta.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes)
         }
         meta.blocks = []

@@ -202,8 +202,9 @@ public struct FolderScanner: Sendable {
             let hash = ContentHash(blockHasher.finalize())
             let weakHash = inBlock == 0 ? 0 : UInt32(weak)
             blocks.append(LocalBlock(hash: hash, weakHash: weakHash, size: Int32(inBlock)))
+            // The content hash covers the block hashes only (BEPFileInfo.blocksHash): equal for
+            // equal bytes whichever syncthing generation announced them.
             summary.update(data: hash.bytes)
-            withUnsafeBytes(of: weakHash.bigEndian) { summary.update(bufferPointer: $0) }
             blockHasher = SHA256()
             weak = adler32(0, nil, 0)
             inBlock = 0

@@ -12,7 +12,10 @@ import KaitenProtocol
 /// careful (conflicts instead of updates), never destructive.
 public enum ScanCache {
     static let magic = Array("KAITENSC".utf8)
-    static let formatVersion: UInt32 = 1
+    /// 2: content hashes over block hashes only (BEPFileInfo.blocksHash). A format-1 cache is
+    /// converted as it loads: each file's hash is recomputed from its stored blocks, and a synced
+    /// record that had the old hash of the same content gets the new one.
+    static let formatVersion: UInt32 = 2
 
     /// Loads a cache; a missing file is an empty tree; a damaged one is reported and ignored.
     public static func load(path: String, warn: (String) -> Void = { _ in }) -> LocalTree {
@@ -84,7 +87,8 @@ public enum ScanCache {
         let body = bytes.count - 4
         let stored = bytes.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt(body))) }
         var reader = ByteReader(bytes: bytes, offset: 8, end: body)
-        guard try reader.u32() == formatVersion else { throw DecodeError(description: "unknown scan cache format") }
+        let format = try reader.u32()
+        guard format == formatVersion || format == 1 else { throw DecodeError(description: "unknown scan cache format") }
         var tail = ByteReader(bytes: bytes, offset: body, end: bytes.count)
         guard try tail.u32() == stored else { throw DecodeError(description: "the scan cache is damaged (checksum mismatch)") }
         let count = Int(try reader.u32())
@@ -119,6 +123,11 @@ public enum ScanCache {
                     version.counters.append(counter)
                 }
                 entry.synced = SyncedVersion(version: version, contentHash: hash)
+            }
+            if format == 1 && entry.kind == .file && !entry.blocks.isEmpty {
+                let old = entry.contentHash
+                entry.contentHash = BEPFileInfo.blocksHash(ofHashes: entry.blocks.map(\.hash))
+                if entry.synced?.contentHash == old { entry.synced?.contentHash = entry.contentHash }
             }
             entries[path] = entry
         }

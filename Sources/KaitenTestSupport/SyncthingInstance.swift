@@ -6,7 +6,8 @@ import KaitenProtocol
 import FoundationNetworking
 #endif
 
-/// A real syncthing (Debian's 1.19.2) running on 127.0.0.1 for a test.
+/// A real syncthing running on 127.0.0.1 for a test: Debian's 1.19.2, or the binary named by
+/// `KAITEN_SYNCTHING` (scripts/test runs the interop suites again with syncthing 2.x).
 ///
 /// Everything that reaches beyond loopback is switched off in its config.xml: global and
 /// local discovery, relays, NAT traversal, STUN, usage and crash reporting, upgrades. It runs
@@ -28,6 +29,22 @@ public final class SyncthingInstance: @unchecked Sendable {
         return ProcessRunner.which("syncthing")
     }
 
+    /// The binary's major version (1 for Debian's 1.19.2, 2 for 2.x): the command lines differ.
+    public static let majorVersion: Int = {
+        // 2.x panics without $HOME, even for --version.
+        guard let binary,
+            let result = try? ProcessRunner.run(binary, ["--version"], environment: ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]),
+            let range = result.stdout.range(of: #"v(\d+)\."#, options: .regularExpression)
+        else { return 1 }
+        return Int(result.stdout[range].dropFirst().dropLast()) ?? 1
+    }()
+
+    /// The version line of the binary under test, for failure messages and skip notes.
+    public static var versionLine: String {
+        guard let binary else { return "no syncthing" }
+        return (try? ProcessRunner.run(binary, ["--version"], environment: ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? binary
+    }
+
     /// Where syncthing's BEP listener is, as a `tcp://` address for config.xml.
     public var address: String { "tcp://127.0.0.1:\(listenPort)" }
 
@@ -43,9 +60,13 @@ public final class SyncthingInstance: @unchecked Sendable {
     public static func generate(in directory: String, name: String = "st") throws -> SyncthingInstance {
         guard let binary else { throw HarnessError("syncthing is not installed; scripts/test installs it") }
         let home = (directory as NSString).appendingPathComponent(name)
+        // 2.x: subcommand flags changed, and it makes no default folder.
+        let arguments =
+            majorVersion >= 2
+            ? ["generate", "--home", home, "--no-port-probing"]
+            : ["generate", "--home", home, "--no-default-folder", "--skip-port-probing"]
         let result = try ProcessRunner.run(
-            binary, ["generate", "--home", home, "--no-default-folder", "--skip-port-probing"],
-            environment: ["STNODEFAULTFOLDER": "1", "HOME": directory, "PATH": "/usr/bin:/bin"])
+            binary, arguments, environment: ["STNODEFAULTFOLDER": "1", "HOME": directory, "PATH": "/usr/bin:/bin"])
         guard result.status == 0 else { throw HarnessError("syncthing generate failed: \(result.stderr)") }
         let config = try ConfigFile.load(path: (home as NSString).appendingPathComponent("config.xml"))
         let listenPort = try FreePort.next()
@@ -93,10 +114,11 @@ public final class SyncthingInstance: @unchecked Sendable {
         let logHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = [
-            "serve", "--home", home, "--no-browser", "--no-restart", "--no-upgrade", "--logflags=7",
-            "--gui-address=http://127.0.0.1:\(guiPort)", "--gui-apikey=\(apiKey)",
-        ]
+        process.arguments =
+            [
+                "serve", "--home", home, "--no-browser", "--no-restart", "--no-upgrade",
+                "--gui-address=http://127.0.0.1:\(guiPort)", "--gui-apikey=\(apiKey)",
+            ] + (Self.majorVersion >= 2 ? ["--log-level=INFO"] : ["--logflags=7"])
         process.environment = [
             "STMONITORED": "1", "STNOUPGRADE": "1", "STNODEFAULTFOLDER": "1", "STNORESTART": "1",
             "HOME": (home as NSString).deletingLastPathComponent, "PATH": "/usr/bin:/bin",
@@ -247,7 +269,7 @@ extension SyncthingInstance {
     public static func deviceIDAsSyncthingSees(home: String) throws -> String {
         guard let binary else { throw HarnessError("syncthing is not installed") }
         let result = try ProcessRunner.run(
-            binary, ["serve", "--home", home, "--device-id"],
+            binary, majorVersion >= 2 ? ["device-id", "--home", home] : ["serve", "--home", home, "--device-id"],
             environment: ["HOME": home, "PATH": "/usr/bin:/bin", "STNOUPGRADE": "1"])
         guard result.status == 0 else {
             throw HarnessError("syncthing serve --device-id failed (\(result.status)): \(result.stderr)")

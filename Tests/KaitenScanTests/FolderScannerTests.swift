@@ -54,7 +54,11 @@ struct FolderScannerTests {
                 let slice = big[(i * 131072)..<min(big.count, (i + 1) * 131072)]
                 #expect(block.hash == ContentHash(SHA256.hash(data: slice)))
             }
-            // blocks_hash = SHA-256 over (hash || weak as big-endian uint32) per block.
+            // The content hash is syncthing 2.x's blocks_hash: SHA-256 over the block hashes,
+            // weak hashes left out (1.x's included them; Kaiten compares its own computation).
+            var concatenated: [UInt8] = []
+            for block in file.blocks { concatenated += block.hash.bytes }
+            #expect(file.contentHash == ContentHash(SHA256.hash(data: concatenated)))
             var infos: [BEPBlockInfo] = []
             for block in file.blocks {
                 var info = BEPBlockInfo()

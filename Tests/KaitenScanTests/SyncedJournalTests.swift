@@ -1,4 +1,5 @@
 import Crypto
+import CZlib
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
@@ -71,5 +72,34 @@ struct SyncedJournalTests {
         damaged[damaged.count - 10] ^= 0xFF
         try Data(damaged).write(to: URL(fileURLWithPath: path))
         #expect(SyncedJournal.load(path: path).map(\.name) == ["a.txt"])
+    }
+}
+
+/// A format-1 scan cache (content hashes with weak hashes in them) loads converted, and the
+/// synced record of unchanged content follows (issue 19, item 4).
+struct ScanCacheFormatTests {
+    @Test func aFormat1CacheIsConvertedAsItLoads() throws {
+        let blocks = [LocalBlock(hash: SyncedJournalTests.hash("b1"), weakHash: 7, size: 4)]
+        let oldStyle = SyncedJournalTests.hash("a 1.x-style hash")
+        var tree = LocalTree()
+        var unchanged = LocalFile(path: "same.txt", kind: .file, size: 4, contentHash: oldStyle, blockSize: 131072, blocks: blocks)
+        unchanged.synced = SyncedVersion(version: SyncedJournalTests.version(3), contentHash: oldStyle)
+        var edited = unchanged
+        edited.path = "edited.txt"
+        edited.synced = SyncedVersion(version: SyncedJournalTests.version(3), contentHash: SyncedJournalTests.hash("before the edit"))
+        tree["same.txt"] = unchanged
+        tree["edited.txt"] = edited
+        var bytes = ScanCache.encode(tree)
+        bytes[11] = 1  // format 1
+        bytes.removeLast(4)
+        let crc = bytes.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) }
+        bytes += [UInt8(crc >> 24), UInt8(crc >> 16 & 0xFF), UInt8(crc >> 8 & 0xFF), UInt8(crc & 0xFF)]
+
+        let loaded = try ScanCache.decode(bytes)
+        let expected = BEPFileInfo.blocksHash(ofHashes: blocks.map(\.hash))
+        #expect(loaded["same.txt"]?.contentHash == expected)
+        #expect(loaded["same.txt"]?.synced?.contentHash == expected)
+        #expect(loaded["edited.txt"]?.contentHash == expected)
+        #expect(loaded["edited.txt"]?.synced?.contentHash == SyncedJournalTests.hash("before the edit"), "an edit stays an edit")
     }
 }

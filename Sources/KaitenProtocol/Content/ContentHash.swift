@@ -71,21 +71,29 @@ public struct ContentHash: Sendable, Hashable, Comparable, CustomStringConvertib
 }
 
 extension BEPFileInfo {
-    /// syncthing's `blocks_hash`: SHA-256 over each block's hash followed by its weak hash as a
-    /// big-endian uint32 (bep-brief §5.2). Two files with the same value have the same content.
+    /// Kaiten's content identity of a regular file: SHA-256 over its blocks' SHA-256 hashes, in
+    /// order — syncthing 2.x's `blocks_hash` (lib/protocol/bep_fileinfo.go at v2.1.3).
+    ///
+    /// Syncthing 1.x also hashed each block's weak hash, so the same bytes announced by a 1.x and
+    /// a 2.x peer carry two different `blocks_hash` values (bep-compat §6). Kaiten therefore never
+    /// compares a peer's announced value: it computes this one itself, from the block list for
+    /// what peers announce and from the bytes for what is on disk.
     public static func blocksHash<S: Sequence>(of blocks: S) -> ContentHash where S.Element == BEPBlockInfo {
         var hasher = SHA256()
-        for block in blocks {
-            hasher.update(data: block.hash)
-            let weak = block.weakHash
-            hasher.update(data: [UInt8(weak >> 24), UInt8(weak >> 16 & 0xFF), UInt8(weak >> 8 & 0xFF), UInt8(weak & 0xFF)])
-        }
+        for block in blocks { hasher.update(data: block.hash) }
         return ContentHash(hasher.finalize())
     }
 
-    /// The content identity of a regular file: its announced `blocks_hash`, or one computed from
-    /// its blocks when the peer left it out.
+    /// The same over raw block hashes (a local scan's blocks).
+    public static func blocksHash<S: Sequence>(ofHashes hashes: S) -> ContentHash where S.Element == ContentHash {
+        var hasher = SHA256()
+        for hash in hashes { hasher.update(data: hash.bytes) }
+        return ContentHash(hasher.finalize())
+    }
+
+    /// The content identity of a regular file, computed from its blocks. Without blocks (the
+    /// meta half of an index-log record) it is the value Kaiten stored there, computed the same way.
     public var contentHash: ContentHash {
-        ContentHash(data: blocksHash) ?? Self.blocksHash(of: blocks)
+        blocks.isEmpty ? (ContentHash(data: blocksHash) ?? .zero) : Self.blocksHash(of: blocks)
     }
 }

@@ -1,0 +1,83 @@
+import Crypto
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenIndex
+
+/// Syncthing 1.x and 2.x announce different `blocks_hash` values for the same bytes (issue 19,
+/// item 4): Kaiten's index keeps its own, computed from the blocks, and converts format-1 logs.
+struct ContentHashFormatTests {
+    static let peer = IndexLogTests.peerA
+
+    /// What 1.19.2 announces: SHA-256 over (hash || weak hash as big-endian u32) per block.
+    static func syncthing1BlocksHash(_ blocks: [BEPBlockInfo]) -> Data {
+        var hasher = SHA256()
+        for block in blocks {
+            hasher.update(data: block.hash)
+            let weak = block.weakHash
+            hasher.update(data: [UInt8(weak >> 24), UInt8(weak >> 16 & 0xFF), UInt8(weak >> 8 & 0xFF), UInt8(weak & 0xFF)])
+        }
+        return Data(hasher.finalize())
+    }
+
+    static func announced(byGeneration generation: Int) -> BEPFileInfo {
+        var file = IndexLogTests.file("a.bin", size: 10, sequence: 1, version: [(1, 1)])
+        let concatenated = file.blocks.flatMap { [UInt8]($0.hash) }
+        file.blocksHash = generation == 1 ? syncthing1BlocksHash(file.blocks) : Data(SHA256.hash(data: concatenated))
+        return file
+    }
+
+    @Test func theSameBytesFromA1xAndA2xPeerHaveOneContentHash() {
+        let one = FileEntry(announced: Self.announced(byGeneration: 1))
+        let two = FileEntry(announced: Self.announced(byGeneration: 2))
+        #expect(one.contentHash == two.contentHash)
+        // ... and it is 2.x's blocks_hash.
+        #expect(Data(two.contentHash.bytes) == Self.announced(byGeneration: 2).blocksHash)
+    }
+
+    @Test func aFormat1LogIsReadWithKaitensHashAndConvertedOnTheFirstWritableOpen() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-index")
+        defer { dir.remove() }
+        let path = dir.file("f.log")
+        // A format-1 log as an older Kaiten wrote it: the peer's (1.x) blocks hash in the meta.
+        var header = IndexLog.header(folderID: "f")
+        header[11] = 1
+        let end = header.count - 4
+        header.removeLast(4)
+        header.appendBigEndian(CRC32.checksum(Array(header[0..<end])))
+        let file = Self.announced(byGeneration: 1)
+        var meta = file
+        meta.blocks = []
+        var blocksOnly = BEPFileInfo()
+        blocksOnly.blocks = file.blocks
+        var payload = Self.peer.bytes
+        let metaBytes: [UInt8] = try meta.serializedBytes()
+        payload.appendBigEndian(UInt32(metaBytes.count))
+        payload += metaBytes
+        payload += try blocksOnly.serializedBytes() as [UInt8]
+        var bytes = header
+        IndexLog.appendRecord(.file, payload, to: &bytes)
+        var checkpoint = Self.peer.bytes
+        checkpoint.appendBigEndian(UInt64(9))
+        checkpoint.appendBigEndian(UInt64(1))
+        IndexLog.appendRecord(.checkpoint, checkpoint, to: &bytes)
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+
+        let expected = FileEntry(announced: Self.announced(byGeneration: 2)).contentHash
+        let readOnly = try IndexLog.open(path: path, folderID: "f", readOnly: true)
+        #expect(readOnly.index.global("a.bin")?.file.contentHash == expected)
+        readOnly.close()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path))[11] == 1, "a read-only open changes nothing")
+
+        let writable = try IndexLog.open(path: path, folderID: "f")
+        #expect(writable.index.global("a.bin")?.file.contentHash == expected)
+        #expect(writable.checkpoints[Self.peer]?.maxSequence == 1)
+        #expect(try writable.blocks(of: writable.index.global("a.bin")!.file) == file.blocks)
+        writable.close()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path))[11] == 2, "converted to format 2")
+        let again = try IndexLog.open(path: path, folderID: "f", readOnly: true)
+        #expect(again.index.global("a.bin")?.file.contentHash == expected)
+    }
+}
