@@ -259,6 +259,7 @@ public enum Applier {
             var tree = state.input.local
             let root = config.path
             let log = state.log
+            let rule = log.conflictRule
             let planned = state.input.local
             // A pull or deletion only goes ahead while the path is what the plan saw.
             let check: FilePuller.LocalCheck = { name throws(ApplyError) in
@@ -336,7 +337,7 @@ public enum Applier {
                             let currentHolders = holders
                             let stillGlobal: FilePuller.LocalCheck = { name throws(ApplyError) in
                                 try check(name)
-                                if watcher.newer(than: current, holders: currentHolders, folder: folderID) != nil {
+                                if watcher.newer(than: current, holders: currentHolders, folder: folderID, rule: rule) != nil {
                                     throw ApplyError(.changedGlobally, path: name, "changed on the peers while it was pulled")
                                 }
                             }
@@ -347,7 +348,7 @@ public enum Applier {
                                 // Stopped before the rename, or refused by peers that no longer
                                 // have the old blocks: either way the new version is what to write.
                                 guard error.code == .changedGlobally || error.code == .peerFailed,
-                                    let newer = watcher.newer(than: current, holders: currentHolders, folder: folderID)
+                                    let newer = watcher.newer(than: current, holders: currentHolders, folder: folderID, rule: rule)
                                 else { return (action, .failure(error), nil) }
                                 let announced = watcher.announcements(folder: folderID, name: current.name)
                                 guard !newer.file.isDeleted, let holder = newer.holders.first, let file = announced[holder] ?? nil else {

@@ -48,13 +48,13 @@ final class UpdateWatcher: Sendable {
 
     /// The version to write instead of `entry`, when a peer announced a newer (or concurrent and
     /// winning) one during the apply; nil when `entry` is still the global version.
-    func newer(than entry: FileEntry, holders: [DeviceID], folder: String) -> GlobalEntry? {
+    func newer(than entry: FileEntry, holders: [DeviceID], folder: String, rule: ConflictRule) -> GlobalEntry? {
         let fresh = announcements(folder: folder, name: entry.name)
         guard !fresh.isEmpty else { return nil }
         var all: [DeviceID: FileEntry] = [:]
         for device in holders { all[device] = entry }
         for (device, file) in fresh { all[device] = FileEntry(announced: file) }
-        guard let winner = GlobalIndex.winner(entry.name, all), winner.file.version != entry.version else { return nil }
+        guard let winner = GlobalIndex.winner(entry.name, all, rule: rule), winner.file.version != entry.version else { return nil }
         return winner
     }
 }

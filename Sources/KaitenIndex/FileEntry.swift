@@ -57,16 +57,28 @@ public struct FileEntry: Sendable, Equatable {
     /// Whether this is a link (including the deprecated symlink types).
     public var isSymlink: Bool { type == .symlink || type == .symlinkFile || type == .symlinkDirectory }
 
-    /// Syncthing's WinsConflict (lib/protocol/bep_extensions.go), for concurrent versions: the
-    /// valid one beats an invalid one, a modification beats a deletion, then the newer mtime,
-    /// then the version vector's tie-break.
-    public func winsConflict(over other: FileEntry) -> Bool {
+    /// Syncthing's WinsConflict, for concurrent versions: the valid one beats an invalid one;
+    /// under the 1.x rule (lib/protocol/bep_extensions.go at v1.19.2) a modification beats a
+    /// deletion; then the newer mtime (a deletion's is when it was deleted), then the version
+    /// vector's tie-break. 2.0 dropped the modification-beats-deletion step
+    /// (lib/protocol/bep_fileinfo.go at v2.1.3).
+    public func winsConflict(over other: FileEntry, rule: ConflictRule = .syncthing1) -> Bool {
         if isInvalid != other.isInvalid { return !isInvalid }
-        if !isDeleted && other.isDeleted { return true }
-        if isDeleted && !other.isDeleted { return false }
+        if rule == .syncthing1 {
+            if !isDeleted && other.isDeleted { return true }
+            if isDeleted && !other.isDeleted { return false }
+        }
         if (modifiedS, modifiedNs) != (other.modifiedS, other.modifiedNs) {
             return (modifiedS, modifiedNs) > (other.modifiedS, other.modifiedNs)
         }
         return version.compare(other.version) == .concurrentGreater
     }
+}
+
+/// How concurrent versions of a path are ordered: the rule the peers' syncthing generation uses.
+public enum ConflictRule: String, Sendable {
+    /// Syncthing 1.x: a modification always beats a deletion, then the newer mtime wins.
+    case syncthing1
+    /// Syncthing 2.x: the newer mtime wins, deletion or not.
+    case syncthing2
 }

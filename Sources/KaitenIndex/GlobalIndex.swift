@@ -15,6 +15,9 @@ public struct GlobalIndex: Sendable {
     /// Per path, each device's announcement (usually one or two), as a small array.
     private var storage: [String: [(device: UInt16, entry: FileEntry)]] = [:]
 
+    /// The conflict rule of the peers' generation (Kaiten picks it from their Hello).
+    public var conflictRule: ConflictRule = .syncthing1
+
     public init() {}
 
     /// How many paths any device announced.
@@ -110,7 +113,7 @@ public struct GlobalIndex: Sendable {
                 path: path, file: entry, holders: entry.isInvalid ? [] : [device], announcements: [(device, entry)])
         }
         let named = list.map { (devices[Int($0.device)], $0.entry) }
-        return Self.select(path: path, list.count == 1 ? named : named.sorted { $0.0 < $1.0 })
+        return Self.select(path: path, list.count == 1 ? named : named.sorted { $0.0 < $1.0 }, rule: conflictRule)
     }
 
     /// The number of live (not deleted, not invalid) files, directories and bytes.
@@ -130,17 +133,17 @@ public struct GlobalIndex: Sendable {
     }
 
     /// The global version among some announcements of one path, by syncthing's rule.
-    public static func winner(_ path: String, _ versions: [DeviceID: FileEntry]) -> GlobalEntry? {
-        select(path: path, versions)
+    public static func winner(_ path: String, _ versions: [DeviceID: FileEntry], rule: ConflictRule = .syncthing1) -> GlobalEntry? {
+        select(path: path, versions, rule: rule)
     }
 
     /// syncthing's VersionList insertion, replayed in device order.
-    static func select(path: String, _ versions: [DeviceID: FileEntry]) -> GlobalEntry? {
-        select(path: path, versions.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+    static func select(path: String, _ versions: [DeviceID: FileEntry], rule: ConflictRule) -> GlobalEntry? {
+        select(path: path, versions.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, rule: rule)
     }
 
     /// `versions` sorted by device.
-    static func select(path: String, _ versions: [(DeviceID, FileEntry)]) -> GlobalEntry? {
+    static func select(path: String, _ versions: [(DeviceID, FileEntry)], rule: ConflictRule) -> GlobalEntry? {
         struct Group {
             var representative: FileEntry
             var valid: [DeviceID] = []
@@ -163,7 +166,7 @@ public struct GlobalIndex: Sendable {
                     list.insert(Group(representative: entry, valid: entry.isInvalid ? [] : [device], invalid: entry.isInvalid ? [device] : []), at: i)
                     placed = true
                 case .concurrentGreater, .concurrentLesser:
-                    if entry.winsConflict(over: list[i].representative) {
+                    if entry.winsConflict(over: list[i].representative, rule: rule) {
                         list.insert(Group(representative: entry, valid: entry.isInvalid ? [] : [device], invalid: entry.isInvalid ? [device] : []), at: i)
                         placed = true
                     }

@@ -50,6 +50,11 @@ public final class IndexLog {
     public let path: String
     public let folderID: String
     public private(set) var index = GlobalIndex()
+    /// How concurrent versions are ordered in ``index`` (the peers' generation's rule).
+    public var conflictRule: ConflictRule {
+        get { index.conflictRule }
+        set { index.conflictRule = newValue }
+    }
     public private(set) var checkpoints: [DeviceID: Checkpoint] = [:]
     /// Bytes in the file, and bytes still backing the current state.
     public private(set) var fileSize: Int64 = 0
@@ -279,7 +284,9 @@ public final class IndexLog {
         let fresh = try IndexLog.open(path: path, folderID: folderID)
         fd = fresh.fd
         fresh.fd = -1
+        let rule = index.conflictRule
         index = fresh.index
+        index.conflictRule = rule
         checkpoints = fresh.checkpoints
         fileSize = fresh.fileSize
         liveBytes = fresh.liveBytes

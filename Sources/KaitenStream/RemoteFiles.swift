@@ -139,7 +139,7 @@ public final class RemoteFiles: @unchecked Sendable {
         do {
             (log, local, connections) = try withLock {
                 if logs[folder] == nil {
-                    logs[folder] = try IndexLog.open(path: home.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true)
+                    logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
                     locals[folder] = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
                 }
                 return (logs[folder]!, locals[folder]!, session?.connections ?? [:])

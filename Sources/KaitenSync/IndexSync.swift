@@ -58,7 +58,7 @@ public enum IndexSync {
         try FileManager.default.createDirectory(atPath: home.home.indexDirectory, withIntermediateDirectories: true)
         var logs: [String: IndexLog] = [:]
         for folder in folders {
-            logs[folder] = try IndexLog.open(path: home.home.indexLogPath(folderID: folder), folderID: folder, warn: warn)
+            logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false, warn: warn)
         }
         return logs
     }
@@ -96,6 +96,8 @@ public enum IndexSync {
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
 
         var reports: [Report] = []
+        var hellos: [DeviceID: BEPHello] = [:]
+        defer { PeerGenerations.record(hellos, home: home.home) }
         for device in home.config.devices where device.id != me {
             let shared = folders.filter { $0.devices.contains(device.id) }
             guard !shared.isEmpty else { continue }
@@ -105,6 +107,7 @@ public enum IndexSync {
                 })
             do {
                 let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
+                hellos[device.id] = connection.hello
                 var since: [String: RemoteIndexState] = [:]
                 for folder in shared {
                     if let checkpoint = logs[folder.id]?.checkpoints[device.id] {

@@ -21,8 +21,7 @@ public enum Planner {
     public static func loadFolder(
         _ folder: FolderConfiguration, home: KaitenHome, requirePeers: Int = 1, warn: (String) -> Void = { _ in }
     ) throws -> FolderState {
-        let log = try IndexLog.open(
-            path: home.home.indexLogPath(folderID: folder.id), folderID: folder.id, readOnly: true, warn: warn)
+        let log = try PeerGenerations.openLog(home: home, folder: folder.id, readOnly: true, warn: warn)
         let selectionPath = home.home.selectionPath(folderID: folder.id)
         let (selection, selectionBytes) = try readSelection(selectionPath)
         let stignorePath = (folder.path as NSString).appendingPathComponent(".stignore")

@@ -39,6 +39,18 @@ public final class SyncthingInstance: @unchecked Sendable {
         return Int(result.stdout[range].dropFirst().dropLast()) ?? 1
     }()
 
+    /// The version the binary reports in its Hello, e.g. `v1.19.2` or `v2.1.3`.
+    public static let versionTag: String = {
+        let words = versionLine.split(separator: " ")
+        guard words.count > 1 else { return "" }
+        return String(words[1].split(separator: "-").first ?? words[1])
+    }()
+
+    /// How this generation logs an incoming connection from an unknown device.
+    public static var unknownDeviceLogLine: String {
+        majorVersion >= 2 ? "error=\"unknown device\"" : "rejected: unknown device"
+    }
+
     /// The version line of the binary under test, for failure messages and skip notes.
     public static var versionLine: String {
         guard let binary else { return "no syncthing" }

@@ -77,7 +77,7 @@ struct BEPInteropTests {
         try await Self.withPeer { setup in
             let connection = try await setup.connect()
             #expect(connection.hello.clientName == "syncthing")
-            #expect(connection.hello.clientVersion.hasPrefix("v1.19.2"))
+            #expect(connection.hello.clientVersion.hasPrefix(SyncthingInstance.versionTag))
             #expect(!connection.hello.deviceName.isEmpty)  // it names itself only to devices it knows
             try await connection.sendClusterConfig(setup.clusterConfig())
             // An empty folder sends no Index at all; completion comes from the ClusterConfig.
@@ -309,7 +309,7 @@ struct BEPInteropTests {
             }
             #expect(refused?.description.contains("does the peer know this device") == true)
             try await setup.syncthing.waitUntil("syncthing logs the rejection") {
-                setup.syncthing.log.contains("rejected: unknown device")
+                setup.syncthing.log.contains(SyncthingInstance.unknownDeviceLogLine)
             }
         }
     }

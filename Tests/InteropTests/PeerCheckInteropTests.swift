@@ -35,7 +35,7 @@ struct PeerCheckInteropTests {
 
             let ok = try kaiten(["peer", "check", "--home", home])
             #expect(ok.status == 0, "\(ok.stdout)\(ok.stderr)")
-            #expect(ok.stdout.contains("syncthing v1.19.2"))
+            #expect(ok.stdout.contains("syncthing \(SyncthingInstance.versionTag)"))
             #expect(ok.stdout.contains("photos: shared both ways"))
             #expect(ok.stdout.contains("extra: offered by the peer, not configured here"))
 

@@ -81,3 +81,25 @@ struct ContentHashFormatTests {
         #expect(again.index.global("a.bin")?.file.contentHash == expected)
     }
 }
+
+/// The conflict rule of each syncthing generation (issue 15, item 4).
+struct ConflictRuleTests {
+    static func entries() -> [DeviceID: FileEntry] {
+        // Concurrent: A edited (older mtime), B deleted (newer mtime).
+        let edit = IndexLogTests.file("x.txt", sequence: 1, version: [(1, 2)], mtime: 1000)
+        let delete = IndexLogTests.file("x.txt", sequence: 1, version: [(1, 1), (2, 1)], deleted: true, mtime: 2000)
+        return [IndexLogTests.peerA: FileEntry(announced: edit), IndexLogTests.peerB: FileEntry(announced: delete)]
+    }
+
+    @Test func syncthing1LetsAnEditBeatAConcurrentDeletion() {
+        #expect(GlobalIndex.winner("x.txt", Self.entries(), rule: .syncthing1)?.file.isDeleted == false)
+    }
+
+    @Test func syncthing2LetsTheLaterChangeWinEvenADeletion() {
+        #expect(GlobalIndex.winner("x.txt", Self.entries(), rule: .syncthing2)?.file.isDeleted == true)
+        var index = GlobalIndex()
+        index.conflictRule = .syncthing2
+        for (device, entry) in Self.entries() { index.set(entry, for: device) }
+        #expect(index.global("x.txt")?.file.isDeleted == true)
+    }
+}

@@ -146,7 +146,6 @@ enum FolderSelection {
 
     static func openLog(_ folder: String, in home: KaitenHome) throws -> IndexLog {
         _ = try resolve([folder], in: home)
-        return try IndexLog.open(
-            path: home.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true, warn: { Terminal.error($0) })
+        return try PeerGenerations.openLog(home: home, folder: folder, readOnly: true, warn: { Terminal.error($0) })
     }
 }

@@ -5,6 +5,7 @@ import KaitenConfig
 import KaitenIndex
 import KaitenScan
 import KaitenStream
+import KaitenSync
 
 #if canImport(Glibc)
 import Glibc
@@ -98,7 +99,7 @@ extension Kaiten {
 
         func fetch(_ clean: String, opened: KaitenHome, files: RemoteFiles) async throws {
             do {
-                let log = try IndexLog.open(path: opened.home.indexLogPath(folderID: folder), folderID: folder, readOnly: true)
+                let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
                 guard let g = log.index.global(clean), !g.file.isDeleted else {
                     throw StreamError(.notFound, "\(folder)/\(clean): not in the global index\(log.index.global(clean) != nil ? " (deleted on every peer)" : "")")
                 }
