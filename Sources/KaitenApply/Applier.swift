@@ -203,9 +203,9 @@ public enum Applier {
     /// re-checks it live and keeps the file).
     static func firstDifference(_ saved: Plan, from fresh: Plan) -> String? {
         struct Key: Hashable {
-            let action: Action.Kind, path: String, size: Int64, type: String, version: [String], cause: Action.Cause?
+            let action: Action.Kind, path: String, size: Int64, type: String, version: [String], cause: Action.Cause?, mode: UInt32?
             init(_ a: Action) {
-                (action, path, size, type, version, cause) = (a.action, a.path, a.size, a.type, a.version, a.cause)
+                (action, path, size, type, version, cause, mode) = (a.action, a.path, a.size, a.type, a.version, a.cause, a.mode)
             }
         }
         for folder in saved.folders {
@@ -291,10 +291,14 @@ public enum Applier {
             }()
             var renamedInto: Set<String> = []
 
+            // Directory modes are set last, deepest first: a read-only directory made early would
+            // refuse the files pulled into it.
+            var directoryModes: [(path: String, mode: UInt32)] = []
             for action in folderPlan.actions where action.action == .mkdir {
                 do {
                     try SafePath.validate(action.path)
                     try SafePath.prepareParents(root: root, name: action.path + "/x")
+                    if let mode = action.mode { directoryModes.append((action.path, mode)) }
                     tree[action.path] = LocalFile(path: action.path, kind: .directory)
                     report.done += 1
                     events(.done(folder: folderPlan.id, action: action, note: nil))
@@ -397,6 +401,26 @@ public enum Applier {
             report.blocksFetched += stats.fetched
             report.blocksRejected += stats.rejected
 
+            for action in folderPlan.actions where action.action == .chmod {
+                guard let mode = action.mode else { continue }
+                if action.type == "directory" {
+                    directoryModes.append((action.path, mode))
+                    continue
+                }
+                do {
+                    try SafePath.validate(action.path)
+                    try SafePath.prepareParentsExisting(root: root, name: action.path)
+                    try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
+                    try Self.setMode(root + "/" + action.path, mode, name: action.path)
+                    tree[action.path]?.permissions = mode
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } catch {
+                    report.failed.append((folderPlan.id, action.path, error.hint))
+                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
+                }
+            }
+
             for action in folderPlan.actions where action.action == .delete {
                 do {
                     try SafePath.validate(action.path)
@@ -452,9 +476,35 @@ public enum Applier {
                 }
                 report.done += 1
             }
+            for (path, mode) in directoryModes.sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
+                let action = Action(action: .chmod, path: path, reason: "directory permissions", type: "directory", cause: .permissions, mode: mode)
+                do {
+                    try SafePath.validate(path)
+                    try SafePath.prepareParentsExisting(root: root, name: path)
+                    try Self.setMode(root + "/" + path, mode, name: path)
+                    tree[path]?.permissions = mode
+                    if folderPlan.actions.contains(where: { $0.action == .chmod && $0.path == path }) {
+                        report.done += 1
+                        events(.done(folder: folderPlan.id, action: action, note: nil))
+                    }
+                } catch {
+                    report.failed.append((folderPlan.id, path, error.hint))
+                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
+                }
+            }
             if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
         return report
+    }
+
+    /// Sets permission bits on a file or directory that is not a symlink (checked just before).
+    static func setMode(_ full: String, _ mode: UInt32, name: String) throws(ApplyError) {
+        var info = stat()
+        guard lstat(full, &info) == 0 else { throw ApplyError(.changedLocally, path: name, "gone since the plan") }
+        guard info.st_mode & S_IFMT != S_IFLNK else { throw ApplyError(.unsafePath, path: name, "is a symlink; its target is left alone") }
+        guard chmod(full, mode_t(mode)) == 0 else {
+            throw ApplyError(.io, path: name, "cannot set permissions: \(String(cString: strerror(errno)))")
+        }
     }
 
     /// The path is still what the plan saw: absent if it was absent, else the same kind, size,

@@ -9,6 +9,7 @@ struct Builder {
     var pulls: [Action] = []
     var deletes: [Action] = []
     var mkdirs: [String: Action] = [:]
+    var chmods: [Action] = []
     var conflicts: [Conflict] = []
     var junk: [String] = []
     var warnings: [String] = []
@@ -89,7 +90,9 @@ struct Builder {
         if file.type == .directory {
             guard selected else { return }
             if l == nil {
-                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory)
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory, mode: mode(of: file))
+            } else if l!.kind == .directory {
+                addChmodIfNeeded(l!, file)
             } else if l!.kind != .directory {
                 addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
             }
@@ -115,7 +118,10 @@ struct Builder {
         let equalsGlobal = sameKind && localHash == globalHash
         let unchangedSinceSync = l.synced.map { $0.contentHash == localHash } ?? false
         if selected {
-            if equalsGlobal { return }
+            if equalsGlobal {
+                addChmodIfNeeded(l, file)
+                return
+            }
             if unchangedSinceSync {
                 // Only a version that replaces the one written here is pulled: peers that hold an
                 // older history (a restored NAS, an index rebuilt from a stale peer) never roll
@@ -164,6 +170,22 @@ struct Builder {
         } else {
             addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l.kind)) Kaiten never synced, where the global index has a different \(type)", choices: Self.shadowedChoices))
         }
+    }
+
+    /// The permission bits syncthing would give `file` here, or nil when they are not synced
+    /// (the folder's ignorePerms, or the announcing peer's no_permissions). Like syncthing,
+    /// only the 0777 bits.
+    func mode(of file: FileEntry) -> UInt32? {
+        input.ignorePermissions || file.noPermissions ? nil : file.permissions & 0o777
+    }
+
+    /// A mode-only difference (content equal) is an action of its own, as syncthing applies it.
+    private mutating func addChmodIfNeeded(_ local: LocalFile, _ file: FileEntry) {
+        guard local.kind != .symlink, let wanted = mode(of: file), local.permissions & 0o777 != wanted else { return }
+        chmods.append(
+            Action(
+                action: .chmod, path: local.path, reason: String(format: "permissions %04o → %04o", local.permissions & 0o777, wanted),
+                type: Self.kindName(local.kind), version: describe(file.version), cause: .permissions, mode: wanted))
     }
 
     private mutating func classifyDeletedGlobally(_ g: GlobalEntry, local l: LocalFile?, selected: Bool) {
@@ -223,8 +245,10 @@ struct Builder {
                     break
                 }
                 if mkdirs[dir] == nil {
-                    let version = input.global.global(dir).map { $0.file.version.descriptions } ?? []
-                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: "directory", version: version, cause: .directory)
+                    let global = input.global.global(dir)
+                    let version = global.map { $0.file.version.descriptions } ?? []
+                    let wanted = global.flatMap { $0.file.type == .directory && !$0.file.isDeleted ? mode(of: $0.file) : nil }
+                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: "directory", version: version, cause: .directory, mode: wanted)
                 }
             }
             if ok { keptPulls.append(pull) }
@@ -268,7 +292,7 @@ struct Builder {
         let depth: (Action) -> Int = { $0.path.utf8.reduce(0) { $0 + ($1 == UInt8(ascii: "/") ? 1 : 0) } }
         let mkdirList = mkdirs.values.sorted { (depth($0), $0.path) < (depth($1), $1.path) }
         let rmdirList = rmdirs.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
-        return mkdirList + keptPulls.sorted(by: byPath) + deletes.sorted(by: byPath) + rmdirList
+        return mkdirList + keptPulls.sorted(by: byPath) + chmods.sorted(by: byPath) + deletes.sorted(by: byPath) + rmdirList
     }
 
     static func typeName(_ file: FileEntry) -> String {

@@ -97,9 +97,14 @@ public struct Plan: Codable, Sendable, Equatable {
         public var deleteBytes: Int64
         public var mkdir: Int
         public var rmdir: Int
+        /// Mode-only changes (format 1.1).
+        public var chmod: Int
         public var conflicts: Int
         public var stignoreChanges: Int
         public var hasChanges: Bool
+        /// Folders with a selection that nothing is applied to (their `.stignore` is not
+        /// Kaiten's to manage): pending, never "in sync". Added in format 1.1.
+        public var notApplied: Int
 
         public init(_ folders: [FolderPlan]) {
             let actions = folders.flatMap(\.actions)
@@ -109,14 +114,34 @@ public struct Plan: Codable, Sendable, Equatable {
             deleteBytes = actions.filter { $0.action == .delete }.reduce(0) { $0 + $1.size }
             mkdir = actions.filter { $0.action == .mkdir }.count
             rmdir = actions.filter { $0.action == .rmdir }.count
+            chmod = actions.filter { $0.action == .chmod }.count
             conflicts = folders.reduce(0) { $0 + $1.conflicts.count }
             stignoreChanges = folders.filter(\.stignore.changed).count
             hasChanges = !actions.isEmpty || stignoreChanges > 0
+            notApplied = folders.filter { $0.notApplied != nil }.count
         }
 
+        public init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            pull = try c.decode(Int.self, forKey: .pull)
+            pullBytes = try c.decode(Int64.self, forKey: .pullBytes)
+            delete = try c.decode(Int.self, forKey: .delete)
+            deleteBytes = try c.decode(Int64.self, forKey: .deleteBytes)
+            mkdir = try c.decode(Int.self, forKey: .mkdir)
+            rmdir = try c.decode(Int.self, forKey: .rmdir)
+            chmod = try c.decodeIfPresent(Int.self, forKey: .chmod) ?? 0
+            conflicts = try c.decode(Int.self, forKey: .conflicts)
+            stignoreChanges = try c.decode(Int.self, forKey: .stignoreChanges)
+            hasChanges = try c.decode(Bool.self, forKey: .hasChanges)
+            notApplied = try c.decodeIfPresent(Int.self, forKey: .notApplied) ?? 0
+        }
+
+        /// Something for the user to look at: changes, conflicts, or a folder left unapplied.
+        public var isPending: Bool { hasChanges || conflicts > 0 || notApplied > 0 }
+
         enum CodingKeys: String, CodingKey {
-            case pull, pullBytes = "pull_bytes", delete, deleteBytes = "delete_bytes", mkdir, rmdir, conflicts
-            case stignoreChanges = "stignore_changes", hasChanges = "has_changes"
+            case pull, pullBytes = "pull_bytes", delete, deleteBytes = "delete_bytes", mkdir, rmdir, chmod, conflicts
+            case stignoreChanges = "stignore_changes", hasChanges = "has_changes", notApplied = "not_applied"
         }
     }
 }
@@ -126,7 +151,7 @@ public struct FolderPlan: Codable, Sendable, Equatable {
     public var id: String
     public var path: String
     public var stignore: StIgnoreChange
-    /// In the order apply runs them: mkdir (parents first), pull, delete, rmdir (children first).
+    /// In the order apply runs them: mkdir (parents first), pull, chmod, delete, rmdir (children first).
     public var actions: [Action]
     public var conflicts: [Conflict]
     /// Local files with junk names (`.DS_Store`, `Thumbs.db`, …) or matching a `(?d)` line:
@@ -135,8 +160,11 @@ public struct FolderPlan: Codable, Sendable, Equatable {
     /// Conflicts the user settled with `kaiten resolve --keep`, while their content is unchanged.
     public var kept: [String]
     public var warnings: [String]
+    /// Why nothing is applied to this folder although it has a selection (its `.stignore` is
+    /// not in the selective grammar); nil when the plan applies. Added in format 1.1.
+    public var notApplied: String?
 
-    public init(id: String, path: String, stignore: StIgnoreChange, actions: [Action] = [], conflicts: [Conflict] = [], junk: [String] = [], kept: [String] = [], warnings: [String] = []) {
+    public init(id: String, path: String, stignore: StIgnoreChange, actions: [Action] = [], conflicts: [Conflict] = [], junk: [String] = [], kept: [String] = [], warnings: [String] = [], notApplied: String? = nil) {
         self.id = id
         self.path = path
         self.stignore = stignore
@@ -145,6 +173,7 @@ public struct FolderPlan: Codable, Sendable, Equatable {
         self.junk = junk
         self.kept = kept
         self.warnings = warnings
+        self.notApplied = notApplied
     }
 
     public struct StIgnoreChange: Codable, Sendable, Equatable {
@@ -165,6 +194,8 @@ public struct FolderPlan: Codable, Sendable, Equatable {
 public struct Action: Codable, Sendable, Equatable {
     public enum Kind: String, Codable, Sendable {
         case pull, delete, mkdir, rmdir
+        /// Only the permission bits differ from the global version (format 1.1).
+        case chmod
     }
 
     public var action: Kind
@@ -196,12 +227,17 @@ public struct Action: Codable, Sendable, Equatable {
         case directory
         /// rmdir: left empty by deletions, or deleted on peers.
         case emptied
+        /// chmod: the global version's permissions changed (or never matched).
+        case permissions
     }
+    /// For chmod (and mkdir): the permission bits to set, from the global version.
+    public var mode: UInt32?
 
     public init(
         action: Kind, path: String, size: Int64 = 0, reason: String, type: String = "file", version: [String] = [], peers: [String] = [],
-        cause: Cause? = nil
+        cause: Cause? = nil, mode: UInt32? = nil
     ) {
+        self.mode = mode
         self.action = action
         self.path = path
         self.size = size

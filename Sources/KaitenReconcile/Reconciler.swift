@@ -27,6 +27,8 @@ public struct FolderInput: Sendable {
     /// a file about to be deleted. Nil for an offline plan (every peer's last known index
     /// counts; apply re-checks against the peers it reaches before it deletes anything).
     public var connectedPeers: Set<DeviceID>?
+    /// The folder's `ignorePerms`: permission bits are then neither compared nor set.
+    public var ignorePermissions = false
 
     public init(
         id: String, path: String, selection: SelectionFile, selectionBytes: [UInt8]?, stignore: String?, global: GlobalIndex,
@@ -75,12 +77,14 @@ public enum Reconciler {
         let content = StIgnore.render(globalIgnores: input.selection.globalIgnores, selected: Array(selection.roots))
 
         var managed = true
+        var notApplied: String?
         if let existing = input.stignore, case .unmanaged(let lines) = StIgnore.parse(existing) {
             managed = false
             let quoted = lines.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ")
-            warnings.append(
-                ".stignore is not in Sushitrain's selective grammar (\(quoted)); nothing is planned for this folder "
-                    + "until `kaiten adopt \(input.id)` imports it")
+            let reason = ".stignore is not in Sushitrain's selective grammar (\(quoted)); nothing is planned for this folder "
+                + "until `kaiten adopt \(input.id)` imports it (or you remove it)"
+            warnings.append(reason)
+            if !input.selection.paths.isEmpty || !input.selection.patterns.isEmpty { notApplied = reason }
         }
         if input.checkpoints.isEmpty {
             warnings.append("no peer's index is known yet (run `kaiten index sync \(input.id)`): nothing can be pulled or deleted")
@@ -93,7 +97,8 @@ public enum Reconciler {
             stignore: .init(changed: managed && input.stignore != content, content: managed ? content : input.stignore ?? "", managed: managed),
             actions: managed ? builder.orderedActions() : [],
             conflicts: builder.conflicts.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) },
-            junk: builder.junk.sorted(), kept: builder.kept.sorted(), warnings: warnings + builder.warnings.sorted())
+            junk: builder.junk.sorted(), kept: builder.kept.sorted(), warnings: warnings + builder.warnings.sorted(),
+            notApplied: notApplied)
         if !managed { plan.stignore.changed = false }
         let baseline = Plan.FolderBaseline(
             id: input.id,
@@ -203,7 +208,11 @@ public struct Selection: Sendable {
                 guard !entry.file.isDeleted else { return }
                 for (i, pattern) in patterns.enumerated() where pattern.matches(entry.path) {
                     matched[i] = true
-                    found.append(entry.path)
+                    if let problem = PathRules.unrepresentableReason(entry.path) {
+                        warnings.append("selection pattern \"\(pattern.pattern)\" matches \(PathRules.quoted(entry.path)), which is left out: \(problem)")
+                    } else {
+                        found.append(entry.path)
+                    }
                     break
                 }
             }

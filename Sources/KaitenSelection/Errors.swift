@@ -5,6 +5,8 @@ public struct SelectionError: Error, Equatable, Sendable, CustomStringConvertibl
         case emptyPath
         case badPattern
         case badGlobalIgnore
+        /// A name `.stignore` cannot spell exactly (a line break, or whitespace at its end).
+        case unrepresentable
     }
 
     public let code: Code

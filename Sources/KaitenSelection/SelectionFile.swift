@@ -108,6 +108,7 @@ public struct SelectionFile: Sendable, Equatable {
     /// Adds a literal path (at the end), unless it is already selected or covered by a parent.
     public mutating func select(_ path: String) throws(SelectionError) -> SelectOutcome {
         let normalized = try Self.normalize(path, file: "argument", line: 0, keepEscapes: false)
+        try Self.checkRepresentable(normalized, file: "argument", line: 0)
         if paths.contains(normalized) { return .alreadySelected }
         if let parent = paths.first(where: { PathRules.isAncestor($0, of: normalized) }) { return .coveredBy(parent) }
         let escaped = PathRules.escapeGlobCharacters(normalized)
@@ -132,6 +133,18 @@ public struct SelectionFile: Sendable, Equatable {
     public mutating func addGlobalIgnore(_ name: String) {
         let at = lines.firstIndex { if case .path = $0 { true } else if case .pattern = $0 { true } else { false } } ?? lines.count
         lines.insert(.globalIgnore(name), at: at)
+    }
+
+    /// Refuses a name no `.stignore` line can select exactly (never select another file).
+    static func checkRepresentable(_ path: String, file: String, line: Int) throws(SelectionError) {
+        if let problem = PathRules.unrepresentableReason(path) {
+            let parent = path.split(separator: "/").dropLast().joined(separator: "/")
+            let instead = parent.isEmpty ? "rename it on a peer" : "select its directory (\"\(PathRules.quoted(parent))\") instead"
+            throw SelectionError(
+                .unrepresentable, file: file, line: line,
+                "\(PathRules.quoted(path)) cannot be selected by name: \(problem), so no .stignore line can name exactly "
+                    + "this file and no other; \(instead)")
+        }
     }
 
     static func normalize(_ text: String, file: String, line: Int, keepEscapes: Bool) throws(SelectionError) -> String {
@@ -162,6 +175,53 @@ public enum PathRules {
     /// Whether `path` is `selected` itself or inside it.
     public static func isCovered(_ path: String, by selected: String) -> Bool {
         path == selected || isAncestor(selected, of: path)
+    }
+
+    /// Why `.stignore` (and a selection file) cannot name `path` exactly, or nil when it can.
+    /// Syncthing reads `.stignore` line by line and trims whitespace at both ends of each line
+    /// (lib/ignore/ignore.go, parseIgnoreFile): a line break in a name splits it in two, and a
+    /// name ending in whitespace would select the name without it.
+    public static func unrepresentableReason(_ path: String) -> String? {
+        if path.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            return "it contains a line break or another control character, which splits a .stignore line"
+        }
+        if let last = path.unicodeScalars.last, last.properties.isWhitespace {
+            return "it ends in whitespace, which syncthing trims from every .stignore line"
+        }
+        if let first = path.unicodeScalars.first, first.properties.isWhitespace {
+            return "it begins with whitespace, which is trimmed from every selection line"
+        }
+        return nil
+    }
+
+    /// A path as a shell would need it typed: as is when plain, else in single quotes, with
+    /// control characters spelled `$'\n'` as GNU ls and bash do.
+    public static func quoted(_ path: String) -> String {
+        let plain = path.unicodeScalars.allSatisfy { scalar in
+            scalar.value > 0x20 && scalar.value != 0x7F && !"'\"\\$`!*?[]{}()<>|&;#~ ".unicodeScalars.contains(scalar)
+        }
+        if plain && !path.isEmpty { return path }
+        var out = ""
+        var inQuote = false
+        for scalar in path.unicodeScalars {
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                if inQuote { out += "'"; inQuote = false }
+                switch scalar {
+                case "\n": out += "$'\\n'"
+                case "\t": out += "$'\\t'"
+                case "\r": out += "$'\\r'"
+                default: out += String(format: "$'\\%03o'", scalar.value)
+                }
+            } else if scalar == "'" {
+                if inQuote { out += "'"; inQuote = false }
+                out += "\\'"
+            } else {
+                if !inQuote { out += "'"; inQuote = true }
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        if inQuote { out += "'" }
+        return out
     }
 
     /// Backslash before each glob character of a literal path (selection-file spelling).

@@ -12,7 +12,16 @@ public enum StIgnore {
     public static func render(globalIgnores: [String], selected: [String]) -> String {
         var lines = globalIgnores.map { "(?d)" + $0 }
         let unique = Set(selected)
-        let kept = unique.filter { path in !unique.contains { PathRules.isAncestor($0, of: path) } }
+        // Leave out paths a selected ancestor covers: a walk up each path, not a search of all
+        // pairs (a glob can expand to hundreds of thousands of paths).
+        let kept = unique.filter { path in
+            var end = path.utf8.endIndex
+            while let slash = path.utf8[..<end].lastIndex(of: UInt8(ascii: "/")) {
+                if unique.contains(String(path[..<slash])) { return false }
+                end = slash
+            }
+            return true
+        }
         lines += kept.map(line(forSelecting:)).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         lines.append("*")
         return lines.joined(separator: "\n") + "\n"
@@ -40,10 +49,15 @@ public enum StIgnore {
     /// exactly `*`; blank lines and `//` comments anywhere but last; `(?d)` lines (no '/', no
     /// '**') before any selection line; selection lines `!/path` with no unescaped glob.
     public static func parse(_ text: String) -> Parsed {
-        var rows = text.components(separatedBy: "\n").map { $0.trimmingWhitespace() }
+        // Split on the byte, not on Characters: "\r\n" is one Character in Swift, and syncthing
+        // accepts CRLF files.
+        var rows = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+            .map { String($0).trimmingWhitespace() }
         while rows.last == "" { rows.removeLast() }
+        // An empty .stignore ignores nothing; it holds no line Kaiten could not write itself.
+        if rows.allSatisfy({ $0.isEmpty || $0.hasPrefix("//") }) { return .managed(globalIgnores: [], selected: []) }
         guard rows.last == "*" else {
-            return .unmanaged(unrepresentable: rows.isEmpty ? [] : ["(no final \"*\" line)"])
+            return .unmanaged(unrepresentable: ["(no final \"*\" line)"])
         }
         rows.removeLast()
         var ignores: [String] = []

@@ -20,6 +20,7 @@ struct Fixture {
     var checkpoints: [(device: DeviceID, indexID: UInt64, sequence: Int64)] = [(peerA, 1, 10)]
     /// Peers reached just now; nil for an offline plan.
     var connected: Set<DeviceID>? = nil
+    var ignorePermissions = false
 
     /// A content hash standing for a file's bytes.
     static func content(_ text: String) -> ContentHash { ContentHash(SHA256.hash(data: Array(text.utf8))) }
@@ -36,10 +37,11 @@ struct Fixture {
     /// A peer announces a file with content `text` at version `version`.
     mutating func announce(
         _ path: String, _ text: String = "x", version: UInt64 = 1, by device: DeviceID = peerA, type: BEPFileInfoType = .file,
-        deleted: Bool = false, invalid: Bool = false, size: Int64 = 100
+        deleted: Bool = false, invalid: Bool = false, size: Int64 = 100, permissions: UInt32? = nil
     ) {
         var file = BEPFileInfo()
         file.name = path
+        file.permissions = permissions ?? (type == .directory ? 0o755 : 0o644)
         file.type = type
         file.size = type == .file && !deleted ? size : 0
         file.deleted = deleted
@@ -53,8 +55,13 @@ struct Fixture {
 
     /// A local file with content `text`; `synced` is the version Kaiten last synced and the
     /// content it had then.
-    mutating func onDisk(_ path: String, _ text: String = "x", synced: (version: UInt64, text: String)? = nil, kind: LocalFile.Kind = .file) {
-        var file = LocalFile(path: path, kind: kind, size: kind == .file ? 100 : 0, modifiedNs: 1, inode: 1)
+    mutating func onDisk(
+        _ path: String, _ text: String = "x", synced: (version: UInt64, text: String)? = nil, kind: LocalFile.Kind = .file,
+        permissions: UInt32? = nil
+    ) {
+        var file = LocalFile(
+            path: path, kind: kind, size: kind == .file ? 100 : 0, modifiedNs: 1, inode: 1,
+            permissions: permissions ?? (kind == .directory ? 0o755 : 0o644))
         if kind == .file { file.contentHash = Self.content(text) }
         if let synced { file.synced = SyncedVersion(version: Self.version(synced.version), contentHash: Self.content(synced.text)) }
         local[path] = file
@@ -66,6 +73,7 @@ struct Fixture {
             id: "f", path: "/data/f", selection: selectionFile, selectionBytes: Array(selection.utf8), stignore: stignore,
             global: global, checkpoints: checkpoints, local: local, requirePeers: requirePeers)
         input.connectedPeers = connected
+        input.ignorePermissions = ignorePermissions
         return Reconciler.planFolder(input).0
     }
 

@@ -114,3 +114,50 @@ struct PeerSafetyRuleTests {
         #expect(f.local["a.txt"]?.synced?.version == Fixture.version(5))
     }
 }
+
+/// Permissions as syncthing applies them (issue 19, item 6) and a `.stignore` Kaiten cannot
+/// manage never reads as "in sync" (item 7).
+struct PermissionAndStIgnoreRuleTests {
+    @Test func aModeOnlyChangeIsAChmodAction() throws {
+        var f = Fixture()
+        f.announce("p755", "same", permissions: 0o700)
+        f.announce("p644", "same", permissions: 0o755)
+        f.onDisk("p755", "same", synced: (1, "same"), permissions: 0o755)
+        f.onDisk("p644", "same", synced: (1, "same"), permissions: 0o644)
+        f.selection = "p755\np644\n"
+        let plan = try f.plan()
+        #expect(plan.lines == ["chmod p644", "chmod p755"])
+        #expect(plan.actions.map(\.mode) == [0o755, 0o700])
+        #expect(plan.actions.first?.cause == .permissions)
+        f.ignorePermissions = true
+        #expect(try f.plan().lines.isEmpty)
+    }
+
+    @Test func directoriesAreCreatedAndKeptWithTheirModes() throws {
+        var f = Fixture()
+        f.announce("ro", type: .directory, permissions: 0o555)
+        f.announce("ro/a.txt")
+        f.announce("open", type: .directory, permissions: 0o700)
+        f.onDisk("open", kind: .directory, permissions: 0o755)
+        f.selection = "ro\nopen\n"
+        let plan = try f.plan()
+        #expect(plan.actions.first { $0.path == "ro" }?.mode == 0o555)
+        #expect(plan.actions.contains { $0.action == .chmod && $0.path == "open" && $0.mode == 0o700 })
+    }
+
+    @Test func anUnmanagedStIgnoreWithASelectionIsPendingNotInSync() throws {
+        var f = Fixture()
+        f.announce("a.txt")
+        f.selection = "a.txt\n"
+        f.stignore = "#include x\n"
+        let plan = try f.plan()
+        #expect(plan.actions.isEmpty)
+        #expect(plan.notApplied?.contains("not in Sushitrain's selective grammar") == true)
+        let whole = Plan(lineage: "l", planID: "p", createdAt: "c", deviceID: "d", baseline: .init(configSHA256: "", folders: []), folders: [plan])
+        #expect(whole.summary.notApplied == 1)
+        #expect(whole.summary.isPending)
+        // Without a selection the folder is simply not Kaiten's: nothing pending.
+        f.selection = ""
+        #expect(try f.plan().notApplied == nil)
+    }
+}

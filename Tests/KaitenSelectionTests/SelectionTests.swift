@@ -120,3 +120,57 @@ struct GlobTests {
         #expect(throws: GlobError.self) { try Glob(pattern) }
     }
 }
+
+/// Names `.stignore` cannot spell exactly are refused, never turned into another name (issue
+/// 19, item 5); CRLF and empty `.stignore` files are read as syncthing reads them (item 10);
+/// rendering is linear in the selected paths (item 9).
+struct UnrepresentableNameTests {
+    @Test(arguments: ["odd/trail.txt ", "odd/new\nline.txt", "odd/tab\there", " lead.txt", "cr\r.txt"])
+    func namesNoStIgnoreLineCanSpellAreRefused(_ name: String) {
+        var selection = SelectionFile()
+        #expect {
+            _ = try selection.select(name)
+        } throws: { error in
+            guard let error = error as? SelectionError else { return false }
+            return error.code == .unrepresentable && "\(error)".contains("cannot be selected by name")
+        }
+        #expect(selection.paths.isEmpty)
+        #expect(selection.render().isEmpty)
+    }
+
+    @Test func aNameWithAnInnerSpaceIsFine() throws {
+        var selection = SelectionFile()
+        #expect(try selection.select("odd/two words.txt") == .added)
+        // Only the ends of the whole line are trimmed: a component may begin with a space.
+        #expect(try selection.select("odd/ lead.txt") == .added)
+        #expect(try SelectionFile.parse(selection.render(), file: "s").paths == ["odd/two words.txt", "odd/ lead.txt"])
+    }
+
+    @Test func quotingFollowsTheShell() {
+        #expect(PathRules.quoted("plain/name.txt") == "plain/name.txt")
+        #expect(PathRules.quoted("odd/new\nline.txt") == "'odd/new'$'\\n''line.txt'")
+        #expect(PathRules.quoted("it's") == "'it'\\''s'")
+        #expect(PathRules.quoted("trail ") == "'trail '")
+    }
+
+    @Test func aCRLFStIgnoreIsInTheSelectiveGrammar() {
+        let text = "(?d).DS_Store\r\n!/photos/2025\r\n!/docs\r\n*\r\n"
+        #expect(StIgnore.parse(text) == .managed(globalIgnores: [".DS_Store"], selected: ["photos/2025", "docs"]))
+    }
+
+    @Test func anEmptyStIgnoreHoldsNothingKaitenCannotWrite() {
+        #expect(StIgnore.parse("") == .managed(globalIgnores: [], selected: []))
+        #expect(StIgnore.parse("\n\n// a comment\n") == .managed(globalIgnores: [], selected: []))
+    }
+
+    @Test func renderingAQuarterMillionPathsLeavesOutCoveredOnes() {
+        var paths: [String] = []
+        for i in 0..<250_000 { paths.append("big/d\(i % 500)/f\(i).jpg") }
+        paths.append("big/d7")
+        let text = StIgnore.render(globalIgnores: [], selected: paths)
+        let lines = text.split(separator: "\n")
+        #expect(lines.count == 250_000 - 500 + 1 + 1)
+        #expect(lines.contains("!/big/d7"))
+        #expect(!lines.contains("!/big/d7/f7.jpg"))
+    }
+}

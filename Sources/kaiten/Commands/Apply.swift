@@ -32,7 +32,8 @@ extension Kaiten {
                 Exit codes: 0 everything applied; 1 error before anything changed; 2 conflicts \
                 left open (with --fail-on-conflict); 3 stale plan; 4 refused by a safety brake \
                 (--max-delete, another apply running, a deselected file kept because fewer than \
-                --require-peers connected peers hold it); 5 partial: some actions failed, the rest \
+                --require-peers connected peers hold it, a folder whose .stignore Kaiten cannot \
+                manage); 5 partial: some actions failed, the rest \
                 are done.
 
                 Examples:
@@ -115,7 +116,9 @@ extension Kaiten {
                         guard plan.summary.hasChanges else {
                             output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
                             await session.close(reason: "nothing to apply")
-                            if !prepared.skipped.isEmpty || Self.keptForOfflineHolders(plan) > 0 { throw ExitCode(4) }
+                            if !prepared.skipped.isEmpty || Self.keptForOfflineHolders(plan) > 0 || plan.summary.notApplied > 0 {
+                                throw ExitCode(4)
+                            }
                             if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
                             return
                         }
@@ -147,7 +150,9 @@ extension Kaiten {
                     if !report.failed.isEmpty { throw ExitCode(5) }
                     // A folder left alone for safety (no marker), or a deselected file kept because
                     // its holders are offline, is a brake, even if everything else went through.
-                    if !prepared.skipped.isEmpty || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0 {
+                    if !prepared.skipped.isEmpty || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0
+                        || plan.summary.notApplied > 0
+                    {
                         throw ExitCode(4)
                     }
                     if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
@@ -242,7 +247,7 @@ final class ApplyOutput: @unchecked Sendable {
                 if let note { object["note"] = note }
                 emit(object)
             } else if !progressOnTerminal || action.action != .pull || note != nil {
-                let verb = action.path == ".stignore" ? "wrote" : ["pull": "pulled", "delete": "deleted", "mkdir": "created", "rmdir": "removed"][action.action.rawValue]!
+                let verb = action.path == ".stignore" ? "wrote" : ["pull": "pulled", "delete": "deleted", "mkdir": "created", "rmdir": "removed", "chmod": "set permissions of"][action.action.rawValue]!
                 let size = action.action == .pull || action.action == .delete ? " (\(Kaiten.Ls.human(action.size)))" : ""
                 clearProgress()
                 print("\(folder): \(verb) \(action.path)\(size)\(note.map { " — \($0)" } ?? "")")
@@ -287,9 +292,10 @@ final class ApplyOutput: @unchecked Sendable {
         line += ", \(report.conflicts) conflict\(report.conflicts == 1 ? "" : "s") open."
         print(line)
         for failure in report.failed { print("  failed: \(failure.folder): \(failure.path): \(failure.reason)") }
-        // Deletions held back for safety are said every time, on every output: a timer's log
-        // must show why the folder does not match its selection.
+        // Deletions held back for safety, and folders left alone, are said every time, on every
+        // output: a timer's log must show why a folder does not match its selection.
         for folder in plan.folders {
+            if let reason = folder.notApplied { print("  not applied: \(folder.id): \(reason)") }
             for conflict in folder.conflicts where conflict.kind == .holdersOffline {
                 print("  kept: \(folder.id): \(conflict.path): \(conflict.reason)")
             }

@@ -26,7 +26,8 @@ extension Kaiten {
                 choices that settle them. A folder without its .stfolder marker is refused.
 
                 Exit codes: 0 success (with --detailed-exitcode: in sync, no conflicts), 1 error, \
-                2 changes or conflicts pending (--detailed-exitcode only).
+                2 changes or conflicts pending, or a folder whose .stignore Kaiten cannot manage \
+                (--detailed-exitcode only).
 
                 Examples:
                   kaiten plan
@@ -93,7 +94,7 @@ extension Kaiten {
                     PlanRenderer.print(plan)
                     if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
                 }
-                if detailedExitcode && (plan.summary.hasChanges || plan.summary.conflicts > 0) { throw ExitCode(2) }
+                if detailedExitcode && plan.summary.isPending { throw ExitCode(2) }
             }
         }
     }
@@ -176,6 +177,8 @@ enum PlanRenderer {
                 case .pull: Swift.print("  + pull        \(action.path)\(action.type == "symlink" ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))")")
                 case .delete: Swift.print("  - delete      \(action.path) (\(Kaiten.Ls.human(action.size)))")
                 case .rmdir: Swift.print("  - rmdir       \(action.path)/")
+                case .chmod:
+                    Swift.print("  ~ chmod       \(action.path)\(action.type == "directory" ? "/" : "") (\(action.reason))")
                 }
             }
             for conflict in folder.conflicts {
@@ -188,11 +191,17 @@ enum PlanRenderer {
             if many || hasContent { Swift.print("") }
         }
         let s = plan.summary
-        if !s.hasChanges && s.conflicts == 0 {
+        let unapplied = plan.folders.filter { $0.notApplied != nil }.map(\.id)
+        if !s.hasChanges && s.conflicts == 0 && unapplied.isEmpty {
             Swift.print("No changes. Every folder matches its selection.")
             return
         }
+        if !unapplied.isEmpty {
+            Swift.print("Not applied: \(unapplied.joined(separator: ", ")) (its .stignore is not Kaiten's to manage; see the warning above).")
+            if !s.hasChanges && s.conflicts == 0 { return }
+        }
         var parts = ["\(s.pull) to pull (\(Kaiten.Ls.human(s.pullBytes)))", "\(s.delete) to delete (\(Kaiten.Ls.human(s.deleteBytes)) freed)"]
+        if s.chmod > 0 { parts.append("\(s.chmod) permission change\(s.chmod == 1 ? "" : "s")") }
         if s.mkdir + s.rmdir > 0 { parts.append("\(s.mkdir) director\(s.mkdir == 1 ? "y" : "ies") to create, \(s.rmdir) to remove") }
         parts.append("\(s.conflicts) conflict\(s.conflicts == 1 ? "" : "s")")
         Swift.print("Plan: " + parts.joined(separator: ", ") + ".")

@@ -140,7 +140,8 @@ extension Kaiten {
                 guard let data = FileManager.default.contents(atPath: stignorePath) else {
                     throw ConfigError(.invalidValue, file: stignorePath, "there is no .stignore to adopt")
                 }
-                switch StIgnore.parse(String(decoding: data, as: UTF8.self)) {
+                let text = String(decoding: data, as: UTF8.self)
+                switch StIgnore.parse(text) {
                 case .unmanaged(let lines):
                     throw ConfigError(
                         .invalidValue, file: stignorePath,
@@ -155,7 +156,14 @@ extension Kaiten {
                         added += 1
                     }
                     for path in selected {
-                        if case .added = try selection.select(path) { added += 1 }
+                        do {
+                            if case .added = try selection.select(path) { added += 1 }
+                        } catch let error as SelectionError {
+                            // Name the .stignore line, not the argument the path became.
+                            let rows = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+                            let line = (rows.firstIndex { $0.trimmingCharacters(in: .whitespaces) == StIgnore.line(forSelecting: path) } ?? -1) + 1
+                            throw SelectionError(error.code, file: stignorePath, line: line, error.hint)
+                        }
                     }
                     try SelectionStore.save(selection, to: file)
                     print("adopted \(stignorePath): \(selected.count) selected path(s), \(ignores.count) (?d) line(s); \(added) added to \(file)")
