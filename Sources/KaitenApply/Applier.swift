@@ -291,6 +291,80 @@ public enum Applier {
             }()
             var renamedInto: Set<String> = []
 
+            // Deletions and rmdirs, each re-checked as it runs. Those that make room for a path the
+            // peers turned from a file into a directory (or back) run before the pulls.
+            func runDelete(_ action: Action) {
+                do {
+                    try SafePath.validate(action.path)
+                    try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
+                    let global = log.index.global(action.path)
+                    if action.cause == .deletedOnPeers {
+                        guard global?.file.isDeleted ?? true else {
+                            throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
+                        }
+                    } else if action.cause == .replaced {
+                        guard let global, !global.file.isDeleted, global.file.type == .directory else {
+                            throw ApplyError(.changedGlobally, path: action.path, "the peers no longer have a directory here; kept")
+                        }
+                    } else {
+                        // Deselected: only peers connected now, announcing the global version this
+                        // copy is (or that replaces it), count. A peer last seen holding it may be
+                        // the NAS that died overnight.
+                        let live = prepared.session.live(folder: folderPlan.id)
+                        let holders = global.map { $0.file.isDeleted || $0.file.isInvalid ? 0 : $0.holders.filter(live.contains).count } ?? 0
+                        guard holders >= requirePeers else {
+                            report.keptForSafety.append((folderPlan.id, action.path))
+                            events(.kept(folder: folderPlan.id, action: action, reason: "only \(holders) connected peer\(holders == 1 ? "" : "s") hold\(holders == 1 ? "s" : "") it now (--require-peers \(requirePeers)); kept"))
+                            return
+                        }
+                    }
+                    try SafePath.prepareParentsExisting(root: root, name: action.path)
+                    guard unlink(root + "/" + action.path) == 0 || errno == ENOENT else {
+                        throw ApplyError(.io, path: action.path, "cannot delete: \(String(cString: strerror(errno)))")
+                    }
+                    SafePath.syncDirectory((root + "/" + action.path as NSString).deletingLastPathComponent)
+                    tree[action.path] = nil
+                    report.freedBytes += action.size
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } catch let error as ApplyError {
+                    report.failed.append((folderPlan.id, action.path, error.hint))
+                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
+                } catch {
+                    report.failed.append((folderPlan.id, action.path, "\(error)"))
+                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
+                }
+            }
+            func runRmdir(_ action: Action) {
+                var info = stat()
+                let full = root + "/" + action.path
+                guard (try? SafePath.validate(action.path)) != nil, lstat(full, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                    report.done += 1
+                    events(.done(folder: folderPlan.id, action: action, note: "already gone"))
+                    return
+                }
+                if rmdir(full) == 0 {
+                    SafePath.syncDirectory((full as NSString).deletingLastPathComponent)
+                    tree[action.path] = nil
+                    events(.done(folder: folderPlan.id, action: action, note: nil))
+                } else if action.cause == .replaced {
+                    // The pull that takes its place cannot happen while it stands.
+                    let reason = "cannot remove it to make room: \(String(cString: strerror(errno)))"
+                    report.failed.append((folderPlan.id, action.path, reason))
+                    events(.failed(folder: folderPlan.id, action: action, reason: reason))
+                    return
+                } else {
+                    events(.done(folder: folderPlan.id, action: action, note: "left in place: it still holds files"))
+                }
+                report.done += 1
+            }
+            let replacedRoots = folderPlan.actions.filter { $0.cause == .replaced }.map(\.path)
+            let isMakingRoom: (Action) -> Bool = { action in
+                action.cause == .replaced || replacedRoots.contains { action.path.hasPrefix($0 + "/") }
+            }
+            for action in folderPlan.actions where action.action == .delete && isMakingRoom(action) { runDelete(action) }
+            for action in folderPlan.actions where action.action == .rmdir && action.cause == .replaced { runRmdir(action) }
+
             // Directory modes are set last, deepest first: a read-only directory made early would
             // refuse the files pulled into it.
             var directoryModes: [(path: String, mode: UInt32)] = []
@@ -421,61 +495,8 @@ public enum Applier {
                 }
             }
 
-            for action in folderPlan.actions where action.action == .delete {
-                do {
-                    try SafePath.validate(action.path)
-                    try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
-                    let global = log.index.global(action.path)
-                    if action.cause == .deletedOnPeers {
-                        guard global?.file.isDeleted ?? true else {
-                            throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
-                        }
-                    } else {
-                        // Deselected: only peers connected now, announcing the global version this
-                        // copy is (or that replaces it), count. A peer last seen holding it may be
-                        // the NAS that died overnight.
-                        let live = prepared.session.live(folder: folderPlan.id)
-                        let holders = global.map { $0.file.isDeleted || $0.file.isInvalid ? 0 : $0.holders.filter(live.contains).count } ?? 0
-                        guard holders >= requirePeers else {
-                            report.keptForSafety.append((folderPlan.id, action.path))
-                            events(.kept(folder: folderPlan.id, action: action, reason: "only \(holders) connected peer\(holders == 1 ? "" : "s") hold\(holders == 1 ? "s" : "") it now (--require-peers \(requirePeers)); kept"))
-                            continue
-                        }
-                    }
-                    try SafePath.prepareParentsExisting(root: root, name: action.path)
-                    guard unlink(root + "/" + action.path) == 0 || errno == ENOENT else {
-                        throw ApplyError(.io, path: action.path, "cannot delete: \(String(cString: strerror(errno)))")
-                    }
-                    SafePath.syncDirectory((root + "/" + action.path as NSString).deletingLastPathComponent)
-                    tree[action.path] = nil
-                    report.freedBytes += action.size
-                    report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } catch let error as ApplyError {
-                    report.failed.append((folderPlan.id, action.path, error.hint))
-                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
-                } catch {
-                    report.failed.append((folderPlan.id, action.path, "\(error)"))
-                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
-                }
-            }
-            for action in folderPlan.actions where action.action == .rmdir {
-                var info = stat()
-                let full = root + "/" + action.path
-                guard (try? SafePath.validate(action.path)) != nil, lstat(full, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-                    report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: "already gone"))
-                    continue
-                }
-                if rmdir(full) == 0 {
-                    SafePath.syncDirectory((full as NSString).deletingLastPathComponent)
-                    tree[action.path] = nil
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } else {
-                    events(.done(folder: folderPlan.id, action: action, note: "kept: not empty"))
-                }
-                report.done += 1
-            }
+            for action in folderPlan.actions where action.action == .delete && !isMakingRoom(action) { runDelete(action) }
+            for action in folderPlan.actions where action.action == .rmdir && action.cause != .replaced { runRmdir(action) }
             for (path, mode) in directoryModes.sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
                 let action = Action(action: .chmod, path: path, reason: "directory permissions", type: "directory", cause: .permissions, mode: mode)
                 do {

@@ -10,6 +10,10 @@ struct Builder {
     var deletes: [Action] = []
     var mkdirs: [String: Action] = [:]
     var chmods: [Action] = []
+    /// Local files the peers replaced by a directory (deleted before the pulls).
+    var replacedFiles: Set<String> = []
+    /// Local directories where the global index has a file now: the pull that replaces each.
+    var replacedDirectories: [String: Action] = [:]
     var conflicts: [Conflict] = []
     var junk: [String] = []
     var warnings: [String] = []
@@ -93,7 +97,15 @@ struct Builder {
                 mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory, mode: mode(of: file))
             } else if l!.kind == .directory {
                 addChmodIfNeeded(l!, file)
-            } else if l!.kind != .directory {
+            } else if let synced = l!.synced, Reconciler.contentHash(of: l!) == synced.contentHash,
+                file.version.compare(synced.version) == .greater
+            {
+                // The peers replaced the file Kaiten synced here by a directory: as syncthing does,
+                // the file goes (before anything is pulled) and the directory takes its place.
+                replacedFiles.insert(path)
+                deletes.append(Action(action: .delete, path: path, size: l!.size, reason: "replaced by a directory on peers", type: Self.kindName(l!.kind), version: describe(synced.version), cause: .replaced))
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory, mode: mode(of: file))
+            } else {
                 addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
             }
             return
@@ -109,7 +121,8 @@ struct Builder {
         }
         if l.kind == .directory {
             if selected {
-                addConflict(Conflict(kind: .shadowed, path: path, reason: "a local directory where the global index has a \(type)", choices: Self.shadowedChoices))
+                // Settled in orderedActions: replaced when everything below it goes anyway.
+                replacedDirectories[path] = Action(action: .pull, path: path, size: file.size, reason: "replaced a directory on peers", type: type, version: describe(file.version), peers: peers, cause: .selected)
             }
             return
         }
@@ -225,6 +238,28 @@ struct Builder {
     /// mkdir (parents first), pull, delete, rmdir (children first).
     mutating func orderedActions() -> [Action] {
         let local = input.local
+        // A directory the peers replaced by a file goes when nothing below it stays: every local
+        // file below is deleted by this plan. Its subdirectories go with it, deepest first,
+        // before the pull; otherwise it is a conflict, as before.
+        var replacingRmdirs: [Action] = []
+        if !replacedDirectories.isEmpty {
+            let deleted = Set(deletes.map(\.path))
+            for (dir, pull) in replacedDirectories.sorted(by: { $0.key < $1.key }) {
+                let prefix = dir + "/"
+                var below: [LocalFile] = []
+                for (path, file) in local.entries where path.hasPrefix(prefix) { below.append(file) }
+                if below.allSatisfy({ $0.kind == .directory || deleted.contains($0.path) }) {
+                    for sub in below where sub.kind == .directory {
+                        replacingRmdirs.append(Action(action: .rmdir, path: sub.path, reason: "inside a directory replaced by a file on peers", type: "directory", cause: .replaced))
+                    }
+                    replacingRmdirs.append(Action(action: .rmdir, path: dir, reason: "replaced by a \(pull.type) on peers", type: "directory", cause: .replaced))
+                    replacedFiles.insert(dir)
+                    pulls.append(pull)
+                } else {
+                    addConflict(Conflict(kind: .shadowed, path: dir, reason: "a local directory where the global index has a \(pull.type), and it holds files that stay", choices: Self.shadowedChoices))
+                }
+            }
+        }
         // Parents a pull needs.
         var blocked = Set(conflicts.map(\.path))
         var keptPulls: [Action] = []
@@ -234,7 +269,7 @@ struct Builder {
             while let slash = parent.lastIndex(of: "/") {
                 parent = parent[..<slash]
                 let dir = String(parent)
-                if let existing = local[dir] {
+                if let existing = local[dir], !replacedFiles.contains(dir) {
                     if existing.kind != .directory {
                         ok = false
                         if blocked.insert(dir).inserted {
@@ -280,7 +315,8 @@ struct Builder {
         for pull in keptPulls { markAncestors(pull.path, in: &occupied) }
         for dir in mkdirs.keys { occupied.insert(dir); markAncestors(dir, in: &occupied) }
         var rmdirs: [Action] = []
-        for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) {
+        let replacing = Set(replacingRmdirs.map(\.path))
+        for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) && !replacing.contains(path) {
             if touched.contains(path) {
                 rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory", cause: .emptied))
             } else if deletedSelectedDirectories.contains(path) {
@@ -293,6 +329,7 @@ struct Builder {
         let mkdirList = mkdirs.values.sorted { (depth($0), $0.path) < (depth($1), $1.path) }
         let rmdirList = rmdirs.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
         return mkdirList + keptPulls.sorted(by: byPath) + chmods.sorted(by: byPath) + deletes.sorted(by: byPath) + rmdirList
+            + replacingRmdirs.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
     }
 
     static func typeName(_ file: FileEntry) -> String {

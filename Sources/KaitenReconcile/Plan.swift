@@ -229,6 +229,9 @@ public struct Action: Codable, Sendable, Equatable {
         case emptied
         /// chmod: the global version's permissions changed (or never matched).
         case permissions
+        /// delete or rmdir before the pulls: the peers replaced a file by a directory, or a
+        /// directory by a file, and the local one is what Kaiten synced.
+        case replaced
     }
     /// For chmod (and mkdir): the permission bits to set, from the global version.
     public var mode: UInt32?

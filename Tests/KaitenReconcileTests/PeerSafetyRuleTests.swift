@@ -161,3 +161,56 @@ struct PermissionAndStIgnoreRuleTests {
         #expect(try f.plan().notApplied == nil)
     }
 }
+
+/// A path the peers turned from a file into a directory, or back, is settled in one apply when
+/// the local side is what Kaiten synced (issue 19, item 8).
+struct ReplacedTypeRuleTests {
+    @Test func aSyncedFileReplacedByADirectoryGoesBeforeThePulls() throws {
+        var f = Fixture()
+        f.announce("x", type: .directory)
+        f.global = GlobalIndex()
+        var dir = BEPFileInfo()
+        dir.name = "x"
+        dir.type = .directory
+        dir.version = Fixture.version(2)
+        dir.permissions = 0o755
+        f.global.announce(dir, by: Fixture.peerA)
+        f.announce("x/inner.txt", "inner", version: 2)
+        f.onDisk("x", "old", synced: (1, "old"))
+        f.selection = "x\n"
+        let plan = try f.plan()
+        #expect(plan.conflicts.isEmpty, "\(plan.conflictLines)")
+        #expect(Set(plan.lines) == ["mkdir x", "pull x/inner.txt", "delete x"])
+        #expect(plan.actions.first { $0.action == .delete }?.cause == .replaced)
+    }
+
+    @Test func anEditedFileReplacedByADirectoryIsStillAConflict() throws {
+        var f = Fixture()
+        var dir = BEPFileInfo()
+        dir.name = "x"
+        dir.type = .directory
+        dir.version = Fixture.version(2)
+        f.global.announce(dir, by: Fixture.peerA)
+        f.onDisk("x", "edited", synced: (1, "old"))
+        f.selection = "x\n"
+        #expect(try f.plan().conflictLines == ["shadowed x"])
+    }
+
+    @Test func aDirectoryReplacedByAFileGoesWhenEverythingInItGoes() throws {
+        var f = Fixture()
+        f.announce("d", "now a file", version: 3)
+        f.announce("d/a.txt", version: 2, deleted: true)
+        f.onDisk("d", kind: .directory)
+        f.onDisk("d/a.txt", "x", synced: (1, "x"))
+        f.selection = "d\n"
+        let plan = try f.plan()
+        #expect(plan.conflicts.isEmpty, "\(plan.conflictLines)")
+        #expect(plan.lines == ["pull d", "delete d/a.txt", "rmdir d"])
+        #expect(plan.actions.last?.cause == .replaced)
+        // A file below that stays (never synced) keeps the directory: a conflict, nothing removed.
+        f.onDisk("d/mine.txt", "mine")
+        let kept = try f.plan()
+        #expect(kept.conflictLines.contains("shadowed d"))
+        #expect(!kept.lines.contains("rmdir d"))
+    }
+}

@@ -119,7 +119,9 @@ extension Kaiten {
                     return
                 }
                 for row in rows {
-                    let name = recursive ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
+                    let bare = recursive ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
+                    // Line breaks, tabs and edge spaces are shown quoted, as ls does, never raw.
+                    let name = PathRules.unrepresentableReason(bare) != nil ? PathRules.quoted(bare) : bare
                     let shown = name + (row.type == "directory" ? "/" : "") + (row.deleted ? " (deleted)" : "")
                     if long {
                         let peers = row.peers.map { id in names.first { $0.key.description == id }?.value ?? String(id.prefix(7)) }.joined(separator: ",")

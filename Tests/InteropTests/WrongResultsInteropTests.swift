@@ -1,0 +1,149 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+/// Wrong results a user of several devices met (issue 19, items 5 to 8), against real syncthing.
+@Suite(.serialized, .timeLimit(.minutes(10)))
+struct WrongResultsInteropTests {
+    static let folder = "f"
+    typealias World = ApplyInteropTests.World
+
+    static func mode(_ path: String) -> mode_t {
+        var info = stat()
+        lstat(path, &info)
+        return info.st_mode & 0o7777
+    }
+
+    /// Permission changes on the peer are planned (a mode-only `chmod` action) and applied, for
+    /// files and directories (a 0555 directory is made 0555, after its files are in).
+    @Test func permissionsFollowThePeer() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-perms")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let p = world.peerData
+        try TestFiles.write(p + "/p755", "was 0755\n")
+        try TestFiles.write(p + "/p644", "was 0644\n")
+        try TestFiles.write(p + "/ro/a.txt", "inside a read-only directory\n")
+        chmod(p + "/p755", 0o755)
+        chmod(p + "/p644", 0o644)
+        chmod(p + "/ro", 0o555)
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 3)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "p755", "p644", "ro").status == 0)
+            let first = try world.kaiten("apply", "--yes")
+            #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
+            for name in ["p755", "p644", "ro", "ro/a.txt"] {
+                #expect(Self.mode(world.local + "/" + name) == Self.mode(p + "/" + name), "\(name)")
+            }
+
+            chmod(p + "/p755", 0o700)
+            chmod(p + "/p644", 0o755)
+            chmod(p + "/ro", 0o750)
+            try await ApplyInteropTests.rescan(st)
+            let plan = try world.kaiten("plan")
+            #expect(plan.stdout.contains("~ chmod       p644 (permissions 0644 → 0755)"), "\(plan.stdout)")
+            #expect(plan.stdout.contains("~ chmod       p755 (permissions 0755 → 0700)"), "\(plan.stdout)")
+            #expect(plan.stdout.contains("~ chmod       ro/"), "\(plan.stdout)")
+            let second = try world.kaiten("apply", "--yes")
+            #expect(second.status == 0, "\(second.stdout)\(second.stderr)")
+            #expect(Self.mode(world.local + "/p755") == 0o700)
+            #expect(Self.mode(world.local + "/p644") == 0o755)
+            #expect(Self.mode(world.local + "/ro") == 0o750)
+            #expect(try world.kaiten("plan", "--detailed-exitcode").status == 0)
+        }
+    }
+
+    /// A file the peer replaced by a directory, and a directory it replaced by a file, are
+    /// settled in one apply each when the local side is what Kaiten synced.
+    @Test func aFileReplacedByADirectoryAndADirectoryByAFile() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-swap")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let p = world.peerData
+        try TestFiles.write(p + "/swap", "a file first\n")
+        try TestFiles.write(p + "/back/x.txt", "inside a directory first\n")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 2)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "swap", "back").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+
+            try FileManager.default.removeItem(atPath: p + "/swap")
+            try TestFiles.write(p + "/swap/in.txt", "now a directory\n")
+            try FileManager.default.removeItem(atPath: p + "/back")
+            try TestFiles.write(p + "/back", "now a file\n")
+            try await ApplyInteropTests.rescan(st)
+
+            let apply = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+            #expect(try String(contentsOfFile: world.local + "/swap/in.txt", encoding: .utf8) == "now a directory\n")
+            #expect(try String(contentsOfFile: world.local + "/back", encoding: .utf8) == "now a file\n")
+            let after = try world.kaiten("plan", "--detailed-exitcode")
+            #expect(after.status == 0, "\(after.stdout)")
+        }
+    }
+
+    /// Names no `.stignore` line can spell are refused with a reason (never another file
+    /// selected); `ls` quotes them; selecting their directory brings each, byte for byte. A
+    /// `.stignore` Kaiten cannot manage is pending in plan (exit 2) and a brake in apply (exit 4).
+    @Test func oddNamesAndAnUnmanagedStIgnore() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-odd")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let p = world.peerData
+        try TestFiles.write(p + "/odd/trail.txt ", "with a trailing space\n")
+        try TestFiles.write(p + "/odd/trail.txt", "without\n")
+        try TestFiles.write(p + "/odd/new\nline.txt", "a line break in the name\n")
+        try TestFiles.write(p + "/line.txt", "at the root: must never be pulled by mistake\n")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 4)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+
+            for name in ["odd/trail.txt ", "odd/new\nline.txt"] {
+                let refused = try world.kaiten("select", Self.folder, name)
+                #expect(refused.status != 0, "\(name): \(refused.stdout)")
+                #expect(refused.stderr.contains("cannot be selected by name"), "\(refused.stderr)")
+            }
+            let selectionText = (try? String(contentsOfFile: world.home + "/selections/f.txt", encoding: .utf8)) ?? ""
+            #expect(selectionText.isEmpty, "\(selectionText)")
+
+            let ls = try world.kaiten("ls", Self.folder, "odd")
+            #expect(ls.stdout.contains("'new'$'\\n''line.txt'"), "\(ls.stdout)")
+            #expect(ls.stdout.contains("'trail.txt '"), "\(ls.stdout)")
+            #expect(!ls.stdout.contains("new\nline"), "\(ls.stdout)")
+
+            #expect(try world.kaiten("select", Self.folder, "odd").status == 0)
+            let apply = try world.kaiten("apply", "--yes")
+            #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+            for name in ["odd/trail.txt ", "odd/trail.txt", "odd/new\nline.txt"] {
+                #expect(ApplyInteropTests.sha(world.local + "/" + name) == ApplyInteropTests.sha(p + "/" + name), "\(name)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/line.txt"))
+
+            // A .stignore Kaiten cannot manage: pending in plan, a brake in apply, left as it is.
+            try TestFiles.write(world.local + "/.stignore", "#include elsewhere.txt\n")
+            let plan = try world.kaiten("plan", "--detailed-exitcode")
+            #expect(plan.status == 2, "\(plan.stdout)")
+            #expect(plan.stdout.contains("Not applied: f"), "\(plan.stdout)")
+            #expect(!plan.stdout.contains("No changes"), "\(plan.stdout)")
+            let braked = try world.kaiten("apply", "--yes")
+            #expect(braked.status == 4, "\(braked.stdout)\(braked.stderr)")
+            #expect(braked.stdout.contains("not applied: f"), "\(braked.stdout)")
+            #expect(try String(contentsOfFile: world.local + "/.stignore", encoding: .utf8) == "#include elsewhere.txt\n")
+        }
+    }
+}
