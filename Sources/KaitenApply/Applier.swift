@@ -32,7 +32,12 @@ public struct ApplyReport: Sendable {
     public var conflicts = 0
     public var blocksCopiedLocally = 0
     public var blocksFetched = 0
+    /// Blocks whose data failed the SHA-256 check.
     public var blocksRejected = 0
+    /// Blocks a peer answered with an error code.
+    public var blocksRefused = 0
+    /// Requests lost to a connection that went away.
+    public var blocksLost = 0
     /// Deselected files kept because too few connected peers hold them (apply exits 4).
     public var keptForSafety: [(folder: String, path: String)] = []
 }
@@ -287,6 +292,7 @@ public enum Applier {
             let puller = {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
                 puller.journal = journal
+                puller.copyOwnershipFromParent = config.copyOwnershipFromParent
                 return puller
             }()
             var renamedInto: Set<String> = []
@@ -319,9 +325,7 @@ public enum Applier {
                         }
                     }
                     try SafePath.prepareParentsExisting(root: root, name: action.path)
-                    guard unlink(root + "/" + action.path) == 0 || errno == ENOENT else {
-                        throw ApplyError(.io, path: action.path, "cannot delete: \(String(cString: strerror(errno)))")
-                    }
+                    try SafePath.unlinkMakingWritable(root + "/" + action.path, name: action.path)
                     SafePath.syncDirectory((root + "/" + action.path as NSString).deletingLastPathComponent)
                     tree[action.path] = nil
                     report.freedBytes += action.size
@@ -474,6 +478,8 @@ public enum Applier {
             report.blocksCopiedLocally += stats.copied
             report.blocksFetched += stats.fetched
             report.blocksRejected += stats.rejected
+            report.blocksRefused += stats.refused
+            report.blocksLost += stats.lost
 
             for action in folderPlan.actions where action.action == .chmod {
                 guard let mode = action.mode else { continue }

@@ -19,7 +19,17 @@ public final class BlockSource: Sendable {
     /// Each block hash once, with one local file and offset that hold it.
     let local: [ContentHash: (path: String, offset: Int64, size: Int32)]
     private let turn = Mutex(0)
-    private let counters = Mutex((copied: 0, fetched: 0, rejected: 0))
+    /// Blocks copied from local files, fetched and verified, rejected (the data's SHA-256 was
+    /// wrong), refused by the peer (an error code), and lost to a connection that went away.
+    private let counters = Mutex(Statistics())
+
+    public struct Statistics: Sendable {
+        public var copied = 0
+        public var fetched = 0
+        public var rejected = 0
+        public var refused = 0
+        public var lost = 0
+    }
 
     public init(folderID: String, root: String, connections: [DeviceID: PeerConnection], tree: LocalTree) {
         self.folderID = folderID
@@ -36,7 +46,7 @@ public final class BlockSource: Sendable {
         local = index
     }
 
-    public var statistics: (copied: Int, fetched: Int, rejected: Int) { counters.withLock { $0 } }
+    public var statistics: Statistics { counters.withLock { $0 } }
 
     /// The verified bytes of one block of `file`.
     public func block(_ block: BEPBlockInfo, of file: BEPFileInfo, holders: [DeviceID]) async throws(ApplyError) -> Data {
@@ -64,7 +74,13 @@ public final class BlockSource: Sendable {
                 counters.withLock { $0.fetched += 1 }
                 return data
             } catch {
-                counters.withLock { $0.rejected += 1 }
+                // Only a failed hash check is a rejected block; a refusal or a lost connection is
+                // counted apart, so a figure of rejected blocks means bad data and nothing else.
+                switch (error as? PeerError)?.code {
+                case .hashMismatch: counters.withLock { $0.rejected += 1 }
+                case .requestFailed: counters.withLock { $0.refused += 1 }
+                default: counters.withLock { $0.lost += 1 }
+                }
                 problems.append("\((error as? PeerError)?.description ?? "\(error)")")
             }
         }

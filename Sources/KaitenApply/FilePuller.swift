@@ -29,6 +29,8 @@ public struct FilePuller: Sendable {
     var window = 32
     /// Where apply records the version it writes, just before each rename (nil for `get`).
     public var journal: SyncedJournal?
+    /// The folder's copyOwnershipFromParent: a written file gets its directory's owner and group.
+    public var copyOwnershipFromParent = false
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
@@ -126,6 +128,7 @@ public struct FilePuller: Sendable {
         ok = true
         // fsync blocks for milliseconds: run it (and the rename after it) off the cooperative
         // pool, so other files keep downloading and many fsyncs share one journal commit.
+        let copyOwnership = copyOwnershipFromParent
         let info = try await Blocking.run { () throws -> stat in
             defer { close(fd) }
             guard fsync(fd) == 0 else {
@@ -133,6 +136,11 @@ public struct FilePuller: Sendable {
                 throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(errno)))")
             }
             fchmod(fd, mode)
+            if copyOwnership {
+                // As syncthing: the directory's owner and group; without the privilege it is a no-op.
+                var parent = stat()
+                if stat((target as NSString).deletingLastPathComponent, &parent) == 0 { _ = fchown(fd, parent.st_uid, parent.st_gid) }
+            }
             var times = [
                 timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime alone
                 timespec(tv_sec: Int(entry.modifiedS), tv_nsec: Int(entry.modifiedNs)),

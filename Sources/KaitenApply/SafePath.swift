@@ -99,6 +99,24 @@ public enum SafePath {
 extension SafePath {
     /// Every parent of `name` below `root` exists as a real directory (not a symlink); nothing is
     /// created.
+    /// Deletes a file. In a directory without write permission, as syncthing does, the
+    /// directory is made writable for the moment and its mode put back afterwards.
+    static func unlinkMakingWritable(_ full: String, name: String) throws(ApplyError) {
+        if unlink(full) == 0 || errno == ENOENT { return }
+        let firstError = errno
+        let directory = (full as NSString).deletingLastPathComponent
+        var info = stat()
+        guard firstError == EACCES || firstError == EPERM, lstat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR,
+            info.st_mode & 0o200 == 0, chmod(directory, (info.st_mode & 0o7777) | 0o700) == 0
+        else {
+            throw ApplyError(.io, path: name, "cannot delete: \(String(cString: strerror(firstError)))")
+        }
+        let removed = unlink(full) == 0 || errno == ENOENT
+        let secondError = errno
+        chmod(directory, info.st_mode & 0o7777)
+        guard removed else { throw ApplyError(.io, path: name, "cannot delete: \(String(cString: strerror(secondError)))") }
+    }
+
     static func prepareParentsExisting(root: String, name: String) throws(ApplyError) {
         var current = root
         for part in name.split(separator: "/").dropLast() {

@@ -354,7 +354,7 @@ public final class ConfigFile {
             return n
         }
         let versioning = element.elements(forName: "versioning").first
-        return FolderConfiguration(
+        var folder = FolderConfiguration(
             id: id, label: attribute(element, "label") ?? "", path: attribute(element, "path") ?? "",
             type: type, devices: devices,
             rescanIntervalS: try int(attribute(element, "rescanIntervalS"), "rescanIntervalS", default: 0),
@@ -364,6 +364,8 @@ public final class ConfigFile {
             maxConflicts: try int(childText(element, "maxConflicts"), "maxConflicts", default: 0),
             markerName: childText(element, "markerName").flatMap { $0.isEmpty ? nil : $0 } ?? ".stfolder",
             isPaused: childText(element, "paused") == "true")
+        folder.copyOwnershipFromParent = childText(element, "copyOwnershipFromParent") == "true"
+        return folder
     }
 }
 

@@ -70,6 +70,8 @@ public struct FolderConfiguration: Sendable, Equatable {
     public var maxConflicts: Int
     public var markerName: String
     public var isPaused: Bool
+    /// Files written get the owner and group of their directory (needs privileges, as in syncthing).
+    public var copyOwnershipFromParent = false
 
     public init(
         id: String, label: String = "", path: String, type: FolderType = .sendreceive, devices: [DeviceID] = [],

@@ -125,6 +125,9 @@ public enum IndexSync {
                         for folder in shared {
                             if let theirs = clusterConfig.device(device.id, in: folder.id) {
                                 peerIndexIDs[folder.id] = theirs.indexID
+                                IndexCompleteness.expect(
+                                    home.home, folder: folder.id, device: device.id, indexID: theirs.indexID,
+                                    maxSequence: theirs.maxSequence)
                             }
                         }
                     },

@@ -68,3 +68,59 @@ public enum PeerGenerations {
         return log
     }
 }
+
+/// What each peer said it holds when an index sync began (its ClusterConfig's index ID and max
+/// sequence), kept in `state/index-expected/<folder>`: a log whose checkpoint is behind it holds
+/// a partial index (the sync was interrupted), and `status`, `ls` and `plan` say so.
+public enum IndexCompleteness {
+    static func path(_ home: Home, folder: String) -> String {
+        let name = folder.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? folder
+        return (home.stateDirectory as NSString).appendingPathComponent("index-expected/\(name)")
+    }
+
+    /// Records the target of a sync before the first batch arrives.
+    public static func expect(_ home: Home, folder: String, device: DeviceID, indexID: UInt64, maxSequence: Int64) {
+        var all = load(home, folder: folder)
+        guard all[device]?.indexID != indexID || all[device]?.maxSequence != maxSequence else { return }
+        all[device] = (indexID, maxSequence)
+        let file = path(home, folder: folder)
+        try? FileManager.default.createDirectory(atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let text = all.keys.sorted().map { "\($0) \(String(all[$0]!.indexID, radix: 16)) \(all[$0]!.maxSequence)\n" }.joined()
+        try? AtomicFile.write(Array(text.utf8), to: file, mode: 0o600)
+    }
+
+    static func load(_ home: Home, folder: String) -> [DeviceID: (indexID: UInt64, maxSequence: Int64)] {
+        guard let text = try? String(contentsOfFile: path(home, folder: folder), encoding: .utf8) else { return [:] }
+        var all: [DeviceID: (indexID: UInt64, maxSequence: Int64)] = [:]
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 3, let device = try? DeviceID(String(parts[0])), let id = UInt64(parts[1], radix: 16),
+                let sequence = Int64(parts[2])
+            else { continue }
+            all[device] = (id, sequence)
+        }
+        return all
+    }
+
+    /// Peers whose index in the log is behind what they announced when a sync began.
+    public static func partial(_ home: Home, folder: String, log: IndexLog) -> [(device: DeviceID, have: Int64, expected: Int64)] {
+        load(home, folder: folder).compactMap { device, target in
+            let have = log.checkpoints[device]
+            guard have?.indexID != target.indexID || (have?.maxSequence ?? 0) < target.maxSequence else { return nil }
+            // A new index ID with nothing of it yet is partial too (zero of the target).
+            let held = have?.indexID == target.indexID ? have?.maxSequence ?? 0 : 0
+            guard held < target.maxSequence else { return nil }
+            return (device, held, target.maxSequence)
+        }.sorted { $0.device < $1.device }
+    }
+
+    /// One sentence per partial peer, for warnings.
+    public static func warnings(_ home: KaitenHome, folder: String, log: IndexLog) -> [String] {
+        partial(home.home, folder: folder, log: log).map { entry in
+            let name = home.config.device(id: entry.device)?.name ?? ""
+            let who = name.isEmpty ? String(entry.device.description.prefix(7)) : name
+            return "\(folder): the index from \(who) is partial (sequence \(entry.have) of \(entry.expected)): an index sync "
+                + "was interrupted; run `kaiten index sync \(folder)` to complete it"
+        }
+    }
+}

@@ -49,6 +49,7 @@ public enum Planner {
             id: folder.id, path: folder.path, selection: selection, selectionBytes: selectionBytes, stignore: stignore,
             global: global, checkpoints: checkpoints, local: tree, requirePeers: requirePeers)
         input.kept = KeptFiles.load(home.home, folderID: folder.id)
+        for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn("warning: \(warning)") }
         input.ignorePermissions = folder.ignorePerms
         return FolderState(input: input, log: log, scanStatistics: statistics)
     }

@@ -48,10 +48,12 @@ struct UnprivilegedInteropTests {
         let peerData = dir.file("peer")
         try TestFiles.write(peerData + "/docs/a.txt", "pulled by nobody\n")
         try TestFiles.write(peerData + "/docs/b.txt", "read on demand by nobody\n")
+        try TestFiles.write(peerData + "/ro/gone.txt", "in a read-only directory, deselected later\n")
+        chmod(peerData + "/ro", 0o555)
         try await withSyncthing(st) { st in
             try await st.addDevice(me, name: "k")
             try await st.addFolder(id: "f", path: peerData, devices: [me])
-            try await ApplyInteropTests.waitScanned(st, files: 2)
+            try await ApplyInteropTests.waitScanned(st, files: 3)
             #expect(try run(["peer", "add", st.deviceID.description, "--name", "a", "--address", st.address]).status == 0)
             let added = try run(["folder", "add", "f", "--path", local, "--share", st.deviceID.description])
             #expect(added.status == 0, "\(added.stderr)")
@@ -72,6 +74,19 @@ struct UnprivilegedInteropTests {
             let cat = try run(["cat", "f", "docs/b.txt"])
             #expect(cat.status == 0, "\(cat.stderr)")
             #expect(cat.stdout == "read on demand by nobody\n")
+
+            // A read-only directory: made 0555 after its file is in; deselected, the file goes
+            // (the directory made writable for the moment, as syncthing does), then the directory.
+            #expect(try run(["select", "f", "ro"]).status == 0)
+            let ro = try run(["apply", "--yes"])
+            #expect(ro.status == 0, "\(ro.stdout)\(ro.stderr)")
+            #expect(FileManager.default.fileExists(atPath: local + "/ro/gone.txt"))
+            #expect(lstat(local + "/ro", &info) == 0 && info.st_mode & 0o777 == 0o555)
+            #expect(try run(["deselect", "f", "ro"]).status == 0)
+            let gone = try run(["apply", "--yes", "--max-delete", "100%"])
+            #expect(gone.status == 0, "\(gone.stdout)\(gone.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: local + "/ro/gone.txt"))
+            #expect(!FileManager.default.fileExists(atPath: local + "/ro"))
         }
     }
 }

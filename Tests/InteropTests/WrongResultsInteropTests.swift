@@ -1,5 +1,7 @@
 import Foundation
+import KaitenConfig
 import KaitenProtocol
+import KaitenSync
 import KaitenTestSupport
 import Testing
 
@@ -34,6 +36,14 @@ struct WrongResultsInteropTests {
             try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
             try await ApplyInteropTests.waitScanned(st, files: 3)
             try world.addFolder(sharedWith: [st.deviceID])
+            // copyOwnershipFromParent (issue 19, item 11): files take the folder's owner (root can).
+            let configPath = world.home + "/config.xml"
+            let config = try String(contentsOfFile: configPath, encoding: .utf8)
+            try config.replacingOccurrences(
+                of: "<copyOwnershipFromParent>false</copyOwnershipFromParent>", with: "<copyOwnershipFromParent>true</copyOwnershipFromParent>"
+            ).write(toFile: configPath, atomically: true, encoding: .utf8)
+            let owner: uid_t = getuid() == 0 ? 65534 : getuid()
+            if getuid() == 0 { chown(world.local, owner, owner) }
             #expect(try world.kaiten("index", "sync").status == 0)
             #expect(try world.kaiten("select", Self.folder, "p755", "p644", "ro").status == 0)
             let first = try world.kaiten("apply", "--yes")
@@ -41,6 +51,8 @@ struct WrongResultsInteropTests {
             for name in ["p755", "p644", "ro", "ro/a.txt"] {
                 #expect(Self.mode(world.local + "/" + name) == Self.mode(p + "/" + name), "\(name)")
             }
+            var info = stat()
+            #expect(lstat(world.local + "/p755", &info) == 0 && info.st_uid == owner, "owner \(info.st_uid)")
 
             chmod(p + "/p755", 0o700)
             chmod(p + "/p644", 0o755)
@@ -144,6 +156,41 @@ struct WrongResultsInteropTests {
             #expect(braked.status == 4, "\(braked.stdout)\(braked.stderr)")
             #expect(braked.stdout.contains("not applied: f"), "\(braked.stdout)")
             #expect(try String(contentsOfFile: world.local + "/.stignore", encoding: .utf8) == "#include elsewhere.txt\n")
+        }
+    }
+
+    /// An index sync cut off after the peer's ClusterConfig (it announced more than the log
+    /// holds) leaves `status`, `ls` and `plan` saying the index is partial, until a sync completes
+    /// it (issue 19, item 11).
+    @Test func aPartialIndexIsSaidToBePartial() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-partial")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        for i in 0..<5 { try TestFiles.write(world.peerData + "/f\(i).txt", "\(i)\n") }
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 5)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(!(try world.kaiten("status").stderr.contains("partial")))
+
+            // What a sync that died after the ClusterConfig leaves: a target ahead of the log.
+            let home = try KaitenHome.open(Home(path: world.home))
+            let log = try PeerGenerations.openLog(home: home, folder: Self.folder, readOnly: true)
+            let checkpoint = try #require(log.checkpoints[st.deviceID])
+            log.close()
+            IndexCompleteness.expect(
+                home.home, folder: Self.folder, device: st.deviceID, indexID: checkpoint.indexID, maxSequence: checkpoint.maxSequence + 40)
+            let status = try world.kaiten("status")
+            #expect(status.stderr.contains("the index from a is partial (sequence \(checkpoint.maxSequence) of \(checkpoint.maxSequence + 40))"), "\(status.stderr)")
+            #expect(try world.kaiten("ls", Self.folder).stderr.contains("is partial"))
+            #expect(try world.kaiten("plan", "--offline").stderr.contains("is partial"))
+
+            // A completed sync replaces the target with what the peer holds: no word any more.
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(!(try world.kaiten("status").stderr.contains("partial")))
         }
     }
 }

@@ -282,7 +282,8 @@ final class ApplyOutput: @unchecked Sendable {
                 "type": "summary", "done": report.done, "failed": report.failed.count, "conflicts": report.conflicts,
                 "pulled_bytes": report.pulledBytes, "freed_bytes": report.freedBytes, "seconds": seconds,
                 "blocks_fetched": report.blocksFetched, "blocks_copied_locally": report.blocksCopiedLocally,
-                "blocks_rejected": report.blocksRejected, "plan_id": plan.planID, "kept_for_safety": report.keptForSafety.count,
+                "blocks_rejected": report.blocksRejected, "blocks_refused": report.blocksRefused, "blocks_lost": report.blocksLost,
+                "not_applied": plan.summary.notApplied, "plan_id": plan.planID, "kept_for_safety": report.keptForSafety.count,
             ])
             return
         }

@@ -61,6 +61,7 @@ extension Kaiten {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let log = try FolderSelection.openLog(folder, in: opened)
+                for warning in IndexCompleteness.warnings(opened, folder: folder, log: log) { Terminal.error("warning: \(warning)") }
                 if log.checkpoints.isEmpty {
                     Terminal.note("no index of \(folder) yet: run `kaiten index sync \(folder)`")
                 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenConfig
+import KaitenSync
 import KaitenIndex
 
 extension Kaiten {
@@ -43,6 +44,7 @@ extension Kaiten {
                 var rows: [FolderRow] = []
                 for id in ids {
                     let log = try FolderSelection.openLog(id, in: opened)
+                    for warning in IndexCompleteness.warnings(opened, folder: id, log: log) { Terminal.error("warning: \(warning)") }
                     let totals = log.index.totals()
                     let peers = log.checkpoints.sorted { $0.key < $1.key }.map { device, checkpoint in
                         PeerRow(
