@@ -330,6 +330,9 @@ do {
         let paths = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) } ?? 1_000_000
         let local = args.firstIndex(of: "--local").flatMap { Int(args[$0 + 1]) } ?? 100_000
         try runPlanBench(paths: paths, localFiles: local)
+    case "glob":
+        let counts = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) }.map { [$0] } ?? [5_000, 25_000, 250_000]
+        try runGlobBench(counts: counts)
     case "apply":
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 20_000
@@ -340,7 +343,7 @@ do {
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | apply [--mib M] [--files N] | stream [--mib M]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M]")
         exit(64)
     }
 } catch {

@@ -28,7 +28,9 @@ public enum ClusterConfigBuilder {
             var wire = BEPFolder()
             wire.id = folder.id
             wire.label = folder.label
-            wire.readOnly = folder.type == .sendonly
+            // Field 3 is 1.19.2's bool read_only and 2.x's FolderType: only send-only (1) reads
+            // the same to both, so receive-only is announced as send-receive, as before.
+            wire.type = folder.type == .sendonly ? .sendOnly : .sendReceive
             wire.ignorePermissions = folder.ignorePerms
             wire.paused = folder.isPaused
             // Kaiten does not consume DownloadProgress messages.

@@ -42,6 +42,8 @@ public struct IndexReceiver {
 
     /// Takes in a ClusterConfig from the peer.
     public mutating func apply(_ clusterConfig: BEPClusterConfig) {
+        // A secondary connection's ClusterConfig lists no folders and means nothing about them.
+        guard !clusterConfig.secondary else { return }
         notSharedByPeer = wanted
         for folder in clusterConfig.folders where wanted.contains(folder.id) {
             guard let theirs = clusterConfig.device(peer, in: folder.id), clusterConfig.device(me, in: folder.id) != nil
@@ -105,6 +107,10 @@ extension PeerConnection {
         for await event in events {
             switch event {
             case .clusterConfig(let clusterConfig):
+                // A secondary connection's ClusterConfig (1.25+) carries no folders: it says
+                // nothing about what the peer shares, so it is neither "shares nothing" nor the
+                // ClusterConfig being waited for.
+                guard !clusterConfig.secondary else { continue }
                 sawClusterConfig = true
                 receiver.apply(clusterConfig)
                 try await onClusterConfig(clusterConfig)

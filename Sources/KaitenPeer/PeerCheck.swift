@@ -16,6 +16,9 @@ public enum PeerCheck {
         public var remoteName: String?
         public var clientName: String?
         public var clientVersion: String?
+        /// How many connections the peer asks for in its Hello (1.25+; 0 when it does not say).
+        /// Kaiten keeps one: a peer that asks for more settles for one with a device that does.
+        public var connectionsWanted: Int?
         /// Folders both sides share with each other.
         public var sharedBothWays: [String] = []
         /// Folders this device shares with the peer, which the peer does not share back.
@@ -87,6 +90,7 @@ public enum PeerCheck {
         result.remoteName = connection.hello.deviceName
         result.clientName = connection.hello.clientName
         result.clientVersion = connection.hello.clientVersion
+        result.connectionsWanted = Int(connection.hello.numConnections)
         // A peer that does not know us hangs up right after its Hello, possibly before this
         // write lands; the events below say what happened either way.
         try? await connection.sendClusterConfig(clusterConfig)
@@ -128,6 +132,8 @@ public enum PeerCheck {
         for await event in connection.events {
             switch event {
             case .clusterConfig(let clusterConfig):
+                // A secondary connection's ClusterConfig (1.25+) lists no folders; wait for the real one.
+                if clusterConfig.secondary { continue }
                 return .success(clusterConfig)
             case .closed(let reason):
                 switch reason {

@@ -360,6 +360,11 @@ struct ApplyInteropTests {
             #expect(process.terminationStatus == 0, "\(output)")
             #expect(output.contains("redone: it changed on the peers while it was pulled"), "\(output)")
             #expect(try String(contentsOfFile: world.local + "/doc.txt", encoding: .utf8) == "version two, changed while apply waited\n")
+            // The version written is recorded (issue 19, item 2): the log still holds version one,
+            // and an offline plan must not propose to pull it back over version two.
+            let offline = try world.kaiten("plan", "--offline", "--detailed-exitcode")
+            #expect(offline.status == 0, "\(offline.stdout)\(offline.stderr)")
+            #expect(!offline.stdout.contains("pull"), "\(offline.stdout)")
         }
     }
 

@@ -4,7 +4,8 @@ import KaitenProtocol
 import KaitenTestSupport
 import Testing
 
-/// Kaiten's identity and config.xml against the real syncthing 1.19.2 binary.
+/// Kaiten's identity and config.xml against the real syncthing binary (1.19.2, and 2.x when
+/// scripts/test runs the suites again with it).
 @Suite(.serialized)
 struct FoundationInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
@@ -66,14 +67,14 @@ struct FoundationInteropTests {
         let original = try String(contentsOfFile: path, encoding: .utf8)
         #expect(original.contains("Label &lt;1&gt;"))
         let config = try ConfigFile.load(path: path)
-        #expect(config.serialized() == original)
+        #expect(Array(config.serialized().utf8) == Array(original.utf8), "byte for byte, not String ==")
         #expect(config.folder(id: "f1")?.type == .receiveonly)
         #expect(config.folder(id: "f1")?.versioningType == "staggered")
 
         let extra = "P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2"
         #expect(try kaiten(["peer", "add", "--home", syncthing.home, extra]).status == 0)
         #expect(try kaiten(["peer", "rm", "--home", syncthing.home, extra]).status == 0)
-        #expect(try String(contentsOfFile: path, encoding: .utf8) == original)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(original.utf8))
     }
 
     /// syncthing 1.19.2 started on a home made entirely by Kaiten starts cleanly and reports
@@ -136,5 +137,53 @@ struct FoundationInteropTests {
         }
         // And Kaiten still reads the home after syncthing has run on it.
         #expect(try kaiten(["folder", "ls", "--home", home]).status == 0)
+    }
+
+    /// `kaiten init --key-type ed25519|ecdsa`: the syncthing under test derives the same device ID
+    /// from each certificate (issue 15, item 3).
+    @Test(arguments: ["ed25519", "ecdsa"])
+    func initMakesEachKeyTypeAndSyncthingAgreesOnTheID(_ keyType: String) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let home = dir.file("home")
+        let created = try kaiten(["init", "--home", home, "--name", "k", "--key-type", keyType])
+        #expect(created.status == 0, "\(created.stderr)")
+        let key = try String(contentsOfFile: home + "/key.pem", encoding: .utf8)
+        #expect(key.hasPrefix(keyType == "ed25519" ? "-----BEGIN PRIVATE KEY-----" : "-----BEGIN EC PRIVATE KEY-----"))
+        let ours = try kaiten(["id", "--home", home]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try SyncthingInstance.deviceIDAsSyncthingSees(home: home) == ours)
+        let bad = try kaiten(["init", "--home", dir.file("other"), "--key-type", "rsa"])
+        #expect(bad.status == 64, "\(bad.stderr)")
+    }
+
+    /// A home the syncthing under test generated (2.x: config version 52, an Ed25519 identity) is
+    /// used by Kaiten as it is, edited by `peer add` and `folder add`, and syncthing then starts
+    /// on it without rewriting it: Kaiten wrote what that version expects (issue 15, item 6).
+    @Test func aDroppedInHomeIsEditedAsItsSyncthingExpects() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let syncthing = try SyncthingInstance.generate(in: dir.path)
+        let path = syncthing.home + "/config.xml"
+        let version = try ConfigFile.load(path: path).version
+        #expect(version == (SyncthingInstance.majorVersion >= 2 ? 52 : 36))
+        let theirs = try SyncthingInstance.deviceIDAsSyncthingSees(home: syncthing.home)
+        #expect(try kaiten(["id", "--home", syncthing.home]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == theirs)
+
+        let peer = "P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2"
+        #expect(try kaiten(["peer", "add", "--home", syncthing.home, peer, "--name", "nas", "--address", "tcp://127.0.0.1:1"]).status == 0)
+        let added = try kaiten(["folder", "add", "--home", syncthing.home, "photos", "--path", dir.file("photos"), "--share", peer])
+        #expect(added.status == 0, "\(added.stderr)")
+        let edited = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(try ConfigFile.load(path: path).version == version, "Kaiten keeps the version")
+
+        try await withSyncthing(syncthing) { st in
+            let folders = try #require(try await st.get("/rest/config/folders") as? [[String: Any]])
+            #expect(folders.map { $0["id"] as? String } == ["photos"])
+            let devices = try #require(try await st.get("/rest/config/devices") as? [[String: Any]])
+            #expect(devices.contains { $0["deviceID"] as? String == peer && $0["name"] as? String == "nas" })
+            try await st.waitIdle(folder: "photos")
+        }
+        let after = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(after == edited, "syncthing rewrote the config Kaiten edited:\n\(String(decoding: after, as: UTF8.self))")
     }
 }

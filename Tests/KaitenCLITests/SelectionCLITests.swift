@@ -69,6 +69,31 @@ struct SelectionCLITests {
         }
     }
 
+    /// Issue 19, item 10: a CRLF .stignore is adopted; an empty one imports nothing without
+    /// complaint; a line that escapes the folder is reported at its file and line.
+    @Test func adoptReadsCRLFAndEmptyFilesAndNamesTheBadLine() throws {
+        try withFolder { home, dir in
+            let stignore = dir.file("docs/.stignore")
+            try "(?d).DS_Store\r\n!/photos/2025\r\n*\r\n".write(toFile: stignore, atomically: true, encoding: .utf8)
+            let crlf = try kaiten("adopt", "--home", home, "docs")
+            #expect(crlf.status == 0, "\(crlf.stderr)")
+            #expect(try String(contentsOfFile: home + "/selections/docs.txt", encoding: .utf8) == "(?d).DS_Store\nphotos/2025\n")
+
+            try "".write(toFile: stignore, atomically: true, encoding: .utf8)
+            let empty = try kaiten("adopt", "--home", home, "docs")
+            #expect(empty.status == 0, "\(empty.stderr)")
+            #expect(empty.stdout.contains("0 selected path(s)"))
+
+            try "!/ok\n!/../x\n*\n".write(toFile: stignore, atomically: true, encoding: .utf8)
+            let bad = try kaiten("adopt", "--home", home, "docs")
+            #expect(bad.status != 0)
+            #expect(bad.stderr.contains(stignore + ":2"), "\(bad.stderr)")
+            #expect(!bad.stderr.contains("argument:0"), "\(bad.stderr)")
+            // Nothing was half-imported.
+            #expect(try String(contentsOfFile: home + "/selections/docs.txt", encoding: .utf8) == "(?d).DS_Store\nphotos/2025\n")
+        }
+    }
+
     @Test func applySkipsAFolderWithoutItsMarkerAndSaysSo() throws {
         try withFolder { home, dir in
             let second = try kaiten("folder", "add", "--home", home, "other", "--path", dir.file("other"))

@@ -8,7 +8,9 @@
 // For information on using the generated types, please see the documentation:
 //   https://github.com/apple/swift-protobuf/
 
-/// The Block Exchange Protocol v1, as syncthing 1.19.2 speaks it.
+/// The Block Exchange Protocol v1, as syncthing 1.19.2 speaks it, with what 1.25 to 2.x added
+/// or renamed on the wire (../shared/bep-compat.md): Hello's num_connections and timestamp,
+/// ClusterConfig's secondary, and Folder's type (1.19.2's read_only, the same varint).
 ///
 /// Field names and numbers follow syncthing's proto/lib/protocol/bep.proto at tag v1.19.2
 /// (see ../shared/bep-brief.md §1). Only what travels on the wire is listed: syncthing's
@@ -122,6 +124,49 @@ public nonisolated enum BEPMessageCompression: SwiftProtobuf.Enum, Swift.CaseIte
   public static let allCases: [BEPMessageCompression] = [
     .none,
     .lz4,
+  ]
+
+}
+
+/// 2.0 names field 3 of Folder; 1.19.2's read_only (true = send-only) is the same varint.
+public nonisolated enum BEPFolderType: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case sendReceive // = 0
+  case sendOnly // = 1
+  case receiveOnly // = 2
+  case receiveEncrypted // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .sendReceive
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .sendReceive
+    case 1: self = .sendOnly
+    case 2: self = .receiveOnly
+    case 3: self = .receiveEncrypted
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .sendReceive: return 0
+    case .sendOnly: return 1
+    case .receiveOnly: return 2
+    case .receiveEncrypted: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [BEPFolderType] = [
+    .sendReceive,
+    .sendOnly,
+    .receiveOnly,
+    .receiveEncrypted,
   ]
 
 }
@@ -301,6 +346,11 @@ public nonisolated struct BEPHello: Sendable {
 
   public var clientVersion: String = String()
 
+  /// 1.25+: how many connections the sender wants (0 or 1: one), and when it said Hello (ns).
+  public var numConnections: Int32 = 0
+
+  public var timestamp: Int64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -327,6 +377,10 @@ public nonisolated struct BEPClusterConfig: Sendable {
 
   public var folders: [BEPFolder] = []
 
+  /// 1.25+: sent on every connection but the primary one; it carries no folders and says
+  /// nothing about what is shared.
+  public var secondary: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -341,7 +395,7 @@ public nonisolated struct BEPFolder: Sendable {
 
   public var label: String = String()
 
-  public var readOnly: Bool = false
+  public var type: BEPFolderType = .sendReceive
 
   public var ignorePermissions: Bool = false
 
@@ -682,6 +736,10 @@ nonisolated extension BEPMessageCompression: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0MESSAGE_COMPRESSION_NONE\0\u{1}MESSAGE_COMPRESSION_LZ4\0")
 }
 
+nonisolated extension BEPFolderType: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0FOLDER_TYPE_SEND_RECEIVE\0\u{1}FOLDER_TYPE_SEND_ONLY\0\u{1}FOLDER_TYPE_RECEIVE_ONLY\0\u{1}FOLDER_TYPE_RECEIVE_ENCRYPTED\0")
+}
+
 nonisolated extension BEPCompression: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0COMPRESSION_METADATA\0\u{1}COMPRESSION_NEVER\0\u{1}COMPRESSION_ALWAYS\0")
 }
@@ -700,7 +758,7 @@ nonisolated extension BEPFileDownloadProgressUpdateType: SwiftProtobuf._ProtoNam
 
 nonisolated extension BEPHello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_name\0\u{3}client_name\0\u{3}client_version\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_name\0\u{3}client_name\0\u{3}client_version\0\u{3}num_connections\0\u{1}timestamp\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -711,6 +769,8 @@ nonisolated extension BEPHello: SwiftProtobuf.Message, SwiftProtobuf._MessageImp
       case 1: try { try decoder.decodeSingularStringField(value: &self.deviceName) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.clientName) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.clientVersion) }()
+      case 4: try { try decoder.decodeSingularInt32Field(value: &self.numConnections) }()
+      case 5: try { try decoder.decodeSingularInt64Field(value: &self.timestamp) }()
       default: break
       }
     }
@@ -726,6 +786,12 @@ nonisolated extension BEPHello: SwiftProtobuf.Message, SwiftProtobuf._MessageImp
     if !self.clientVersion.isEmpty {
       try visitor.visitSingularStringField(value: self.clientVersion, fieldNumber: 3)
     }
+    if self.numConnections != 0 {
+      try visitor.visitSingularInt32Field(value: self.numConnections, fieldNumber: 4)
+    }
+    if self.timestamp != 0 {
+      try visitor.visitSingularInt64Field(value: self.timestamp, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -733,6 +799,8 @@ nonisolated extension BEPHello: SwiftProtobuf.Message, SwiftProtobuf._MessageImp
     if lhs.deviceName != rhs.deviceName {return false}
     if lhs.clientName != rhs.clientName {return false}
     if lhs.clientVersion != rhs.clientVersion {return false}
+    if lhs.numConnections != rhs.numConnections {return false}
+    if lhs.timestamp != rhs.timestamp {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -775,7 +843,7 @@ nonisolated extension BEPHeader: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
 
 nonisolated extension BEPClusterConfig: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClusterConfig"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}folders\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}folders\0\u{1}secondary\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -784,6 +852,7 @@ nonisolated extension BEPClusterConfig: SwiftProtobuf.Message, SwiftProtobuf._Me
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.folders) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.secondary) }()
       default: break
       }
     }
@@ -793,11 +862,15 @@ nonisolated extension BEPClusterConfig: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.folders.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.folders, fieldNumber: 1)
     }
+    if self.secondary != false {
+      try visitor.visitSingularBoolField(value: self.secondary, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: BEPClusterConfig, rhs: BEPClusterConfig) -> Bool {
     if lhs.folders != rhs.folders {return false}
+    if lhs.secondary != rhs.secondary {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -805,7 +878,7 @@ nonisolated extension BEPClusterConfig: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension BEPFolder: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Folder"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}label\0\u{3}read_only\0\u{3}ignore_permissions\0\u{3}ignore_delete\0\u{3}disable_temp_indexes\0\u{1}paused\0\u{2}\u{9}devices\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}label\0\u{1}type\0\u{3}ignore_permissions\0\u{3}ignore_delete\0\u{3}disable_temp_indexes\0\u{1}paused\0\u{2}\u{9}devices\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -815,7 +888,7 @@ nonisolated extension BEPFolder: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.label) }()
-      case 3: try { try decoder.decodeSingularBoolField(value: &self.readOnly) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.type) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.ignorePermissions) }()
       case 5: try { try decoder.decodeSingularBoolField(value: &self.ignoreDelete) }()
       case 6: try { try decoder.decodeSingularBoolField(value: &self.disableTempIndexes) }()
@@ -833,8 +906,8 @@ nonisolated extension BEPFolder: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
     if !self.label.isEmpty {
       try visitor.visitSingularStringField(value: self.label, fieldNumber: 2)
     }
-    if self.readOnly != false {
-      try visitor.visitSingularBoolField(value: self.readOnly, fieldNumber: 3)
+    if self.type != .sendReceive {
+      try visitor.visitSingularEnumField(value: self.type, fieldNumber: 3)
     }
     if self.ignorePermissions != false {
       try visitor.visitSingularBoolField(value: self.ignorePermissions, fieldNumber: 4)
@@ -857,7 +930,7 @@ nonisolated extension BEPFolder: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
   public static func ==(lhs: BEPFolder, rhs: BEPFolder) -> Bool {
     if lhs.id != rhs.id {return false}
     if lhs.label != rhs.label {return false}
-    if lhs.readOnly != rhs.readOnly {return false}
+    if lhs.type != rhs.type {return false}
     if lhs.ignorePermissions != rhs.ignorePermissions {return false}
     if lhs.ignoreDelete != rhs.ignoreDelete {return false}
     if lhs.disableTempIndexes != rhs.disableTempIndexes {return false}
