@@ -48,6 +48,7 @@ public final class ConfigFile {
 
     /// Parses config.xml content; `path` is used in errors and by ``write()``.
     public static func parse(data: Data, path: String) throws(ConfigError) -> ConfigFile {
+        try precheck(data, path: path)
         let lines = try ElementLines.scan(data: data, path: path)
         let document: XMLDocument
         do {
@@ -61,6 +62,47 @@ public final class ConfigFile {
         let config = ConfigFile(path: path, document: document)
         try config.validate(lines: lines)
         return config
+    }
+
+    /// The largest config.xml Kaiten reads: syncthing's own are kilobytes (a few MB with
+    /// thousands of folders); anything bigger is not a config.xml.
+    static let maximumSize = 16 << 20
+
+    /// Cheap checks before libxml2 sees the bytes: it crashes on an empty document and prints
+    /// its own noise for others, so the obvious cases get a clear, one-line error here.
+    static func precheck(_ data: Data, path: String) throws(ConfigError) {
+        guard data.count <= maximumSize else {
+            throw ConfigError(
+                .malformedXML, file: path,
+                "is \(data.count / 1_048_576) MiB: not a syncthing config.xml (those are at most a few MiB)")
+        }
+        guard let first = data.firstIndex(where: { !($0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D) }) else {
+            throw ConfigError(.malformedXML, file: path, line: 1, "is empty; restore it from a backup or run `kaiten init` in a new home")
+        }
+        guard data[first] == UInt8(ascii: "<") else {
+            let line = data[..<first].filter { $0 == 0x0A }.count + 1
+            throw ConfigError(.malformedXML, file: path, line: line, "is not XML (it does not begin with a tag)")
+        }
+        // libxml2 hands Foundation's XMLParser names as bytes it assumes are UTF-8, and the
+        // parser crashes on those that are not: refuse them here, naming the line.
+        if String(validating: data, as: UTF8.self) == nil {
+            var line = 1
+            var iterator = data.makeIterator()
+            var decoder = UTF8()
+            decoding: while true {
+                switch decoder.decode(&iterator) {
+                case .scalarValue(let scalar): if scalar == "\n" { line += 1 }
+                case .emptyInput: break decoding
+                case .error: break decoding
+                }
+            }
+            throw ConfigError(.malformedXML, file: path, line: line, "is not UTF-8 text (a binary or damaged file)")
+        }
+        if data.contains(0) {
+            let zero = data.firstIndex(of: 0)!
+            let line = data[..<zero].filter { $0 == 0x0A }.count + 1
+            throw ConfigError(.malformedXML, file: path, line: line, "holds a NUL byte: binary data, not XML")
+        }
     }
 
     /// A new configuration for a fresh home, the way `syncthing generate` lays it out, with
@@ -397,9 +439,18 @@ struct ElementLines {
         delegate.parser = parser
         // XMLParser on Linux can report success after libxml2 recovered from an error; any
         // reported error counts.
-        if !parser.parse() || delegate.errorLine != nil {
+        if !parser.parse() || delegate.errorLine != nil || delegate.wrongRoot != nil {
+            if let root = delegate.wrongRoot {
+                throw ConfigError(.malformedXML, file: path, line: 1, "the root element must be <configuration>, not <\(root)>")
+            }
             let line = delegate.errorLine ?? parser.lineNumber
-            let reason = delegate.errorText ?? (parser.parserError as NSError?)?.localizedDescription ?? "parse error"
+            var reason = delegate.errorText ?? (parser.parserError as NSError?)?.localizedDescription ?? "parse error"
+            // libxml2 calls a cut-off file "extra content at the end"; say what it is.
+            if delegate.errorCode == 5 || delegate.errorCode == 77,
+                data.range(of: Data("</configuration>".utf8)) == nil
+            {
+                reason = "the file ends before </configuration>: it was cut off (a full disk, an interrupted copy?)"
+            }
             throw ConfigError(.malformedXML, file: path, line: max(line, 1), "not well-formed XML (\(reason))")
         }
         return ElementLines(lines: delegate.lines)
@@ -408,6 +459,9 @@ struct ElementLines {
     private final class Delegate: NSObject, XMLParserDelegate {
         weak var parser: XMLParser?
         var depth = 0
+        var errorCode: Int?
+        /// The root element's name when it is not `configuration` (parsing stops there).
+        var wrongRoot: String?
         var lines: [String: [Int]] = [:]
         var errorLine: Int?
         var errorText: String?
@@ -434,6 +488,10 @@ struct ElementLines {
             qualifiedName qName: String?, attributes attributeDict: [String: String] = [:]
         ) {
             depth += 1
+            if depth == 1 && elementName != "configuration" {
+                wrongRoot = elementName
+                parser.abortParsing()
+            }
             if depth == 2 { lines[elementName, default: []].append(parser.lineNumber) }
         }
 
@@ -444,8 +502,10 @@ struct ElementLines {
         }
 
         func parser(_ parser: XMLParser, parseErrorOccurred parseError: Error) {
-            if errorLine == nil {
+            // abortParsing reports an error of its own: the wrong root is the story then.
+            if errorLine == nil && wrongRoot == nil {
                 errorLine = parser.lineNumber
+                errorCode = (parseError as NSError).code
                 errorText = Self.explain((parseError as NSError).code)
             }
         }

@@ -177,13 +177,24 @@ public enum IndexSync {
                 "no tcp:// address configured; Kaiten does not use discovery, so it cannot dial this peer")
         }
         var lastError: Error = PeerError(.unreachable, peer: device.id.shortDescription, "unreachable")
-        for address in addresses {
-            do {
-                return try await PeerDialer.connect(
-                    to: address, expecting: device.id, identity: identity, hello: hello, logger: logger)
-            } catch {
-                lastError = error
+        // A peer that still counts an earlier connection of ours as alive (this process's
+        // predecessor was killed a moment ago) closes a new one right after the TLS handshake
+        // until it notices (syncthing 1.25+ does so while its wanted connection count is met).
+        // It is asked again a few times, as syncthing itself redials, before that counts as a
+        // failure; a refused or unreachable address is not retried.
+        for delay in [0, 500, 1000, 2000, 3000] {
+            if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
+            var closedDuringHello = false
+            for address in addresses {
+                do {
+                    return try await PeerDialer.connect(
+                        to: address, expecting: device.id, identity: identity, hello: hello, logger: logger)
+                } catch {
+                    lastError = error
+                    if (error as? PeerError)?.code == .closed { closedDuringHello = true }
+                }
             }
+            if !closedDuringHello { break }
         }
         throw lastError
     }

@@ -17,6 +17,23 @@ struct CLITests {
         try body(home, dir)
     }
 
+    /// Issue 10, item 5: an empty, whitespace-only, cut-off or binary config.xml is one line
+    /// naming the file, exit 1, never a crash (it was SIGSEGV, exit 139), and nothing is written.
+    @Test(arguments: ["", " \n\t\n", "<configuration version=\"36\">\n  <device id=", "\u{0}\u{1}garbage"])
+    func aBrokenConfigIsOneLineAndExit1(_ content: String) throws {
+        try withHome { home, _ in
+            try content.write(toFile: home + "/config.xml", atomically: true, encoding: .utf8)
+            for verb in [["id"], ["peer", "ls"], ["plan", "--offline"]] {
+                let result = try KaitenCLI.run(verb + ["--home", home])
+                #expect(result.status == 1, "\(verb): \(result.status) \(result.stderr)")
+                let lines = result.stderr.split(separator: "\n")
+                #expect(lines.count == 1, "\(result.stderr)")
+                #expect(result.stderr.contains(home + "/config.xml"), "\(result.stderr)")
+            }
+            #expect(try String(contentsOfFile: home + "/config.xml", encoding: .utf8) == content)
+        }
+    }
+
     @Test func initPrintsTheDeviceIDAndIdAgrees() throws {
         try withHome { home, _ in
             let id = try kaiten("id", "--home", home)

@@ -232,3 +232,80 @@ struct Syncthing2ConfigTests {
         }
     }
 }
+
+/// Bad config.xml bytes: a one-line error naming the file (and line), never a crash, nothing
+/// written (issue 10, item 5).
+struct ConfigBadInputTests {
+    static func text() throws -> Data { try ConfigFileTests.fixture() }
+
+    static func error(_ data: Data) -> String? {
+        do {
+            _ = try ConfigFile.parse(data: data, path: "/h/config.xml")
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func theCommonWaysAFileGoesBadEachGetAClearError() throws {
+        let whole = try Self.text()
+        let cases: [(Data, String)] = [
+            (Data(), "is empty"),
+            (Data("  \n\t\n".utf8), "is empty"),
+            (whole.prefix(whole.count / 2), "not well-formed XML"),
+            (Data("<configuration version=\"36\">\n    <device id=\"x\">\n".utf8), "cut off"),
+            (whole.prefix(200) + Data([0xC3, 0x28]) + whole.dropFirst(200), "not UTF-8"),
+            (Data([0x00, 0xFF, 0x13, 0x37] + Array(repeating: 0x41, count: 100)), "not XML"),
+            (Data("<settings version=\"36\"></settings>\n".utf8), "must be <configuration>, not <settings>"),
+            (Data("<configuration version=\"36\">\0</configuration>".utf8), "NUL byte"),
+            (Data(count: ConfigFile.maximumSize + 1), "MiB: not a syncthing config.xml"),
+        ]
+        for (data, expected) in cases {
+            let message = try #require(Self.error(data), "accepted: \(expected)")
+            #expect(message.contains("/h/config.xml"), "\(message)")
+            #expect(message.contains(expected), "\(message)")
+            #expect(!message.contains("\n"), "one line: \(message)")
+        }
+    }
+
+    /// Random damage (seeded; KAITEN_FUZZ_SEED replays a run): every input is accepted or refused
+    /// with an error, the process never crashes.
+    @Test func fuzzedBytesNeverCrash() throws {
+        let whole = [UInt8](try Self.text())
+        let seed = ProcessInfo.processInfo.environment["KAITEN_FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
+        // Printed first: a crash takes the whole test process, failure message and all.
+        FileHandle.standardError.write(Data("fuzzedBytesNeverCrash: KAITEN_FUZZ_SEED=\(seed)\n".utf8))
+        var rng = SeededGenerator(seed: seed)
+        var refused = 0
+        for round in 0..<300 {
+            var bytes = whole
+            switch round % 4 {
+            case 0: bytes = Array(bytes.prefix(Int.random(in: 0..<bytes.count, using: &rng)))
+            case 1:
+                for _ in 0..<Int.random(in: 1...20, using: &rng) {
+                    bytes[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
+                }
+            case 2:
+                let at = Int.random(in: 0..<bytes.count, using: &rng)
+                bytes.insert(contentsOf: [UInt8]("<&\"'>]]>".utf8).shuffled(using: &rng), at: at)
+            default:
+                bytes = (0..<Int.random(in: 0..<2000, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            }
+            if Self.error(Data(bytes)) != nil { refused += 1 }
+        }
+        #expect(refused > 100, "seed \(seed): most damaged inputs are refused")
+    }
+}
+
+/// SplitMix64, for replayable random tests.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
