@@ -545,6 +545,12 @@ public enum Applier {
         }
         guard exists else { return }
         let kind: LocalFile.Kind = info.st_mode & S_IFMT == S_IFDIR ? .directory : info.st_mode & S_IFMT == S_IFLNK ? .symlink : .file
+        // A symlink is its target: the scan records no size for it (a link's st_size is its
+        // target's length), so compare what it points at, dangling or not.
+        if kind == .symlink && planned.kind == .symlink {
+            if FolderScanner.readLink(root + "/" + name) == planned.symlinkTarget { return }
+            throw ApplyError(.changedLocally, path: name, "the symlink points elsewhere since the plan; left untouched")
+        }
         let modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         if kind == planned.kind && Int64(info.st_size) == planned.size && modified == planned.modifiedNs && UInt64(info.st_ino) == planned.inode {
             return

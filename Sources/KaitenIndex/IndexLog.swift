@@ -141,10 +141,28 @@ public final class IndexLog {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(files.count * 256)
         var recordStarts: [(offset: Int, length: Int)] = []
+        var keptTombstones: [(entry: FileEntry, offset: Int, length: Int)] = []
         if isFullIndex {
             var payload = device.bytes
             payload.appendBigEndian(indexID)
             Self.appendRecord(.replaced, payload, to: &buffer)
+            // Syncthing 2.x forgets deletions after ~15 months, so a full index may no longer
+            // list a file it once announced deleted. Kaiten keeps such a tombstone (written again
+            // after the "replaced" record): otherwise an older live copy on a peer that was away
+            // would become the global version again and the deleted file would come back. A
+            // file re-created later has a newer version and wins over it as usual.
+            let mentioned = Set(files.lazy.map(\.name))
+            var old: [FileEntry] = []
+            index.forEachEntry { _, owner, entry in
+                if owner == device && entry.isDeleted && !mentioned.contains(entry.name) { old.append(entry) }
+            }
+            for entry in old.sorted(by: { $0.name < $1.name }) {
+                var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
+                let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
+                guard n == record.count, entry.recordLength > 0 else { continue }
+                keptTombstones.append((entry, buffer.count, record.count))
+                buffer += record
+            }
         }
         var maxSequence = isFullIndex ? 0 : (checkpoints[device]?.indexID == indexID ? checkpoints[device]?.maxSequence ?? 0 : 0)
         for file in files {
@@ -173,6 +191,11 @@ public final class IndexLog {
 
         // The batch is on disk; now the view.
         if isFullIndex { forget(device) }
+        for kept in keptTombstones {
+            var entry = kept.entry
+            entry.recordOffset = base + Int64(kept.offset)
+            record(entry, from: device)
+        }
         for (file, (offset, length)) in zip(files, recordStarts) {
             record(FileEntry(file, recordOffset: base + Int64(offset), recordLength: Int32(length)), from: device)
         }

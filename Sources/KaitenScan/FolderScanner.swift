@@ -232,7 +232,7 @@ public struct FolderScanner: Sendable {
         return (blocks, ContentHash(summary.finalize()))
     }
 
-    static func readLink(_ path: String) -> String? {
+    public static func readLink(_ path: String) -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink(path, &buffer, buffer.count - 1)
         guard n >= 0 else { return nil }

@@ -75,6 +75,33 @@ struct UnprivilegedInteropTests {
             #expect(cat.status == 0, "\(cat.stderr)")
             #expect(cat.stdout == "read on demand by nobody\n")
 
+            // The range server, run as the same user: serve, a signed URL, a range request.
+            let port = try FreePort.next()
+            let server = Process()
+            if getuid() == 0 {
+                server.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+                server.arguments = ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "--", KaitenCLI.executable]
+            } else {
+                server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+                server.arguments = []
+            }
+            server.arguments! += ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
+            server.environment = ["PATH": "/usr/bin:/bin", "HOME": user]
+            server.standardOutput = FileHandle.nullDevice
+            server.standardError = FileHandle.nullDevice
+            try server.run()
+            defer { if server.isRunning { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() } }
+            try await st.waitUntil("kaiten serve is up as an unprivileged user", timeout: 60) {
+                FileManager.default.fileExists(atPath: home + "/state/serve.json")
+            }
+            let url = try run(["url", "f", "docs/b.txt"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(url.hasPrefix("http://127.0.0.1:\(port)/"), "\(url)")
+            let ranged = try StreamInteropTests.curl(url, range: "0-3")
+            #expect(ranged.status == 206, "\(ranged)")
+            #expect(ranged.body == Data("read".utf8))
+            kill(server.processIdentifier, SIGTERM)
+            server.waitUntilExit()
+
             // A read-only directory: made 0555 after its file is in; deselected, the file goes
             // (the directory made writable for the moment, as syncthing does), then the directory.
             #expect(try run(["select", "f", "ro"]).status == 0)

@@ -193,4 +193,98 @@ struct WrongResultsInteropTests {
             #expect(!(try world.kaiten("status").stderr.contains("partial")))
         }
     }
+
+    /// Issue 10, item 1: a symlink (dangling too) plans, applies, deselects and deletes like a
+    /// file; the apply after that has nothing left to do.
+    @Test func symlinksDeselectAndDeleteLikeFiles() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-links")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let p = world.peerData
+        try TestFiles.write(p + "/links/target.txt", "pointed at\n")
+        try FileManager.default.createSymbolicLink(atPath: p + "/links/link", withDestinationPath: "target.txt")
+        try FileManager.default.createSymbolicLink(atPath: p + "/links/dangling", withDestinationPath: "nowhere/at/all")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 1)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "links/link", "links/dangling").status == 0)
+            let first = try world.kaiten("apply", "--yes")
+            #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
+            #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: world.local + "/links/dangling")) == "nowhere/at/all")
+
+            #expect(try world.kaiten("deselect", Self.folder, "links/link", "links/dangling").status == 0)
+            let gone = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(gone.status == 0, "\(gone.stdout)\(gone.stderr)")
+            #expect(gone.stdout.contains("deleted links/link"), "\(gone.stdout)")
+            #expect(gone.stdout.contains("deleted links/dangling"), "\(gone.stdout)")
+            var info = stat()
+            #expect(lstat(world.local + "/links/link", &info) != 0)
+            #expect(lstat(world.local + "/links/dangling", &info) != 0)
+            let again = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+            #expect(try world.kaiten("plan", "--detailed-exitcode").status == 0)
+        }
+    }
+
+    /// Issue 10, item 2: a saved plan whose `.stignore` text or actions were edited is refused
+    /// (exit 3, the first difference named) and nothing is written.
+    @Test func anEditedSavedPlanIsRefused() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-edited")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/small.txt", "small\n")
+        try TestFiles.write(world.peerData + "/large.txt", String(repeating: "large ", count: 1000))
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 2)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "small.txt", "large.txt").status == 0)
+            let planPath = dir.file("p.plan")
+            #expect(try world.kaiten("plan", "--out", planPath).status == 0)
+            let original = try String(contentsOfFile: planPath, encoding: .utf8)
+
+            func refused(_ edited: String, _ what: String) throws {
+                try edited.write(toFile: planPath, atomically: true, encoding: .utf8)
+                let result = try world.kaiten("apply", planPath)
+                #expect(result.status == 3, "\(what): \(result.stdout)\(result.stderr)")
+                #expect(result.stderr.contains("not what a fresh plan from its baseline says"), "\(what): \(result.stderr)")
+                #expect(!FileManager.default.fileExists(atPath: world.local + "/.stignore"), "\(what)")
+                #expect(!FileManager.default.fileExists(atPath: world.local + "/small.txt"), "\(what)")
+            }
+            // The .stignore text replaced.
+            var object = try #require(try JSONSerialization.jsonObject(with: Data(original.utf8)) as? [String: Any])
+            var folders = try #require(object["folders"] as? [[String: Any]])
+            var stignore = try #require(folders[0]["stignore"] as? [String: Any])
+            stignore["content"] = "#include /etc/passwd\n*\n"
+            folders[0]["stignore"] = stignore
+            object["folders"] = folders
+            try refused(String(decoding: try JSONSerialization.data(withJSONObject: object), as: UTF8.self), ".stignore")
+
+            // Two pull actions' paths swapped.
+            object = try #require(try JSONSerialization.jsonObject(with: Data(original.utf8)) as? [String: Any])
+            folders = try #require(object["folders"] as? [[String: Any]])
+            var actions = try #require(folders[0]["actions"] as? [[String: Any]])
+            let pulls = actions.indices.filter { actions[$0]["action"] as? String == "pull" }
+            #expect(pulls.count == 2)
+            let first = actions[pulls[0]]["path"]
+            actions[pulls[0]]["path"] = actions[pulls[1]]["path"]
+            actions[pulls[1]]["path"] = first
+            folders[0]["actions"] = actions
+            object["folders"] = folders
+            try refused(String(decoding: try JSONSerialization.data(withJSONObject: object), as: UTF8.self), "swapped paths")
+
+            // The plan as saved applies.
+            try original.write(toFile: planPath, atomically: true, encoding: .utf8)
+            let applied = try world.kaiten("apply", planPath)
+            #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+            #expect(try String(contentsOfFile: world.local + "/small.txt", encoding: .utf8) == "small\n")
+        }
+    }
 }

@@ -103,3 +103,36 @@ struct ConflictRuleTests {
         #expect(index.global("x.txt")?.file.isDeleted == true)
     }
 }
+
+/// Syncthing 2.x forgets tombstones after ~15 months; a full index that no longer lists a file
+/// a peer announced deleted must not bring it back from a peer that was away (issue 15, item 5).
+struct ForgottenTombstoneTests {
+    @Test func aTombstoneAFullIndexLeavesOutIsKeptAcrossReopen() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-index")
+        defer { dir.remove() }
+        let path = dir.file("f.log")
+        let a = IndexLogTests.peerA
+        let b = IndexLogTests.peerB
+        let log = try IndexLog.open(path: path, folderID: "f")
+        let live = IndexLogTests.file("x.txt", sequence: 1, version: [(1, 1)])
+        try log.apply(device: a, indexID: 1, files: [live, IndexLogTests.file("keep.txt", sequence: 2, version: [(1, 1)])], isFullIndex: true)
+        // b was away with the live version.
+        try log.apply(device: b, indexID: 2, files: [IndexLogTests.file("x.txt", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+        // a deletes it...
+        try log.apply(device: a, indexID: 1, files: [IndexLogTests.file("x.txt", sequence: 3, version: [(1, 2)], deleted: true)], isFullIndex: false)
+        #expect(log.index.global("x.txt")?.file.isDeleted == true)
+        // ... and, months later, sends a full index that no longer lists the deletion.
+        try log.apply(device: a, indexID: 1, files: [IndexLogTests.file("keep.txt", sequence: 4, version: [(1, 1)])], isFullIndex: true)
+        #expect(log.index.global("x.txt")?.file.isDeleted == true, "b's older live copy must not come back")
+        log.close()
+        let reopened = try IndexLog.open(path: path, folderID: "f", readOnly: true)
+        #expect(reopened.index.global("x.txt")?.file.isDeleted == true)
+        #expect(reopened.index.global("keep.txt")?.file.isDeleted == false)
+        reopened.close()
+
+        // A file re-created later has a newer version and wins as usual.
+        let again = try IndexLog.open(path: path, folderID: "f")
+        try again.apply(device: a, indexID: 1, files: [IndexLogTests.file("x.txt", sequence: 5, version: [(1, 3)])], isFullIndex: false)
+        #expect(again.index.global("x.txt")?.file.isDeleted == false)
+    }
+}
