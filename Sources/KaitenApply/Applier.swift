@@ -38,6 +38,10 @@ public struct ApplyReport: Sendable {
     public var blocksRefused = 0
     /// Requests lost to a connection that went away.
     public var blocksLost = 0
+    /// The signal that interrupted the apply (SIGINT, SIGTERM), if one did.
+    public var interruptedBy: Int32?
+    /// Actions not done because of the interruption.
+    public var notDone = 0
     /// Deselected files kept because too few connected peers hold them (apply exits 4).
     public var keptForSafety: [(folder: String, path: String)] = []
 }
@@ -245,8 +249,11 @@ public enum Applier {
     }
 
     /// Runs the plan's actions in order. Every failure is reported and the rest continues.
+    /// - Parameter stop: SIGINT/SIGTERM: no new file or block is started once it is set; files
+    ///   cut short keep their temp file (resumed by the next apply); nothing after the pulls runs.
     public static func execute(
-        _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, events: (ApplyEvent) -> Void
+        _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, stop: StopSignal? = nil,
+        events: (ApplyEvent) -> Void
     ) async -> ApplyReport {
         var report = ApplyReport()
         let pulls = plan.folders.flatMap { $0.actions.filter { $0.action == .pull } }
@@ -270,7 +277,14 @@ public enum Applier {
             let check: FilePuller.LocalCheck = { name throws(ApplyError) in
                 try Self.checkUnchanged(root: root, name: name, planned: planned[name])
             }
-            for temp in state.scanStatistics.temporaries {
+            if stop?.isSet == true {
+                report.notDone += folderPlan.actions.count
+                continue
+            }
+            // Leftover temp files of an interrupted run: those of files this plan pulls are
+            // resumed (their verified blocks are kept); the others go.
+            let resumable = Set(folderPlan.actions.filter { $0.action == .pull }.map { SafePath.temporaryName(for: $0.path) })
+            for temp in state.scanStatistics.temporaries where !resumable.contains(temp) {
                 if unlink(root + "/" + temp) == 0 { events(.removedTemporary(folder: folderPlan.id, path: temp)) }
             }
             if folderPlan.stignore.changed {
@@ -293,6 +307,7 @@ public enum Applier {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
                 puller.journal = journal
                 puller.copyOwnershipFromParent = config.copyOwnershipFromParent
+                puller.stop = stop
                 return puller
             }()
             var renamedInto: Set<String> = []
@@ -447,7 +462,7 @@ public enum Applier {
                         return (action, .failure(ApplyError(.changedGlobally, path: action.path, "kept changing on the peers; the next apply tries again")), nil)
                     }
                 }
-                while next < pullActions.count && next < 64 { launch() }
+                while next < pullActions.count && next < 64 && stop?.isSet != true { launch() }
                 while let (action, result, note) = await group.next() {
                     filesDone += 1
                     switch result {
@@ -458,13 +473,22 @@ public enum Applier {
                         report.pulledBytes += action.size
                         report.done += 1
                         events(.done(folder: folderPlan.id, action: action, note: note))
+                    case .failure(let error) where error.code == .interrupted:
+                        report.notDone += 1
                     case .failure(let error):
                         report.failed.append((folderPlan.id, action.path, error.hint))
                         events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                     }
                     events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesDone, bytesTotal: totalBytes, current: action.path))
-                    if next < pullActions.count { launch() }
+                    if next < pullActions.count && stop?.isSet != true { launch() }
                 }
+                report.notDone += pullActions.count - next
+            }
+            // Interrupted: what was renamed stays recorded; nothing else is started.
+            let stopping = stop?.isSet == true
+            if stopping {
+                report.interruptedBy = stop?.signal
+                report.notDone += folderPlan.actions.filter { $0.action != .pull && $0.action != .mkdir }.count
             }
             // Each directory that received files is fsynced once, before anything is deleted; the
             // synced journal is made durable first, so no rename outlives its record.
@@ -481,7 +505,7 @@ public enum Applier {
             report.blocksRefused += stats.refused
             report.blocksLost += stats.lost
 
-            for action in folderPlan.actions where action.action == .chmod {
+            for action in folderPlan.actions where action.action == .chmod && !stopping {
                 guard let mode = action.mode else { continue }
                 if action.type == "directory" {
                     directoryModes.append((action.path, mode))
@@ -501,9 +525,9 @@ public enum Applier {
                 }
             }
 
-            for action in folderPlan.actions where action.action == .delete && !isMakingRoom(action) { runDelete(action) }
-            for action in folderPlan.actions where action.action == .rmdir && action.cause != .replaced { runRmdir(action) }
-            for (path, mode) in directoryModes.sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
+            for action in folderPlan.actions where action.action == .delete && !isMakingRoom(action) && !stopping { runDelete(action) }
+            for action in folderPlan.actions where action.action == .rmdir && action.cause != .replaced && !stopping { runRmdir(action) }
+            for (path, mode) in directoryModes.filter({ _ in !stopping }).sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
                 let action = Action(action: .chmod, path: path, reason: "directory permissions", type: "directory", cause: .permissions, mode: mode)
                 do {
                     try SafePath.validate(path)

@@ -10,6 +10,8 @@ public struct ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
         case stale
         case brake
         case locked
+        /// SIGINT or SIGTERM: stopped between blocks; the temp file stays for the next apply.
+        case interrupted
     }
 
     public let code: Code

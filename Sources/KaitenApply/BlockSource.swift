@@ -48,6 +48,11 @@ public final class BlockSource: Sendable {
 
     public var statistics: Statistics { counters.withLock { $0 } }
 
+    /// Blocks found already verified in a leftover temp file count as copied locally.
+    func countResumed(_ count: Int) {
+        counters.withLock { $0.copied += count }
+    }
+
     /// The verified bytes of one block of `file`.
     public func block(_ block: BEPBlockInfo, of file: BEPFileInfo, holders: [DeviceID]) async throws(ApplyError) -> Data {
         if block.size == 0 { return Data() }

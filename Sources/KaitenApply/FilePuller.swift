@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import KaitenIndex
 import KaitenProtocol
@@ -31,6 +32,8 @@ public struct FilePuller: Sendable {
     public var journal: SyncedJournal?
     /// The folder's copyOwnershipFromParent: a written file gets its directory's owner and group.
     public var copyOwnershipFromParent = false
+    /// Checked before each block: when set, the pull stops and its temp file stays.
+    public var stop: StopSignal?
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
@@ -80,16 +83,30 @@ public struct FilePuller: Sendable {
     ) async throws(ApplyError) -> LocalFile {
         let target = root + "/" + name
         let temp = root + "/" + SafePath.temporaryName(for: name)
-        // A temp file left by a crashed run is simply rewritten.
-        let fd = open(temp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        // A temp file left by an interrupted run keeps what it verified: each of its blocks is
+        // checked again against this version's block list and kept when it matches (as syncthing
+        // reuses its temp files); the rest is fetched.
+        var existing = stat()
+        let fd: Int32 = {
+            let fd = open(temp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            guard fd >= 0, fstat(fd, &existing) != 0 || existing.st_mode & S_IFMT != S_IFREG else { return fd }
+            // Not a regular file (or unreadable): start afresh.
+            close(fd)
+            unlink(temp)
+            existing = stat()
+            return open(temp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        }()
         guard fd >= 0 else { throw ApplyError(.io, path: name, "cannot create \(temp): \(String(cString: strerror(errno)))") }
         var ok = false
+        var keepTemp = false
         defer {
             if !ok {
                 close(fd)
-                unlink(temp)
+                if !keepTemp { unlink(temp) }
             }
         }
+        let resumed = existing.st_size > 0 ? Self.verifiedBlocks(fd: fd, size: Int64(existing.st_size), blocks: blocks) : []
+        if !resumed.isEmpty { source.countResumed(resumed.count) }
         guard ftruncate(fd, off_t(entry.size)) == 0 else {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
@@ -100,11 +117,13 @@ public struct FilePuller: Sendable {
         let request = requestFile
         let source = self.source
         let window = self.window
+        let stop = self.stop
+        let wanted = blocks.indices.filter { !resumed.contains($0) }.map { blocks[$0] }
         do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
+            let launched = try await withThrowingTaskGroup(of: Void.self, returning: Int.self) { group in
                 var next = 0
                 func launch() {
-                    let block = blocks[next]
+                    let block = wanted[next]
                     next += 1
                     group.addTask {
                         let data = try await source.block(block, of: request, holders: holders)
@@ -114,12 +133,18 @@ public struct FilePuller: Sendable {
                         }
                     }
                 }
-                while next < blocks.count && next < window { launch() }
+                while next < wanted.count && next < window { launch() }
                 while try await group.next() != nil {
-                    if next < blocks.count { launch() }
+                    if next < wanted.count && stop?.isSet != true { launch() }
                 }
+                return next
+            }
+            if launched < wanted.count {
+                keepTemp = true
+                throw ApplyError(.interrupted, path: name, "interrupted; the blocks fetched so far stay in \(SafePath.temporaryName(for: name)) for the next apply")
             }
         } catch let error as ApplyError {
+            if error.code == .interrupted { keepTemp = true }
             throw error
         } catch {
             throw ApplyError(.peerFailed, path: name, "\(error)")
@@ -168,6 +193,19 @@ public struct FilePuller: Sendable {
             modifiedNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec), inode: UInt64(info.st_ino),
             permissions: UInt32(info.st_mode & 0o7777), contentHash: entry.contentHash, blockSize: entry.blockSize,
             blocks: localBlocks, synced: SyncedVersion(version: entry.version, contentHash: entry.contentHash))
+    }
+
+    /// The blocks (by index) a leftover temp file already holds, each SHA-256-verified.
+    static func verifiedBlocks(fd: Int32, size: Int64, blocks: [BEPBlockInfo]) -> Set<Int> {
+        var found: Set<Int> = []
+        var buffer = [UInt8]()
+        for (i, block) in blocks.enumerated() where block.size > 0 && block.offset + Int64(block.size) <= size {
+            buffer = [UInt8](repeating: 0, count: Int(block.size))
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(block.offset)) }
+            guard n == buffer.count else { continue }
+            if SHA256.hash(data: buffer).elementsEqual(block.hash) { found.insert(i) }
+        }
+        return found
     }
 
     /// The last look before the rename, then the rename and the directory fsync.

@@ -41,6 +41,10 @@ extension Kaiten {
                   kaiten plan --out tonight.plan && kaiten apply tonight.plan
                   kaiten apply --yes --json | jq -c 'select(.type == "action_failed")'
                   kaiten apply --yes --max-delete 100%     # a deliberate mass deselection
+
+                Ctrl-C (SIGINT) or SIGTERM stops it between blocks: what is done stays done, files \
+                cut short keep their verified blocks in their temp files for the next apply, and \
+                it exits 130 or 143.
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -141,12 +145,16 @@ extension Kaiten {
                         Terminal.error("\(error)")
                         throw ExitCode(4)
                     }
+                    let stop = StopSignal()
+                    stop.install()
                     let report = await Applier.execute(
                         plan, prepared: prepared, home: opened, requirePeers: max(requirePeers, plan.requirePeers ?? 1),
-                        events: output.handle)
-                    Applier.markApplied(plan, home: opened.home)
-                    await session.close(reason: "apply done")
+                        stop: stop, events: output.handle)
+                    if report.interruptedBy == nil { Applier.markApplied(plan, home: opened.home) }
+                    await session.close(reason: report.interruptedBy == nil ? "apply done" : "interrupted")
                     output.summary(report, plan: plan)
+                    // 128 + the signal, as a shell reports a command a signal stopped.
+                    if let signal = report.interruptedBy { throw ExitCode(128 + signal) }
                     if !report.failed.isEmpty { throw ExitCode(5) }
                     // A folder left alone for safety (no marker), or a deselected file kept because
                     // its holders are offline, is a brake, even if everything else went through.
@@ -283,9 +291,16 @@ final class ApplyOutput: @unchecked Sendable {
                 "pulled_bytes": report.pulledBytes, "freed_bytes": report.freedBytes, "seconds": seconds,
                 "blocks_fetched": report.blocksFetched, "blocks_copied_locally": report.blocksCopiedLocally,
                 "blocks_rejected": report.blocksRejected, "blocks_refused": report.blocksRefused, "blocks_lost": report.blocksLost,
-                "not_applied": plan.summary.notApplied, "plan_id": plan.planID, "kept_for_safety": report.keptForSafety.count,
+                "not_applied": plan.summary.notApplied, "plan_id": plan.planID, "not_done": report.notDone,
+                "interrupted_by": report.interruptedBy.map { Int($0) } ?? 0, "kept_for_safety": report.keptForSafety.count,
             ])
             return
+        }
+        if let signal = report.interruptedBy {
+            print(
+                "Interrupted by \(signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "signal \(signal)"): "
+                    + "\(report.done) action\(report.done == 1 ? "" : "s") done, \(report.notDone) not done. Files cut short keep the "
+                    + "blocks already fetched in their temp files; the next apply resumes them.")
         }
         var line = "Applied: \(report.done) action\(report.done == 1 ? "" : "s") (\(Kaiten.Ls.human(report.pulledBytes)) pulled, \(Kaiten.Ls.human(report.freedBytes)) freed)"
         if !report.failed.isEmpty { line += ", \(report.failed.count) failed" }
