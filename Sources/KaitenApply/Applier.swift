@@ -403,11 +403,55 @@ public enum Applier {
 
             // Pulls, several files at once (one request per small file would wait a round trip each).
             let pullActions = folderPlan.actions.filter { $0.action == .pull }
+            // minDiskFree, as syncthing honours it: a file starts only while the space it needs
+            // leaves that much free. One that does not fit waits for the files in flight (their
+            // space is counted as taken), and fails with the shortfall named only when it does not
+            // fit with nothing in flight; smaller files still land.
+            let minimumFree = DiskSpace.of(root).map { config.minDiskFree.bytes(ofTotal: $0.total) } ?? 0
             await withTaskGroup(of: (Action, Result<LocalFile, ApplyError>, String?).self) { group in
                 var next = 0
-                func launch() {
-                    let action = pullActions[next]
-                    next += 1
+                var deferred: [Action] = []
+                var inFlight: [String: Int64] = [:]
+                enum Room { case fits, later, never(String) }
+                func room(for size: Int64) -> Room {
+                    guard size > 0, let now = DiskSpace.of(root) else { return .fits }
+                    let reserved = inFlight.values.reduce(0, +)
+                    if now.available - reserved - size >= minimumFree { return .fits }
+                    if !inFlight.isEmpty { return .later }
+                    let above = max(0, now.available - minimumFree)
+                    return .never(
+                        "not enough free space: it needs \(Self.human(size)), \(Self.human(above)) is free above minDiskFree "
+                            + "\(config.minDiskFree.description) (\(Self.human(minimumFree))); free \(Self.human(size - above)) and apply again")
+                }
+                /// Starts the next file that fits (waiting ones first); false when none can start now.
+                func launchNext() -> Bool {
+                    if let i = deferred.firstIndex(where: { if case .fits = room(for: $0.size) { true } else { false } }) {
+                        launch(deferred.remove(at: i))
+                        return true
+                    }
+                    if inFlight.isEmpty, let waiting = deferred.first, case .never(let why) = room(for: waiting.size) {
+                        deferred.removeFirst()
+                        group.addTask { (waiting, .failure(ApplyError(.noSpace, path: waiting.path, why)), nil) }
+                        return true
+                    }
+                    while next < pullActions.count {
+                        let action = pullActions[next]
+                        next += 1
+                        switch room(for: action.size) {
+                        case .fits:
+                            launch(action)
+                            return true
+                        case .later:
+                            deferred.append(action)
+                        case .never(let why):
+                            group.addTask { (action, .failure(ApplyError(.noSpace, path: action.path, why)), nil) }
+                            return true
+                        }
+                    }
+                    return false
+                }
+                func launch(_ action: Action) {
+                    inFlight[action.path] = action.size
                     guard let global = log.index.global(action.path), !global.file.isDeleted, !global.holders.isEmpty else {
                         group.addTask { (action, .failure(ApplyError(.changedGlobally, path: action.path, "no longer available from any peer")), nil) }
                         return
@@ -462,8 +506,11 @@ public enum Applier {
                         return (action, .failure(ApplyError(.changedGlobally, path: action.path, "kept changing on the peers; the next apply tries again")), nil)
                     }
                 }
-                while next < pullActions.count && next < 64 && stop?.isSet != true { launch() }
+                var running = 0
+                while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
                 while let (action, result, note) = await group.next() {
+                    running -= 1
+                    inFlight[action.path] = nil
                     filesDone += 1
                     switch result {
                     case .success(let file):
@@ -480,9 +527,9 @@ public enum Applier {
                         events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                     }
                     events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesDone, bytesTotal: totalBytes, current: action.path))
-                    if next < pullActions.count && stop?.isSet != true { launch() }
+                    while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
                 }
-                report.notDone += pullActions.count - next
+                report.notDone += pullActions.count - next + deferred.count
             }
             // Interrupted: what was renamed stays recorded; nothing else is started.
             let stopping = stop?.isSet == true
@@ -546,6 +593,17 @@ public enum Applier {
             if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
         return report
+    }
+
+    static func human(_ bytes: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(max(0, bytes))
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(Int(value)) B" : String(format: "%.1f %@", value, units[unit])
     }
 
     /// Sets permission bits on a file or directory that is not a symlink (checked just before).

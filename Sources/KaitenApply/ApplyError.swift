@@ -12,6 +12,8 @@ public struct ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
         case locked
         /// SIGINT or SIGTERM: stopped between blocks; the temp file stays for the next apply.
         case interrupted
+        /// The file would leave less free space than the folder's minDiskFree.
+        case noSpace
     }
 
     public let code: Code

@@ -110,6 +110,14 @@ public struct FilePuller: Sendable {
         guard ftruncate(fd, off_t(entry.size)) == 0 else {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
+        // The whole file's space up front: a full disk fails this file now, before any block is
+        // fetched, rather than some later write of it (and of every other file in flight).
+        if entry.size > 0 {
+            let result = posix_fallocate(fd, 0, off_t(entry.size))
+            if result == ENOSPC || result == EDQUOT {
+                throw ApplyError(.noSpace, path: name, "no space left on the device for its \(entry.size) bytes (\(String(cString: strerror(result))))")
+            }
+        }
         var requestFile = BEPFileInfo()
         requestFile.name = entry.name
         requestFile.size = entry.size
@@ -128,8 +136,10 @@ public struct FilePuller: Sendable {
                     group.addTask {
                         let data = try await source.block(block, of: request, holders: holders)
                         let written = data.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(block.offset)) }
+                        let error = errno  // read at once: anything after the write may change it
                         guard written == data.count else {
-                            throw ApplyError(.io, path: name, "cannot write: \(String(cString: strerror(errno)))")
+                            let why = written < 0 ? String(cString: strerror(error)) : "short write (\(written) of \(data.count) bytes; is the disk full?)"
+                            throw ApplyError(error == ENOSPC ? .noSpace : .io, path: name, "cannot write: \(why)")
                         }
                     }
                 }

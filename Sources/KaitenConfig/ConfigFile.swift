@@ -407,6 +407,9 @@ public final class ConfigFile {
             markerName: childText(element, "markerName").flatMap { $0.isEmpty ? nil : $0 } ?? ".stfolder",
             isPaused: childText(element, "paused") == "true")
         folder.copyOwnershipFromParent = childText(element, "copyOwnershipFromParent") == "true"
+        if let minimum = element.elements(forName: "minDiskFree").first, let value = Double(minimum.stringValue ?? "") {
+            folder.minDiskFree = MinDiskFree(value: value, unit: attribute(minimum, "unit") ?? "%")
+        }
         return folder
     }
 }

@@ -72,6 +72,8 @@ public struct FolderConfiguration: Sendable, Equatable {
     public var isPaused: Bool
     /// Files written get the owner and group of their directory (needs privileges, as in syncthing).
     public var copyOwnershipFromParent = false
+    /// `<minDiskFree unit="%">1</minDiskFree>`: the free space a pull must leave.
+    public var minDiskFree = MinDiskFree(value: 1, unit: "%")
 
     public init(
         id: String, label: String = "", path: String, type: FolderType = .sendreceive, devices: [DeviceID] = [],
@@ -116,4 +118,32 @@ public struct GUIConfiguration: Sendable, Equatable {
     public var isEnabled: Bool
     public var address: String
     public var apiKey: String
+}
+
+/// syncthing's minDiskFree: a share of the file system (`%`) or an amount (`kB`, `MB`, `GB`,
+/// `TB`, powers of 1000 as syncthing reads them; `KiB`… powers of 1024).
+public struct MinDiskFree: Sendable, Equatable {
+    public var value: Double
+    public var unit: String
+
+    public init(value: Double, unit: String) {
+        self.value = value
+        self.unit = unit
+    }
+
+    /// The bytes to keep free on a file system of `total` bytes.
+    public func bytes(ofTotal total: Int64) -> Int64 {
+        let factors: [String: Double] = [
+            "": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+            "kib": 1024, "mib": 1_048_576, "gib": 1_073_741_824, "tib": 1_099_511_627_776,
+        ]
+        if unit == "%" { return Int64(Double(total) * max(0, min(value, 100)) / 100) }
+        return Int64(max(0, value) * (factors[unit.lowercased()] ?? 1))
+    }
+
+    public var description: String { unit == "%" ? "\(value.formatted())%" : "\(value.formatted()) \(unit)" }
+}
+
+extension Double {
+    fileprivate func formatted() -> String { self == rounded() ? String(Int(self)) : String(self) }
 }

@@ -104,7 +104,23 @@ public enum Planner {
             states.map(\.input), lineage: try lineage(home.home), planID: UUID().uuidString.lowercased(),
             createdAt: formatter.string(from: Date()), deviceID: home.identity.deviceID.description, configBytes: configBytes)
         plan.requirePeers = requirePeers
+        for i in plan.folders.indices {
+            guard let folder = folders.first(where: { $0.id == plan.folders[i].id }) else { continue }
+            if let warning = spaceWarning(plan.folders[i], folder: folder) { plan.folders[i].warnings.append(warning) }
+        }
         return (plan, states, skipped)
+    }
+
+    /// A warning when the pulls need more than the free space above the folder's minDiskFree.
+    static func spaceWarning(_ plan: FolderPlan, folder: FolderConfiguration) -> String? {
+        let needed = plan.actions.filter { $0.action == .pull }.reduce(Int64(0)) { $0 + $1.size }
+        guard needed > 0, let space = DiskSpace.of(folder.path) else { return nil }
+        let minimum = folder.minDiskFree.bytes(ofTotal: space.total)
+        let usable = space.available - minimum
+        guard needed > usable else { return nil }
+        let mib = { (bytes: Int64) in String(format: "%.1f MiB", Double(max(0, bytes)) / 1_048_576) }
+        return "the pulls need \(mib(needed)) but \(mib(usable)) is free above minDiskFree \(folder.minDiskFree.description) "
+            + "(\(mib(minimum))): apply will pull what fits and fail the rest; free \(mib(needed - usable)) or select less"
     }
 
     /// The home's lineage, made on first use.

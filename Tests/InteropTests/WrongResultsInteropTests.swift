@@ -315,12 +315,15 @@ struct WrongResultsInteropTests {
             process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
             process.standardError = FileHandle.nullDevice
             try process.run()
-            // Wait until half the file is written (allocated blocks of the sparse temp file).
+            // Wait until half the file is written: the bytes the process wrote (/proc/PID/io's
+            // wchar; the temp file is allocated whole up front, so its size says nothing).
             let deadline = Date().addingTimeInterval(120)
             var written = 0
             while process.isRunning && Date() < deadline {
-                var info = stat()
-                if lstat(temp, &info) == 0 { written = Int(info.st_blocks) * 512 }
+                let io = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/io", encoding: .utf8)) ?? ""
+                for line in io.split(separator: "\n") where line.hasPrefix("wchar:") {
+                    written = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
+                }
                 if written >= size / 2 { break }
                 usleep(2_000)
             }
@@ -344,6 +347,61 @@ struct WrongResultsInteropTests {
             #expect(Double(fetched) <= Double(totalBlocks) * 0.55, "fetched \(fetched) of \(totalBlocks) again: \(second)")
             #expect(ApplyInteropTests.sha(world.local + "/big.bin") == ApplyInteropTests.sha(world.peerData + "/big.bin"))
             #expect(!FileManager.default.fileExists(atPath: temp))
+        }
+    }
+
+    /// Whether this run may mount a small tmpfs (root in CI); elsewhere the full-disk test is skipped.
+    static let canMountTmpfs: Bool = {
+        guard getuid() == 0, let dir = try? TemporaryDirectory(prefix: "kaiten-tmpfs-probe") else { return false }
+        defer { dir.remove() }
+        let mounted = (try? ProcessRunner.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", dir.path]))?.status == 0
+        if mounted { _ = try? ProcessRunner.run("/bin/umount", [dir.path]) }
+        return mounted
+    }()
+
+    /// Issue 10, item 6: a folder on a 30 MiB file system with 61 MiB selected. The plan warns;
+    /// apply honours minDiskFree, lands what fits (every small file, one big one), fails the
+    /// rest naming the shortfall (never "Success" or a wrong errno), exits 5, and leaves no temp
+    /// file behind.
+    @Test(.enabled(if: canMountTmpfs, "needs root to mount a small tmpfs"))
+    func aFullDiskLandsWhatFitsAndSaysWhatIsMissing() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-full")
+        defer { dir.remove() }
+        let world = try World(dir)
+        try FileManager.default.createDirectory(atPath: world.local, withIntermediateDirectories: true)
+        #expect(try ProcessRunner.run("/bin/mount", ["-t", "tmpfs", "-o", "size=30m", "tmpfs", world.local]).status == 0)
+        defer { _ = try? ProcessRunner.run("/bin/umount", ["-l", world.local]) }
+        try FileManager.default.createDirectory(atPath: world.local + "/.stfolder", withIntermediateDirectories: true)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        for i in 0..<3 { try TestFiles.random(world.peerData + "/big\(i).bin", size: 20 << 20) }
+        for i in 0..<10 { try TestFiles.random(world.peerData + "/small/s\(i).bin", size: 100_000) }
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 13)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "big0.bin", "big1.bin", "big2.bin", "small").status == 0)
+
+            let plan = try world.kaiten("plan")
+            #expect(plan.stdout.contains("the pulls need"), "\(plan.stdout)\(plan.stderr)")
+
+            let apply = try world.kaiten("apply", "--yes")
+            #expect(apply.status == 5, "\(apply.stdout)\(apply.stderr)")
+            for i in 0..<10 {
+                let name = "small/s\(i).bin"
+                #expect(ApplyInteropTests.sha(world.local + "/" + name) == ApplyInteropTests.sha(world.peerData + "/" + name), "\(name)")
+            }
+            let bigs = (0..<3).filter { FileManager.default.fileExists(atPath: world.local + "/big\($0).bin") }
+            #expect(bigs.count == 1, "one 20 MiB file fits in 30 MiB: \(bigs)")
+            for i in bigs {
+                #expect(ApplyInteropTests.sha(world.local + "/big\(i).bin") == ApplyInteropTests.sha(world.peerData + "/big\(i).bin"))
+            }
+            let all = apply.stdout + apply.stderr
+            #expect(all.contains("not enough free space") || all.contains("no space left"), "\(all)")
+            #expect(!all.contains("Success") && !all.contains("No such file"), "\(all)")
+            let temps = try FileManager.default.subpathsOfDirectory(atPath: world.local).filter { $0.contains(".syncthing.") }
+            #expect(temps.isEmpty, "\(temps)")
         }
     }
 }
