@@ -101,6 +101,8 @@ public final class StreamServer: Sendable {
             headers.add(name: "ETag", value: entry.etag)
             headers.add(name: "Last-Modified", value: Self.httpDate(Date(timeIntervalSince1970: TimeInterval(entry.global.modifiedS))))
             headers.add(name: "Cache-Control", value: "private, max-age=0")
+            // Shown in a browser, saved under its own name (RFC 6266, RFC 8187 for UTF-8 names).
+            headers.add(name: "Content-Disposition", value: Self.contentDisposition(for: path))
             let type = MIME.type(forPath: path)
             var ranges = HTTPRange.resolve(head.headers.first(name: "Range"), size: entry.size)
             if let ifRange = head.headers.first(name: "If-Range"), ifRange != entry.etag {
@@ -204,8 +206,19 @@ public final class StreamServer: Sendable {
         return (folder, path)
     }
 
+    /// The one clean-name rule apply uses too: syncthing allows `\` in names on Linux.
     static func isClean(_ path: String) -> Bool {
-        SafePath.isClean(path) && !path.contains("\\")
+        SafePath.isClean(path)
+    }
+
+    /// `inline; filename*=UTF-8''NAME` with NAME percent-encoded, plus an ASCII fallback.
+    static func contentDisposition(for path: String) -> String {
+        let name = (path as NSString).lastPathComponent
+        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
+        allowed.insert(charactersIn: "!#$&+-.^_`|~")
+        let encoded = name.addingPercentEncoding(withAllowedCharacters: allowed) ?? "file"
+        let fallback = String(name.unicodeScalars.map { $0.isASCII && $0 != "\"" && $0 != "\\" && $0.value >= 0x20 ? Character($0) : "_" })
+        return "inline; filename=\"\(fallback)\"; filename*=UTF-8''\(encoded)"
     }
 
     /// The request line without its signature, for the log.

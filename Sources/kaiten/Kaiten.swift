@@ -35,6 +35,36 @@ struct Kaiten: AsyncParsableCommand {
     )
 }
 
+extension Kaiten {
+    /// `kaiten --home DIR id` works as `kaiten id --home DIR` does: git and terraform take their
+    /// directory options before the verb, and users type them both ways.
+    static func main() async {
+        await main(movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
+    }
+
+    /// The global options written before the verb, moved after it (before a `--`, if any).
+    static func movingGlobalOptions(_ arguments: [String]) -> [String] {
+        var leading: [String] = []
+        var rest = arguments[...]
+        while let first = rest.first {
+            if first == "--home", rest.count >= 2 {
+                leading += rest.prefix(2)
+                rest = rest.dropFirst(2)
+            } else if first.hasPrefix("--home=") || first == "--verbose" || first == "-v" {
+                leading.append(first)
+                rest = rest.dropFirst()
+            } else {
+                break
+            }
+        }
+        guard !leading.isEmpty, !rest.isEmpty else { return arguments }
+        var moved = Array(rest)
+        let end = moved.firstIndex(of: "--") ?? moved.endIndex
+        moved.insert(contentsOf: leading, at: end)
+        return moved
+    }
+}
+
 /// Options every verb takes.
 struct GlobalOptions: ParsableArguments {
     @Option(

@@ -68,7 +68,18 @@ struct BEPInteropTests {
         try await withSyncthing(syncthing) { st in
             try await st.addDevice(kaiten.deviceID, name: "kaiten", compression: compression)
             try await st.addFolder(id: setup.folderID, path: folderPath, devices: [kaiten.deviceID])
-            try await st.waitIdle(folder: setup.folderID)
+            // Idle is not enough: a folder just added can look idle before its first scan starts
+            // (2.x does), and a file removed then was never indexed. Wait for every file.
+            var regular = 0
+            let walker = FileManager.default.enumerator(atPath: folderPath)
+            while let name = walker?.nextObject() as? String {
+                var info = stat()
+                if lstat(folderPath + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG, !name.hasPrefix(".stfolder") { regular += 1 }
+            }
+            try await st.waitUntil("the first scan indexed \(regular) files", timeout: 120) {
+                let status = try await setup.status()
+                return status["state"] as? String == "idle" && status["localFiles"] as? Int == regular
+            }
             try await body(setup)
         }
     }

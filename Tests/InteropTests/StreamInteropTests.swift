@@ -45,6 +45,7 @@ struct StreamInteropTests {
         try TestFiles.random(peerData + "/big.bin", size: 300_000_000)
         try TestFiles.write(peerData + "/films/notes/readme.txt", "hello from the peer\n")
         try TestFiles.random(peerData + "/here-too.bin", size: 1_000_000)
+        try TestFiles.write(peerData + "/docs/back\\slash café.txt", "a backslash is a name character on Linux\n")
         let movie = try Data(contentsOf: URL(fileURLWithPath: peerData + "/films/movie.mkv"))
         func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home]) }
 
@@ -54,7 +55,7 @@ struct StreamInteropTests {
             try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
             try await st.waitUntil("peer scanned", timeout: 120) {
                 let s = try await st.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
-                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 4
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 5
             }
             #expect(try kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", st.address).status == 0)
             #expect(try kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
@@ -104,6 +105,23 @@ struct StreamInteropTests {
 
             let url = try kaiten("url", Self.folder, "films/movie.mkv").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(url.hasPrefix("http://127.0.0.1:\(port)/file?folder=media&path=films/movie.mkv&exp="))
+
+            // Issue 10, items 3, 9 and 24: one clean-name rule (a backslash is fine), links only
+            // for live files of the index, and the real name in Content-Disposition.
+            let backslash = try kaiten("url", Self.folder, "docs/back\\slash café.txt")
+            #expect(backslash.status == 0, "\(backslash.stderr)")
+            let served = try Self.curl(backslash.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            #expect(served.status == 200, "\(served)")
+            #expect(served.body == Data("a backslash is a name character on Linux\n".utf8))
+            #expect(served.headers["content-disposition"] == "inline; filename=\"back_slash caf_.txt\"; filename*=UTF-8''back%5Cslash%20caf%C3%A9.txt", "\(served.headers)")
+            let escaping = try kaiten("url", Self.folder, "../etc/passwd")
+            #expect(escaping.status == 64, "\(escaping.stdout)\(escaping.stderr)")
+            #expect(escaping.stdout.isEmpty)
+            let nope = try kaiten("url", Self.folder, "nope.txt")
+            #expect(nope.status == 1 && nope.stderr.contains("not in the global index"), "\(nope.stderr)")
+            #expect(nope.stdout.isEmpty)
+            let folderLink = try kaiten("url", Self.folder, "films")
+            #expect(folderLink.status == 1 && folderLink.stderr.contains("directory"), "\(folderLink.stderr)")
 
             let whole = try Self.curl(url)
             #expect(whole.status == 200)

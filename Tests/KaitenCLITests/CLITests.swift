@@ -34,6 +34,18 @@ struct CLITests {
         }
     }
 
+    /// Issue 10, item 17: `--home` (and `-v`) before the verb, as git and terraform take theirs.
+    @Test func globalOptionsMayComeBeforeTheVerb() throws {
+        try withHome { home, _ in
+            let after = try kaiten("id", "--home", home)
+            let before = try kaiten("--home", home, "id")
+            #expect(before.status == 0, "\(before.stderr)")
+            #expect(before.stdout == after.stdout)
+            let equals = try kaiten("--home=\(home)", "peer", "ls")
+            #expect(equals.status == 0, "\(equals.stderr)")
+        }
+    }
+
     @Test func initPrintsTheDeviceIDAndIdAgrees() throws {
         try withHome { home, _ in
             let id = try kaiten("id", "--home", home)
@@ -200,5 +212,7 @@ struct CLITests {
         #expect(result.status == 0)
         #expect(result.stdout.contains("USAGE:"))
         #expect(result.stdout.contains("--home"))
+        // README promises an example in every verb's help (issue 10, item 22).
+        if args != ["--help"] { #expect(result.stdout.contains("Example"), "\(args)") }
     }
 }

@@ -104,7 +104,12 @@ extension Kaiten.Folder {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "ls",
-            abstract: "List the configured folders.")
+            abstract: "List the configured folders.",
+            discussion: """
+                Examples:
+                  kaiten folder ls
+                  kaiten folder ls --json | jq -r '.[].path'
+                """)
 
         @OptionGroup var global: GlobalOptions
 

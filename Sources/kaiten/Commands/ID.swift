@@ -9,6 +9,10 @@ extension Kaiten {
             discussion: """
                 The device ID is derived from cert.pem, exactly as `syncthing serve --device-id` \
                 derives it; give it to peers so they can add this device.
+
+                Examples:
+                  kaiten id
+                  kaiten id --json | jq -r .device_id
                 """)
 
         @OptionGroup var global: GlobalOptions

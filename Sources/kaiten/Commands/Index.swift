@@ -78,6 +78,9 @@ extension Kaiten.Index {
                 Kaiten compacts a log by itself when dead records outweigh live ones. The new log is \
                 written beside the old one, fsynced and renamed over it: a crash leaves one or \
                 the other, whole.
+
+                Example:
+                  kaiten index compact photos
                 """)
 
         @OptionGroup var global: GlobalOptions

@@ -238,9 +238,24 @@ extension Kaiten {
                 guard let record = ServerRecord.load(opened.home) else {
                     throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
                 }
+                // Sign only what the server will serve: a clean name of a live file in the index.
+                let clean = Cat.clean(path)
+                do {
+                    try SafePath.validate(clean)
+                } catch let error as ApplyError {
+                    throw ValidationError("\(path): \(error.hint)")
+                }
+                let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+                defer { log.close() }
+                guard let global = log.index.global(clean), !global.file.isDeleted else {
+                    throw StreamError(.notFound, "\(clean) is not in the global index of \(folder) (see `kaiten ls \(folder)`)")
+                }
+                guard global.file.type == .file else {
+                    throw StreamError(.notFound, "\(clean) is a \(global.file.type == .directory ? "directory" : "symlink"), not a file; links are made for files")
+                }
                 let signer = try URLSigner.load(home: opened.home)
                 let expires = Int64(Date().timeIntervalSince1970) + seconds
-                print(signer.url(base: record.baseURL, folder: folder, path: Cat.clean(path), expires: expires))
+                print(signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires))
             }
         }
 

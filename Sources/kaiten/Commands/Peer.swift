@@ -68,7 +68,12 @@ extension Kaiten.Peer {
         static let configuration = CommandConfiguration(
             commandName: "rm",
             abstract: "Remove a peer from config.xml and from every folder shared with it.",
-            discussion: "Local files are not touched.")
+            discussion: """
+                Local files are not touched.
+
+                Example:
+                  kaiten peer rm MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD
+                """)
 
         @OptionGroup var global: GlobalOptions
 
@@ -93,7 +98,13 @@ extension Kaiten.Peer {
         static let configuration = CommandConfiguration(
             commandName: "ls",
             abstract: "List the configured peers.",
-            discussion: "This device itself is listed too, marked as `self`.")
+            discussion: """
+                This device itself is listed too, marked as `self`.
+
+                Examples:
+                  kaiten peer ls
+                  kaiten peer ls --json | jq -r '.[] | select(.is_self | not) | .name'
+                """)
 
         @OptionGroup var global: GlobalOptions
 

@@ -8,7 +8,14 @@ extension Kaiten {
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Show each folder's global index: totals, what Kaiten holds from each peer, log size.",
-            discussion: "Reads the index logs as they are; `kaiten index sync` refreshes them.")
+            discussion: """
+                Reads the index logs as they are; `kaiten index sync` refreshes them. An index an \
+                interrupted sync left partial is said so.
+
+                Examples:
+                  kaiten status
+                  kaiten status photos --json | jq '.[0].peers'
+                """)
 
         @OptionGroup var global: GlobalOptions
 
