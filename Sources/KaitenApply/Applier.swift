@@ -233,6 +233,20 @@ public enum Applier {
         return nil
     }
 
+    /// A folder whose plan changes something must be writable by this user (a read-only mount,
+    /// a directory owned by someone else): refused before anything changes, naming it.
+    public static func checkWritable(_ plan: Plan) throws(ApplyError) {
+        for folder in plan.folders where folder.stignore.changed || !folder.actions.isEmpty {
+            if access(folder.path, W_OK) != 0 {
+                let why = errno == EROFS ? "it is on a read-only file system" : String(cString: strerror(errno))
+                throw ApplyError(
+                    .io, path: "",
+                    "\(folder.id): the folder \(folder.path) is not writable (\(why)); nothing was changed. "
+                        + "Make it writable for this user, or run kaiten as its owner.")
+            }
+        }
+    }
+
     /// `--max-delete` and the folder marker: refuses the whole apply before anything changes.
     public static func checkBrakes(_ plan: Plan, states: [Planner.FolderState], maxDelete: DeleteLimit) throws(ApplyError) {
         for folder in plan.folders {

@@ -52,6 +52,13 @@ public struct SelectionFile: Sendable, Equatable {
                 lines.append(.other(row))
                 continue
             }
+            if let first = row.unicodeScalars.first, first == " " || first == "\t" {
+                // Syncthing names may begin with a space: indentation would silently select
+                // another name, so it is refused, not trimmed.
+                throw SelectionError(
+                    .badPattern, file: file, line: number,
+                    "the line begins with whitespace; remove it (a name that really begins with a space cannot be selected by name: select its directory)")
+            }
             if trimmed.hasPrefix("(?d)") {
                 let name = String(trimmed.dropFirst(4))
                 guard !name.isEmpty, !name.contains("/"), !name.contains("**") else {

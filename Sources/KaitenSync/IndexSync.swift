@@ -51,6 +51,12 @@ public enum IndexSync {
         public var fullIndex = false
         public var indexID: String?
         public var sequence: Int64 = 0
+
+        // snake_case, as every other JSON Kaiten prints.
+        enum CodingKeys: String, CodingKey {
+            case folder, deviceID = "device_id", name, ok, problem, filesReceived = "files_received"
+            case fullIndex = "full_index", indexID = "index_id", sequence
+        }
     }
 
     /// Opens the log of each folder (creating missing ones).
@@ -144,7 +150,9 @@ public enum IndexSync {
                 }
                 for folder in shared {
                     if receiver.notSharedByPeer.contains(folder.id) {
-                        perFolder[folder.id]?.problem = "the peer does not share this folder with this device"
+                        perFolder[folder.id]?.problem =
+                            "the peer does not share folder \"\(folder.id)\" with this device: on the peer, share it with "
+                            + "this device (its ID is `kaiten id`), with the same folder ID"
                         continue
                     }
                     if receiver.folders[folder.id]?.isPaused == true {

@@ -58,7 +58,17 @@ public enum Planner {
     public static func readSelection(_ path: String) throws -> (SelectionFile, [UInt8]?) {
         guard let data = FileManager.default.contents(atPath: path) else { return (SelectionFile(), nil) }
         guard let text = String(data: data, encoding: .utf8) else {
-            throw SelectionError(.badPattern, file: path, line: 1, "the selection file is not UTF-8 text")
+            // Name the line that holds the first byte that is not UTF-8.
+            var line = 1
+            var iterator = data.makeIterator()
+            var decoder = UTF8()
+            scanning: while true {
+                switch decoder.decode(&iterator) {
+                case .scalarValue(let scalar): if scalar == "\n" { line += 1 }
+                case .emptyInput, .error: break scanning
+                }
+            }
+            throw SelectionError(.badPattern, file: path, line: line, "this line is not UTF-8 text")
         }
         return (try SelectionFile.parse(text, file: path), [UInt8](data))
     }

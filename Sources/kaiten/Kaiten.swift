@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenProtocol
 import Foundation
 import KaitenConfig
 import Logging
@@ -104,10 +105,24 @@ func reportingErrors(_ body: () async throws -> Void) async throws {
         throw error
     } catch let error as ValidationError {
         throw error
+    } catch let error as DeviceIDError {
+        // Device IDs reach a command only as arguments (config.xml is checked as it loads):
+        // a malformed one is a usage error, exit 64, in one line.
+        Terminal.error("\(error)")
+        throw ExitCode(64)
+    } catch let error as ArgumentError {
+        Terminal.error(error.message)
+        throw ExitCode(64)
     } catch {
         Terminal.error("\(error)")
         throw ExitCode(1)
     }
+}
+
+/// A malformed argument found while a command runs: one line naming it, exit 64.
+struct ArgumentError: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
 }
 
 /// Output helpers: results on stdout, diagnostics on stderr.

@@ -114,6 +114,25 @@ struct UnprivilegedInteropTests {
             #expect(gone.status == 0, "\(gone.stdout)\(gone.stderr)")
             #expect(!FileManager.default.fileExists(atPath: local + "/ro/gone.txt"))
             #expect(!FileManager.default.fileExists(atPath: local + "/ro"))
+
+            // Issue 10, item 11: a folder this user cannot write is refused before anything
+            // changes (exit 1, said in words), not reported as a partial apply.
+            if getuid() == 0 {
+                #expect(try run(["select", "f", "docs/b.txt"]).status == 0)
+                chmod(local, 0o555)
+                let readOnly = try run(["apply", "--yes"])
+                chmod(local, 0o755)
+                #expect(readOnly.status == 1, "\(readOnly.stdout)\(readOnly.stderr)")
+                #expect(readOnly.stderr.contains("is not writable"), "\(readOnly.stderr)")
+                #expect(!FileManager.default.fileExists(atPath: local + "/docs/b.txt"))
+            }
+
+            // Issue 10, item 12: a folder the peer does not share: the plan says so and what to
+            // do on the peer, instead of suggesting the sync that just failed.
+            #expect(try run(["folder", "add", "nots", "--path", user + "/nots", "--share", st.deviceID.description]).status == 0)
+            let notShared = try run(["plan", "nots"])
+            #expect(notShared.stdout.contains("does not share folder \"nots\""), "\(notShared.stdout)")
+            #expect(!notShared.stdout.contains("run `kaiten index sync nots`"), "\(notShared.stdout)")
         }
     }
 }

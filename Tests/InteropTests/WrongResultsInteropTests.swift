@@ -137,6 +137,10 @@ struct WrongResultsInteropTests {
             #expect(ls.stdout.contains("'new'$'\\n''line.txt'"), "\(ls.stdout)")
             #expect(ls.stdout.contains("'trail.txt '"), "\(ls.stdout)")
             #expect(!ls.stdout.contains("new\nline"), "\(ls.stdout)")
+            // ls -l: the type as ls shows it (d, -, l), not "dire"/"syml" (issue 10, item 20).
+            let long = try world.kaiten("ls", "-l", Self.folder)
+            #expect(long.stdout.split(separator: "\n").contains { $0.hasPrefix("d  ") && $0.hasSuffix("]") && $0.contains("odd/") }, "\(long.stdout)")
+            #expect(!long.stdout.contains("dire") && !long.stdout.contains("syml"), "\(long.stdout)")
 
             #expect(try world.kaiten("select", Self.folder, "odd").status == 0)
             let apply = try world.kaiten("apply", "--yes")
@@ -189,7 +193,11 @@ struct WrongResultsInteropTests {
             #expect(try world.kaiten("plan", "--offline").stderr.contains("is partial"))
 
             // A completed sync replaces the target with what the peer holds: no word any more.
-            #expect(try world.kaiten("index", "sync").status == 0)
+            // (Its JSON is snake_case like every other: issue 10, item 20.)
+            let sync = try world.kaiten("index", "sync", "--json")
+            #expect(sync.status == 0)
+            #expect(sync.stdout.contains("\"device_id\"") && sync.stdout.contains("\"files_received\""), "\(sync.stdout)")
+            #expect(!sync.stdout.contains("deviceID"), "\(sync.stdout)")
             #expect(!(try world.kaiten("status").stderr.contains("partial")))
         }
     }

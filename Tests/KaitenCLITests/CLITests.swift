@@ -46,6 +46,22 @@ struct CLITests {
         }
     }
 
+    /// Issue 10, item 10: every malformed argument is a usage error (64) naming the argument.
+    @Test func malformedArgumentsExit64() throws {
+        try withHome { home, _ in
+            var wrongCheck = Array(Self.peer)
+            wrongCheck[14] = wrongCheck[14] == "A" ? "B" : "A"  // the first check character
+            let badID = try kaiten("peer", "add", "--home", home, String(wrongCheck))
+            #expect(badID.status == 64, "\(badID.stderr)")
+            let badAddress = try kaiten("peer", "add", "--home", home, Self.peer, "--address", "http://x:1")
+            #expect(badAddress.status == 64, "\(badAddress.stderr)")
+            #expect(badAddress.stderr.contains("--address \"http://x:1\""), "\(badAddress.stderr)")
+            #expect(!badAddress.stderr.contains("config.xml"), "\(badAddress.stderr)")
+            let badTTL = try kaiten("url", "--home", home, "f", "x", "--ttl", "soon")
+            #expect(badTTL.status == 64, "\(badTTL.stderr)")
+        }
+    }
+
     @Test func initPrintsTheDeviceIDAndIdAgrees() throws {
         try withHome { home, _ in
             let id = try kaiten("id", "--home", home)
@@ -109,7 +125,7 @@ struct CLITests {
             let before = try String(contentsOfFile: home + "/config.xml", encoding: .utf8)
             let typo = String(Self.peer.dropLast()) + "B"
             let result = try kaiten("peer", "add", "--home", home, typo)
-            #expect(result.status == 1)
+            #expect(result.status == 64, "a malformed argument is a usage error (issue 10, item 10)")
             #expect(result.stderr.contains("check character"))
             #expect(result.stderr.split(separator: "\n").count == 1)
             #expect(try String(contentsOfFile: home + "/config.xml", encoding: .utf8) == before)

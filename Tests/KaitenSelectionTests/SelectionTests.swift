@@ -174,3 +174,15 @@ struct UnrepresentableNameTests {
         #expect(!lines.contains("!/big/d7/f7.jpg"))
     }
 }
+
+/// Issue 10, item 23: an indented line is refused at its line, never trimmed into another name.
+struct IndentedLineTests {
+    @Test func anIndentedLineIsRefusedWithItsNumber() {
+        #expect {
+            _ = try SelectionFile.parse("photos\n  docs\n", file: "s.txt")
+        } throws: { error in
+            "\(error)".contains("s.txt:2") && "\(error)".contains("begins with whitespace")
+        }
+        #expect((try? SelectionFile.parse("# indented comments are fine\n  # like this\n\n", file: "s.txt")) != nil)
+    }
+}

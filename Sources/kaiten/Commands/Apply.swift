@@ -145,6 +145,12 @@ extension Kaiten {
                         Terminal.error("\(error)")
                         throw ExitCode(4)
                     }
+                    do {
+                        try Applier.checkWritable(plan)
+                    } catch {
+                        Terminal.error("\(error)")
+                        throw ExitCode(1)
+                    }
                     let stop = StopSignal()
                     stop.install()
                     let report = await Applier.execute(

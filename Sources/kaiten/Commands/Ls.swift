@@ -128,7 +128,7 @@ extension Kaiten {
                         let peers = row.peers.map { id in names.first { $0.key.description == id }?.value ?? String(id.prefix(7)) }.joined(separator: ",")
                         let mark = row.selected == "explicit" ? "S" : row.selected == "parent" ? "s" : "-"
                         print(
-                            "\(row.type.prefix(4).padding(toLength: 4, withPad: " ", startingAt: 0))  \(mark) \(row.local.padding(toLength: 10, withPad: " ", startingAt: 0))  \(Self.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
+                            "\(row.type == "directory" ? "d" : row.type == "symlink" ? "l" : "-")  \(mark) \(row.local.padding(toLength: 10, withPad: " ", startingAt: 0))  \(Self.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
                         )
                     } else {
                         print(shown)

@@ -104,7 +104,16 @@ extension Kaiten {
                     throw StreamError(.notFound, "\(folder)/\(clean): not in the global index\(log.index.global(clean) != nil ? " (deleted on every peer)" : "")")
                 }
                 let target = (output ?? (clean as NSString).lastPathComponent) as NSString
-                let absolute = target.isAbsolutePath ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
+                var absolute = target.isAbsolutePath ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
+                // Like cp: a file given an existing directory (or a path ending in '/') goes into
+                // it under its own name.
+                var isDirectory: ObjCBool = false
+                if g.file.type != .directory,
+                    output?.hasSuffix("/") == true
+                        || (FileManager.default.fileExists(atPath: absolute, isDirectory: &isDirectory) && isDirectory.boolValue)
+                {
+                    absolute = (absolute as NSString).appendingPathComponent((clean as NSString).lastPathComponent)
+                }
                 var wanted: [(remote: String, local: String)] = []
                 var root: String
                 if g.file.type == .directory {
@@ -146,7 +155,8 @@ extension Kaiten {
                         Terminal.error("\(folder)/\(remote): \((error as? ApplyError)?.hint ?? "\(error)")")
                     }
                 }
-                print("\(wanted.count - failed) of \(wanted.count) written under \(root) (\(Kaiten.Ls.human(bytes)); blocks: \(fetched) fetched from peers, \(localReads) read from local files)")
+                let place = g.file.type == .directory ? "under \(root)" : "to \(absolute)"
+                print("\(wanted.count - failed) of \(wanted.count) written \(place) (\(Kaiten.Ls.human(bytes)); blocks: \(fetched) fetched from peers, \(localReads) read from local files)")
                 if failed > 0 { throw ExitCode(1) }
             }
         }

@@ -52,7 +52,12 @@ extension Kaiten.Peer {
                     throw ValidationError("--compression must be metadata, never or always")
                 }
                 for address in addresses where address != "dynamic" {
-                    try KaitenHome.validateListenAddress(address, file: opened.config.path)
+                    // An argument, not config.xml, is wrong: say which, and exit 64.
+                    do {
+                        try KaitenHome.validateListenAddress(address, file: opened.config.path)
+                    } catch {
+                        throw ArgumentError("--address \"\(address)\": want tcp://HOST:PORT (or dynamic), e.g. tcp://nas.local:22000")
+                    }
                 }
                 try opened.config.addDevice(
                     DeviceConfiguration(

@@ -83,7 +83,16 @@ extension Kaiten {
                 var (plan, _) = try Planner.plan(
                     home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { Terminal.error($0) })
                 for i in plan.folders.indices {
-                    plan.folders[i].warnings = (refreshProblems[plan.folders[i].id] ?? []) + plan.folders[i].warnings
+                    let problems = refreshProblems[plan.folders[i].id] ?? []
+                    var warnings = plan.folders[i].warnings
+                    // Suggesting the sync that just failed helps nobody: point at its problem.
+                    if !problems.isEmpty {
+                        warnings = warnings.map {
+                            $0.hasPrefix("no peer's index is known yet")
+                                ? "no peer's index is known yet: nothing can be pulled or deleted until the problem above is fixed" : $0
+                        }
+                    }
+                    plan.folders[i].warnings = problems + warnings
                 }
                 if let out {
                     try PlanFile.write(plan, to: out)
