@@ -123,12 +123,38 @@ public struct SelectionFile: Sendable, Equatable {
         return .added
     }
 
+    /// Adds a glob line (as `select` does for an argument with glob characters that names no
+    /// file literally). Returns false when the same pattern is already there.
+    public mutating func addPattern(_ text: String) throws(SelectionError) -> Bool {
+        let body = try Self.normalize(text, file: "argument", line: 0, keepEscapes: true)
+        if patterns.contains(where: { $0.pattern == body }) { return false }
+        do {
+            lines.append(.pattern(try Glob(body), text: body))
+        } catch {
+            throw SelectionError(.badPattern, file: "argument", line: 0, "\(error)")
+        }
+        return true
+    }
+
+    /// Removes a glob line written exactly so. Returns false when there is none.
+    public mutating func removePattern(_ text: String) -> Bool {
+        guard let body = try? Self.normalize(text, file: "argument", line: 0, keepEscapes: true) else { return false }
+        let before = lines.count
+        lines.removeAll { if case .pattern(let glob, _) = $0 { glob.pattern == body } else { false } }
+        return lines.count != before
+    }
+
     /// Removes a literal path's lines. Returns false when it was not selected explicitly.
     public mutating func deselect(_ path: String) throws(SelectionError) -> Bool {
         let normalized = try Self.normalize(path, file: "argument", line: 0, keepEscapes: false)
         let before = lines.count
         lines.removeAll { if case .path(let p, _) = $0 { p == normalized } else { false } }
         return lines.count != before
+    }
+
+    /// A glob given on the command line, cleaned as a pattern line would be.
+    public static func normalizePattern(_ text: String) throws(SelectionError) -> String {
+        try normalize(text, file: "argument", line: 0, keepEscapes: true)
     }
 
     /// A path given on the command line, cleaned as a selection line would be.

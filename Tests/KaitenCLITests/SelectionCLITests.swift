@@ -28,7 +28,9 @@ struct SelectionCLITests {
 
             try FileManager.default.createDirectory(atPath: home + "/selections", withIntermediateDirectories: true)
             try "# kept comment\n\nold/one\n".write(toFile: file, atomically: true, encoding: .utf8)
-            let added = try kaiten("select", "--home", home, "docs", "--force", "/reports/", "a [1]*.txt", "café", "old/one/deeper")
+            // A name with glob characters is selected literally when escaped; unescaped it is a
+            // pattern (issue 10, item 16). Both are written the same way here.
+            let added = try kaiten("select", "--home", home, "docs", "--force", "/reports/", "a \\[1\\]\\*.txt", "café", "old/one/deeper")
             #expect(added.status == 0, "\(added.stderr)")
             #expect(added.stdout.contains("old/one/deeper: already selected through old/one"))
             #expect(try String(contentsOfFile: file, encoding: .utf8) == "# kept comment\n\nold/one\nreports\na \\[1\\]\\*.txt\ncafé\n")
@@ -42,6 +44,24 @@ struct SelectionCLITests {
             let escape = try kaiten("select", "--home", home, "docs", "--force", "../etc")
             #expect(escape.status == 1)
             #expect(escape.stderr.contains("not a clean folder-relative path"))
+        }
+    }
+
+    /// Issue 10, item 16: globs on the command line become pattern lines when they match
+    /// something (refused when they match nothing, unless --force); deselect removes them.
+    @Test func patternsFromTheCommandLine() throws {
+        try withFolder { home, _ in
+            let file = home + "/selections/docs.txt"
+            let none = try kaiten("select", "--home", home, "docs", "photos/2024/*/IMG_000?.jpg")
+            #expect(none.status == 1)
+            #expect(none.stderr.contains("matches nothing"), "\(none.stderr)")
+            let forced = try kaiten("select", "--home", home, "docs", "--force", "photos/2024/*/IMG_000?.jpg")
+            #expect(forced.status == 0, "\(forced.stderr)")
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "photos/2024/*/IMG_000?.jpg\n")
+            let removed = try kaiten("deselect", "--home", home, "docs", "photos/2024/*/IMG_000?.jpg")
+            #expect(removed.status == 0, "\(removed.stderr)")
+            #expect(removed.stdout.contains("deselected the pattern"))
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "")
         }
     }
 

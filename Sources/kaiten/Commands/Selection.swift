@@ -16,11 +16,14 @@ extension Kaiten {
 
                 A path absent from the global index is refused (it is most likely a typo) unless \
                 --force; a path already covered by a selected parent is reported and not added. \
-                Glob lines (`*`, `?`, `[...]`, `**`) can be written into the file by hand.
+                An argument with glob characters (`*`, `?`, `[...]`, `**`) that names no file \
+                literally becomes a pattern line, expanded at every plan; one that matches \
+                nothing is refused unless --force. `deselect` removes a pattern written the same way.
 
                 Examples:
                   kaiten select photos 2025/summer
                   kaiten select docs 'reports/[draft] q3.pdf'
+                  kaiten select photos 'photos/2024/*/IMG_000?.jpg'
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -42,8 +45,32 @@ extension Kaiten {
                 var (selection, _) = try Planner.readSelection(file)
                 var added = 0
                 for path in paths {
-                    let clean = try SelectionFile.normalizeArgument(path)
-                    if !force, log.index.global(clean).map({ $0.file.isDeleted }) ?? true {
+                    // Written in the selection file's escaped spelling (`\[`, `\*`, `\\`), an
+                    // argument names that file literally; otherwise it is taken as it is.
+                    let unescaped = Glob.unescape(path)
+                    let spelledEscaped = !Glob.hasMetacharacters(path) && unescaped != path
+                        && PathRules.escapeGlobCharacters(unescaped) == path
+                    let clean = try SelectionFile.normalizeArgument(spelledEscaped ? unescaped : path)
+                    let literal = log.index.global(clean).map { !$0.file.isDeleted } ?? false
+                    // A glob that names no file literally is a pattern line, kept as written and
+                    // expanded at every plan, if it matches something now.
+                    if !literal, Glob.hasMetacharacters(path), let glob = try? Glob(SelectionFile.normalizePattern(path)) {
+                        var matched = 0
+                        log.index.forEachGlobal { entry in if !entry.file.isDeleted && glob.matches(entry.path) { matched += 1 } }
+                        if matched > 0 || force {
+                            if try selection.addPattern(path) {
+                                added += 1
+                                print("selected the pattern \(glob.pattern) (\(matched) path\(matched == 1 ? "" : "s") now)")
+                            } else {
+                                print("\(glob.pattern): already selected")
+                            }
+                            continue
+                        }
+                        throw SelectionError(
+                            .badPattern, file: "argument", line: 0,
+                            "the pattern \"\(glob.pattern)\" matches nothing in the global index of \(folder) (--force adds it anyway)")
+                    }
+                    if !force, !literal {
                         throw SelectionError(
                             .badPattern, file: "argument", line: 0,
                             "\"\(clean)\" is not in the global index of \(folder) (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)")
@@ -96,6 +123,9 @@ extension Kaiten {
                     if try selection.deselect(clean) {
                         removed += 1
                         print("deselected \(clean)")
+                    } else if Glob.hasMetacharacters(path), selection.removePattern(path) {
+                        removed += 1
+                        print("deselected the pattern \(path)")
                     } else if let parent = selection.paths.first(where: { PathRules.isAncestor($0, of: clean) }) {
                         Terminal.error("\(clean) is selected through \(parent); deselect \(parent) and select what to keep")
                         failed = true
