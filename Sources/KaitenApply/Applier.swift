@@ -96,6 +96,21 @@ public enum Applier {
         deinit { close(fd) }
     }
 
+    /// The pid of the apply running on this home, or nil when none is (the lock is free).
+    public static func runningApply(_ home: Home) -> String? {
+        let path = (home.stateDirectory as NSString).appendingPathComponent("apply.lock")
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return nil
+        }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let n = pread(fd, &buffer, 32, 0)
+        return n > 0 ? String(decoding: buffer[..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : "?"
+    }
+
     public static func lock(_ home: Home) throws(ApplyError) -> Lock {
         try? FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
         let path = (home.stateDirectory as NSString).appendingPathComponent("apply.lock")

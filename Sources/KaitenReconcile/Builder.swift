@@ -232,6 +232,10 @@ struct Builder {
             junk.append(l.path)
             return
         }
+        if name.contains(".sync-conflict-") {
+            addConflict(Conflict(kind: .conflictCopy, path: l.path, reason: "a conflict copy (kept local content, not in the global index)", choices: Self.extraneousChoices))
+            return
+        }
         addConflict(Conflict(kind: .extraneous, path: l.path, reason: "a local \(Self.kindName(l.kind)) \(reason)", choices: Self.extraneousChoices))
     }
 

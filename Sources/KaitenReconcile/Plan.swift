@@ -267,6 +267,9 @@ public struct Conflict: Codable, Sendable, Equatable {
         /// Deselected, and peers last seen holding it would be enough, but fewer than K of them
         /// are connected now: kept until they are (apply exits 4, a safety brake).
         case holdersOffline = "holders-offline"
+        /// A `NAME.sync-conflict-DATE-TIME-ID.EXT` copy (made by `resolve --use-global`, or by
+        /// syncthing): local only by design, listed as what it is.
+        case conflictCopy = "conflict-copy"
         /// The local copy is the version Kaiten synced, and it is concurrent with the global
         /// version (neither replaces the other): never overwritten silently.
         case concurrent

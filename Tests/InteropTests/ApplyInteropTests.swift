@@ -298,6 +298,10 @@ struct ApplyInteropTests {
             let second = try world.kaiten("apply", "--yes", "--max-delete", "100%")
             #expect(second.status == 4)
             #expect(second.stderr.contains("another kaiten apply"))
+            // A plan still works while an apply runs (issue 10, item 15), from the last index.
+            let meanwhile = try world.kaiten("plan")
+            #expect(meanwhile.status == 0, "\(meanwhile.stdout)\(meanwhile.stderr)")
+            #expect(meanwhile.stderr.contains("an apply is running on this home"), "\(meanwhile.stderr)")
             close(fd)
 
             // A saved plan goes stale when the peer changes.
@@ -412,6 +416,8 @@ struct ApplyInteropTests {
             let after = try world.kaiten("conflicts")
             #expect(!after.stdout.contains("e.txt"))
             #expect(after.stdout.contains("a.sync-conflict-"))
+            // Reported as the conflict copy it is, not as an unknown file (issue 10, item 18).
+            #expect(after.stdout.contains("conflict-copy  a.sync-conflict-"), "\(after.stdout)")
 
             // A kept file that changes is reported again.
             try TestFiles.write(world.local + "/e.txt", "extra e, edited\n")

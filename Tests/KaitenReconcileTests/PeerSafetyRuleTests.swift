@@ -214,3 +214,15 @@ struct ReplacedTypeRuleTests {
         #expect(!kept.lines.contains("rmdir d"))
     }
 }
+
+/// Issue 10, item 18: a conflict copy is reported as one, not as an unknown file.
+struct ConflictCopyRuleTests {
+    @Test func aConflictCopyIsItsOwnKind() throws {
+        var f = Fixture()
+        f.announce("notes.txt", "global")
+        f.onDisk("notes.sync-conflict-20261123-010203-ABCDEFG.txt", "mine")
+        f.onDisk("stray.txt", "mine")
+        let plan = try f.plan()
+        #expect(plan.conflictLines == ["conflict-copy notes.sync-conflict-20261123-010203-ABCDEFG.txt", "extraneous stray.txt"])
+    }
+}

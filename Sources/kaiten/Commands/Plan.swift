@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApply
 import Foundation
 import KaitenConfig
 import KaitenProtocol
@@ -68,7 +69,15 @@ extension Kaiten {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 var refreshProblems: [String: [String]] = [:]
                 var connected: [String: Set<DeviceID>]?
-                if !offline {
+                // While an apply runs it holds the index: plan from the last complete index
+                // rather than fail, and say so (deletions are re-checked live by apply anyway).
+                let applying = offline ? nil : Applier.runningApply(opened.home)
+                if let pid = applying {
+                    Terminal.error(
+                        "note: an apply is running on this home (pid \(pid)); this plan uses the last complete index, "
+                            + "as `plan --offline` would")
+                }
+                if !offline && applying == nil {
                     let reports = try await IndexSync.run(
                         home: opened, folders: folders, timeout: timeout, logger: global.logger,
                         warn: { Terminal.error($0) })
