@@ -153,3 +153,83 @@ struct DataSafetyInteropTests {
         #expect(conflicts.stdout.contains("last-copy") && conflicts.stdout.contains("reg.txt"), "\(conflicts.stdout)")
     }
 }
+
+/// Promises of Docs/apply.md that had no test (issue 18, items 3 and 4).
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct ApplyPromiseInteropTests {
+    static let folder = "f"
+    typealias World = ApplyInteropTests.World
+
+    /// A deletion is re-checked the moment it runs: a file edited after the plan was shown (the
+    /// apply waiting at its prompt) is kept, and the action fails saying why.
+    @Test func aFileEditedBetweenPlanAndDeleteIsKept() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-recheck")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/doomed.txt", "deselected later\n")
+        try TestFiles.write(world.peerData + "/stays.txt", "selected\n")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 2)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "doomed.txt", "stays.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)
+
+            // `script` gives apply a terminal: it shows the plan (delete doomed.txt) and waits.
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            process.arguments = ["-q", "-e", "-c", "'\(KaitenCLI.executable)' apply --max-delete 100% --home '\(world.home)'", "/dev/null"]
+            let input = Pipe()
+            FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
+            process.standardInput = input
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            try await st.waitUntil("apply asks", timeout: 60) {
+                ((try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? "").contains("Apply this plan?")
+            }
+            #expect(((try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? "").contains("- delete      doomed.txt"))
+            try TestFiles.write(world.local + "/doomed.txt", "edited here after the plan was shown\n")
+            input.fileHandleForWriting.write(Data("yes\n".utf8))
+            process.waitUntilExit()
+            let output = (try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? ""
+            #expect(process.terminationStatus == 5, "\(output)")
+            #expect(output.contains("changed locally since the plan"), "\(output)")
+            #expect(try String(contentsOfFile: world.local + "/doomed.txt", encoding: .utf8) == "edited here after the plan was shown\n")
+        }
+    }
+
+    /// `.stignore` is written before any deletion, and when that write fails nothing else
+    /// happens in the folder: a deselected file stays.
+    @Test func aFailedStIgnoreWriteStopsTheFolderBeforeAnyDeletion() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-stignore-first")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/doomed.txt", "deselected later\n")
+        try TestFiles.write(world.peerData + "/stays.txt", "selected\n")
+        try await withSyncthing(st) { st in
+            try await world.connect(st)
+            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(st, files: 2)
+            try world.addFolder(sharedWith: [st.deviceID])
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "doomed.txt", "stays.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)
+
+            // Something in the way of the new .stignore: a directory under its name.
+            try FileManager.default.removeItem(atPath: world.local + "/.stignore")
+            try FileManager.default.createDirectory(atPath: world.local + "/.stignore/in-the-way", withIntermediateDirectories: true)
+            let apply = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(apply.status == 5, "\(apply.stdout)\(apply.stderr)")
+            #expect(apply.stderr.contains(".stignore"), "\(apply.stderr)")
+            #expect(!apply.stdout.contains("deleted doomed.txt"), "\(apply.stdout)")
+            #expect(FileManager.default.fileExists(atPath: world.local + "/doomed.txt"), "nothing is deleted without the allowlist in place")
+        }
+    }
+}
