@@ -152,7 +152,7 @@ let package = Package(
             dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenSync", "KaitenStream"],
             path: "Benchmarks/KaitenBench"
         ),
-        .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol"]),
+        .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport"]),
         .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTestSupport"]),

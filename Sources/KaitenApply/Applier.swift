@@ -449,8 +449,8 @@ public enum Applier {
                     if !inFlight.isEmpty { return .later }
                     let above = max(0, now.available - minimumFree)
                     return .never(
-                        "not enough free space: it needs \(Self.human(size)), \(Self.human(above)) is free above minDiskFree "
-                            + "\(config.minDiskFree.description) (\(Self.human(minimumFree))); free \(Self.human(size - above)) and apply again")
+                        "not enough free space: it needs \(TextFacts.human(size)), \(TextFacts.human(above)) is free above minDiskFree "
+                            + "\(config.minDiskFree.description) (\(TextFacts.human(minimumFree))); free \(TextFacts.human(size - above)) and apply again")
                 }
                 /// Starts the next file that fits (waiting ones first); false when none can start now.
                 func launchNext() -> Bool {
@@ -622,17 +622,6 @@ public enum Applier {
             if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
         return report
-    }
-
-    static func human(_ bytes: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(max(0, bytes))
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        return unit == 0 ? "\(Int(value)) B" : String(format: "%.1f %@", value, units[unit])
     }
 
     /// Sets permission bits on a file or directory that is not a symlink (checked just before).

@@ -86,17 +86,8 @@ public final class ConfigFile {
         // libxml2 hands Foundation's XMLParser names as bytes it assumes are UTF-8, and the
         // parser crashes on those that are not: refuse them here, naming the line.
         if String(validating: data, as: UTF8.self) == nil {
-            var line = 1
-            var iterator = data.makeIterator()
-            var decoder = UTF8()
-            decoding: while true {
-                switch decoder.decode(&iterator) {
-                case .scalarValue(let scalar): if scalar == "\n" { line += 1 }
-                case .emptyInput: break decoding
-                case .error: break decoding
-                }
-            }
-            throw ConfigError(.malformedXML, file: path, line: line, "is not UTF-8 text (a binary or damaged file)")
+            throw ConfigError(
+                .malformedXML, file: path, line: TextFacts.lineOfFirstInvalidUTF8(data), "is not UTF-8 text (a binary or damaged file)")
         }
         if data.contains(0) {
             let zero = data.firstIndex(of: 0)!

@@ -58,17 +58,7 @@ public enum Planner {
     public static func readSelection(_ path: String) throws -> (SelectionFile, [UInt8]?) {
         guard let data = FileManager.default.contents(atPath: path) else { return (SelectionFile(), nil) }
         guard let text = String(data: data, encoding: .utf8) else {
-            // Name the line that holds the first byte that is not UTF-8.
-            var line = 1
-            var iterator = data.makeIterator()
-            var decoder = UTF8()
-            scanning: while true {
-                switch decoder.decode(&iterator) {
-                case .scalarValue(let scalar): if scalar == "\n" { line += 1 }
-                case .emptyInput, .error: break scanning
-                }
-            }
-            throw SelectionError(.badPattern, file: path, line: line, "this line is not UTF-8 text")
+            throw SelectionError(.badPattern, file: path, line: TextFacts.lineOfFirstInvalidUTF8(data), "this line is not UTF-8 text")
         }
         return (try SelectionFile.parse(text, file: path), [UInt8](data))
     }
@@ -128,9 +118,9 @@ public enum Planner {
         let minimum = folder.minDiskFree.bytes(ofTotal: space.total)
         let usable = space.available - minimum
         guard needed > usable else { return nil }
-        let mib = { (bytes: Int64) in String(format: "%.1f MiB", Double(max(0, bytes)) / 1_048_576) }
-        return "the pulls need \(mib(needed)) but \(mib(usable)) is free above minDiskFree \(folder.minDiskFree.description) "
-            + "(\(mib(minimum))): apply will pull what fits and fail the rest; free \(mib(needed - usable)) or select less"
+        let human = { (bytes: Int64) in TextFacts.human(max(0, bytes)) }
+        return "the pulls need \(human(needed)) but \(human(usable)) is free above minDiskFree \(folder.minDiskFree.description) "
+            + "(\(human(minimum))): apply will pull what fits and fail the rest; free \(human(needed - usable)) or select less"
     }
 
     /// The home's lineage, made on first use.

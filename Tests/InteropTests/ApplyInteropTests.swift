@@ -38,6 +38,34 @@ struct ApplyInteropTests {
             #expect(try kaiten("peer", "add", st.deviceID.description, "--name", name, "--address", st.address).status == 0)
         }
 
+        /// The usual start: the peer shares `folder` (its data in `peerData`) with this home and
+        /// has scanned `files` files; the folder is added here, shared with it, and the index synced.
+        func share(_ st: SyncthingInstance, files: Int) async throws {
+            try await connect(st)
+            try await st.addFolder(id: ApplyInteropTests.folder, path: peerData, devices: [me])
+            try await ApplyInteropTests.waitScanned(st, files: files)
+            try addFolder(sharedWith: [st.deviceID])
+            #expect(try kaiten("index", "sync").status == 0)
+        }
+
+        /// `kaiten apply ARGS` on a terminal (`script` gives it one), stopped at its question
+        /// until ``PromptedApply/answer(_:)``.
+        func applyAtPrompt(_ st: SyncthingInstance, _ args: [String] = [], output: String) async throws -> PromptedApply {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            let extra = args.map { "'\($0)'" }.joined(separator: " ")
+            process.arguments = ["-q", "-e", "-c", "'\(KaitenCLI.executable)' apply \(extra) --home '\(home)'", "/dev/null"]
+            let input = Pipe()
+            FileManager.default.createFile(atPath: output, contents: nil)
+            process.standardInput = input
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let prompted = PromptedApply(process: process, input: input, outputPath: output)
+            try await st.waitUntil("apply asks", timeout: 60) { prompted.output.contains("Apply this plan?") }
+            return prompted
+        }
+
         func addFolder(sharedWith peers: [DeviceID]) throws {
             var args = ["folder", "add", "--home", home, ApplyInteropTests.folder, "--path", local]
             for p in peers { args += ["--share", p.description] }
@@ -253,11 +281,7 @@ struct ApplyInteropTests {
         try TestFiles.write(world.peerData + "/gone.txt", "deleted later on the peer\n")
 
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await Self.waitScanned(st, files: 7)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 7)
             #expect(try world.kaiten("select", Self.folder, "set", "gone.txt").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
             try TestFiles.write(world.local + "/mine.txt", "only here\n")
@@ -335,33 +359,17 @@ struct ApplyInteropTests {
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
         try TestFiles.write(world.peerData + "/doc.txt", "version one\n")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await Self.waitScanned(st, files: 1)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 1)
             #expect(try world.kaiten("select", Self.folder, "doc.txt").status == 0)
 
-            // `script` gives apply a terminal, so it asks; the test answers later.
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-            process.arguments = ["-q", "-e", "-c", "'\(KaitenCLI.executable)' apply --home '\(world.home)'", "/dev/null"]
-            let input = Pipe()
-            FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
-            process.standardInput = input
-            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            try await st.waitUntil("apply asks", timeout: 60) {
-                ((try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? "").contains("Apply this plan?")
-            }
+            // On a terminal apply asks; the test answers later.
+            let apply = try await world.applyAtPrompt(st, output: dir.file("out"))
             try TestFiles.write(world.peerData + "/doc.txt", "version two, changed while apply waited\n")
             try await Self.rescan(st)
             try await Task.sleep(nanoseconds: 1_000_000_000)  // the IndexUpdate reaches the open connection
-            input.fileHandleForWriting.write(Data("yes\n".utf8))
-            process.waitUntilExit()
-            let output = (try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? ""
-            #expect(process.terminationStatus == 0, "\(output)")
+            let status = apply.answer("yes")
+            let output = apply.output
+            #expect(status == 0, "\(output)")
             #expect(output.contains("redone: it changed on the peers while it was pulled"), "\(output)")
             #expect(try String(contentsOfFile: world.local + "/doc.txt", encoding: .utf8) == "version two, changed while apply waited\n")
             // The version written is recorded (issue 19, item 2): the log still holds version one,
@@ -382,11 +390,7 @@ struct ApplyInteropTests {
         try TestFiles.write(world.peerData + "/a.txt", "theirs\n")
         try TestFiles.write(world.peerData + "/b.txt", "global b\n")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await Self.waitScanned(st, files: 2)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 2)
             #expect(try world.kaiten("select", Self.folder, "a.txt", "b.txt").status == 0)
             try TestFiles.write(world.local + "/a.txt", "mine\n")
             try TestFiles.write(world.local + "/e.txt", "extra e\n")
@@ -441,11 +445,7 @@ struct ApplyInteropTests {
             }
         }
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await Self.waitScanned(st, files: expected.count)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: expected.count)
             #expect(try world.kaiten("select", Self.folder, "d0", "d1", "d2", "d3", "d4", "d5").status == 0)
 
             func checkInvariant(_ round: Int) throws {
@@ -496,5 +496,21 @@ struct ApplyInteropTests {
             #expect(leftovers.isEmpty)
             #expect(try world.kaiten("plan", "--detailed-exitcode").status == 0)
         }
+    }
+}
+
+/// An apply waiting at its question.
+struct PromptedApply {
+    let process: Process
+    let input: Pipe
+    let outputPath: String
+
+    var output: String { (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "" }
+
+    /// Answers, waits for the apply to end, and returns its exit status.
+    func answer(_ text: String) -> Int32 {
+        input.fileHandleForWriting.write(Data((text + "\n").utf8))
+        process.waitUntilExit()
+        return process.terminationStatus
     }
 }

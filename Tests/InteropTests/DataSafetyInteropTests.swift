@@ -170,34 +170,18 @@ struct ApplyPromiseInteropTests {
         try TestFiles.write(world.peerData + "/doomed.txt", "deselected later\n")
         try TestFiles.write(world.peerData + "/stays.txt", "selected\n")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 2)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 2)
             #expect(try world.kaiten("select", Self.folder, "doomed.txt", "stays.txt").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
             #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)
 
-            // `script` gives apply a terminal: it shows the plan (delete doomed.txt) and waits.
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-            process.arguments = ["-q", "-e", "-c", "'\(KaitenCLI.executable)' apply --max-delete 100% --home '\(world.home)'", "/dev/null"]
-            let input = Pipe()
-            FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
-            process.standardInput = input
-            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            try await st.waitUntil("apply asks", timeout: 60) {
-                ((try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? "").contains("Apply this plan?")
-            }
-            #expect(((try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? "").contains("- delete      doomed.txt"))
+            // On a terminal apply shows the plan (delete doomed.txt) and waits.
+            let apply = try await world.applyAtPrompt(st, ["--max-delete", "100%"], output: dir.file("out"))
+            #expect(apply.output.contains("- delete      doomed.txt"))
             try TestFiles.write(world.local + "/doomed.txt", "edited here after the plan was shown\n")
-            input.fileHandleForWriting.write(Data("yes\n".utf8))
-            process.waitUntilExit()
-            let output = (try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? ""
-            #expect(process.terminationStatus == 5, "\(output)")
+            let status = apply.answer("yes")
+            let output = apply.output
+            #expect(status == 5, "\(output)")
             #expect(output.contains("changed locally since the plan"), "\(output)")
             #expect(try String(contentsOfFile: world.local + "/doomed.txt", encoding: .utf8) == "edited here after the plan was shown\n")
         }
@@ -213,11 +197,7 @@ struct ApplyPromiseInteropTests {
         try TestFiles.write(world.peerData + "/doomed.txt", "deselected later\n")
         try TestFiles.write(world.peerData + "/stays.txt", "selected\n")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 2)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 2)
             #expect(try world.kaiten("select", Self.folder, "doomed.txt", "stays.txt").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
             #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)

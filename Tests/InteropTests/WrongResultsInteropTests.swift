@@ -82,11 +82,7 @@ struct WrongResultsInteropTests {
         try TestFiles.write(p + "/swap", "a file first\n")
         try TestFiles.write(p + "/back/x.txt", "inside a directory first\n")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 2)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 2)
             #expect(try world.kaiten("select", Self.folder, "swap", "back").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
 
@@ -119,11 +115,7 @@ struct WrongResultsInteropTests {
         try TestFiles.write(p + "/odd/new\nline.txt", "a line break in the name\n")
         try TestFiles.write(p + "/line.txt", "at the root: must never be pulled by mistake\n")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 4)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 4)
 
             for name in ["odd/trail.txt ", "odd/new\nline.txt"] {
                 let refused = try world.kaiten("select", Self.folder, name)
@@ -173,11 +165,7 @@ struct WrongResultsInteropTests {
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
         for i in 0..<5 { try TestFiles.write(world.peerData + "/f\(i).txt", "\(i)\n") }
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 5)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 5)
             #expect(!(try world.kaiten("status").stderr.contains("partial")))
 
             // What a sync that died after the ClusterConfig leaves: a target ahead of the log.
@@ -214,11 +202,7 @@ struct WrongResultsInteropTests {
         try FileManager.default.createSymbolicLink(atPath: p + "/links/link", withDestinationPath: "target.txt")
         try FileManager.default.createSymbolicLink(atPath: p + "/links/dangling", withDestinationPath: "nowhere/at/all")
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: p, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 1)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 1)
             #expect(try world.kaiten("select", Self.folder, "links/link", "links/dangling").status == 0)
             let first = try world.kaiten("apply", "--yes")
             #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
@@ -248,11 +232,7 @@ struct WrongResultsInteropTests {
         try TestFiles.write(world.peerData + "/small.txt", "small\n")
         try TestFiles.write(world.peerData + "/large.txt", String(repeating: "large ", count: 1000))
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 2)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 2)
             #expect(try world.kaiten("select", Self.folder, "small.txt", "large.txt").status == 0)
             let planPath = dir.file("p.plan")
             #expect(try world.kaiten("plan", "--out", planPath).status == 0)
@@ -308,11 +288,7 @@ struct WrongResultsInteropTests {
         try TestFiles.random(world.peerData + "/big.bin", size: size)
         let totalBlocks = size / (256 << 10)  // syncthing uses 256 KiB blocks from 250 MiB up
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 1)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 1)
             #expect(try world.kaiten("select", Self.folder, "big.bin").status == 0)
 
             let temp = world.local + "/.syncthing.big.bin.tmp"
@@ -384,11 +360,7 @@ struct WrongResultsInteropTests {
         for i in 0..<3 { try TestFiles.random(world.peerData + "/big\(i).bin", size: 20 << 20) }
         for i in 0..<10 { try TestFiles.random(world.peerData + "/small/s\(i).bin", size: 100_000) }
         try await withSyncthing(st) { st in
-            try await world.connect(st)
-            try await st.addFolder(id: Self.folder, path: world.peerData, devices: [world.me])
-            try await ApplyInteropTests.waitScanned(st, files: 13)
-            try world.addFolder(sharedWith: [st.deviceID])
-            #expect(try world.kaiten("index", "sync").status == 0)
+            try await world.share(st, files: 13)
             #expect(try world.kaiten("select", Self.folder, "big0.bin", "big1.bin", "big2.bin", "small").status == 0)
 
             let plan = try world.kaiten("plan")

@@ -275,7 +275,7 @@ struct ConfigBadInputTests {
         let seed = ProcessInfo.processInfo.environment["KAITEN_FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
         // Printed first: a crash takes the whole test process, failure message and all.
         FileHandle.standardError.write(Data("fuzzedBytesNeverCrash: KAITEN_FUZZ_SEED=\(seed)\n".utf8))
-        var rng = SeededGenerator(seed: seed)
+        var rng = SplitMix64(seed: seed)
         var refused = 0
         for round in 0..<300 {
             var bytes = whole
@@ -294,18 +294,5 @@ struct ConfigBadInputTests {
             if Self.error(Data(bytes)) != nil { refused += 1 }
         }
         #expect(refused > 100, "seed \(seed): most damaged inputs are refused")
-    }
-}
-
-/// SplitMix64, for replayable random tests.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
