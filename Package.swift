@@ -181,6 +181,7 @@ let package = Package(
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenStream",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
     ]

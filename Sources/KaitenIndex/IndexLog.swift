@@ -164,6 +164,11 @@ public final class IndexLog {
                 buffer += record
             }
         }
+        // Names were checked when they arrived; the log checks again so that nothing that
+        // escapes the folder is ever stored, whoever calls it.
+        if let bad = files.first(where: { !WireName.staysInsideFolder($0.name) }) {
+            throw IndexLogError(.io, file: path, "refusing an entry from \(device.shortDescription) whose name escapes the folder: \(bad.name)")
+        }
         var maxSequence = isFullIndex ? 0 : (checkpoints[device]?.indexID == indexID ? checkpoints[device]?.maxSequence ?? 0 : 0)
         for file in files {
             let start = buffer.count
@@ -437,6 +442,11 @@ public final class IndexLog {
                 }
             } catch {
                 throw corruption(at: offset, "file record does not decode")
+            }
+            // Only `apply` writes records and it refuses such names: this log was changed by
+            // something else, and nothing it says can be trusted.
+            guard WireName.staysInsideFolder(file.name) else {
+                throw corruption(at: offset, "a file record names \"\(file.name)\", which escapes the folder")
             }
             var entry = FileEntry(file, recordOffset: Int64(offset), recordLength: Int32(9 + length))
             // The meta half carries no blocks; their count follows from size and block size.

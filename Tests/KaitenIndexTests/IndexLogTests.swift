@@ -121,6 +121,36 @@ struct IndexLogTests {
         }
     }
 
+    /// Nothing that escapes the folder is stored, and a log that holds such a name anyway
+    /// (edited by something other than Kaiten) is refused as damaged, naming the offset.
+    @Test func aNameThatEscapesTheFolderIsNeverStoredNorReplayed() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("ok", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            let refused = #expect(throws: IndexLogError.self) {
+                try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("../outside", sequence: 2, version: [(1, 2)])], isFullIndex: false)
+            }
+            #expect(refused?.description.contains("../outside") == true)
+            #expect(log.index.global("../outside") == nil)
+            let size = log.fileSize
+            log.close()
+            #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64 == size, "nothing written")
+
+            // Forge the record the way apply would have written it, with a valid checksum.
+            var record: [UInt8] = []
+            try IndexLog.appendFileRecord(device: Self.peerA, file: Self.file("a/../../outside", sequence: 2, version: [(1, 2)]), to: &record)
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data(record))
+            try handle.close()
+            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") }
+            #expect(error?.code == .corruptRecord)
+            #expect(error?.offset == size)
+            #expect(error?.description.contains("a/../../outside") == true)
+            #expect(error?.description.contains("kaiten index rebuild photos") == true)
+        }
+    }
+
     @Test func randomBytesAreNotALog() throws {
         try withLog { path in
             var generator = SystemRandomNumberGenerator()

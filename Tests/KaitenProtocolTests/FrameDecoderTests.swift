@@ -209,6 +209,12 @@ struct WireNameTests {
     @Test(arguments: ["a", "a/b", "café.txt", "[x] *!#.txt", "dir/sub/file name", ".hidden", "a..b"])
     func accepts(_ name: String) throws {
         try WireName.validate(name)
+        #expect(WireName.staysInsideFolder(name))
+    }
+
+    @Test(arguments: ["", ".", "..", "/etc/passwd", "../x", "a/../../x", "a/..", "a//b", "a/", "./a", "a/./b", "a\0b"])
+    func theFastCheckRefusesEveryEscape(_ name: String) {
+        #expect(!WireName.staysInsideFolder(name))
     }
 
     @Test(arguments: ["", ".", "..", "/etc/passwd", "../x", "a/../../x", "a//b", "a/", "./a", "a/./b", "cafe\u{301}.txt"])

@@ -42,6 +42,34 @@ public enum WireName {
     }
 }
 
+extension WireName {
+    /// Whether `name` stays inside the folder: relative, no empty, `.` or `..` component, no
+    /// NUL. The cheap byte-level half of ``validate(_:)`` (no NFC check), for places that see
+    /// every record, such as replaying a log.
+    public static func staysInsideFolder(_ name: String) -> Bool {
+        staysInsideFolder(bytes: name.utf8)
+    }
+
+    static func staysInsideFolder<C: Collection<UInt8>>(bytes: C) -> Bool {
+        guard !bytes.isEmpty else { return false }
+        var componentLength = 0
+        var dots = 0
+        for byte in bytes {
+            switch byte {
+            case 0: return false
+            case UInt8(ascii: "/"):
+                if componentLength == 0 || componentLength == dots && dots <= 2 { return false }
+                componentLength = 0
+                dots = 0
+            default:
+                componentLength += 1
+                if byte == UInt8(ascii: ".") { dots += 1 }
+            }
+        }
+        return componentLength > 0 && !(componentLength == dots && dots <= 2)
+    }
+}
+
 extension BEPFileInfo {
     /// Checks a received entry before anything else looks at it: its name, and that its
     /// shape fits its kind (a deleted entry or a directory has no blocks; a live regular file
