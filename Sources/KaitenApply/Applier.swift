@@ -166,17 +166,31 @@ public enum Applier {
         }
     }
 
-    /// Refuses a saved plan whose baseline moved: what it says is no longer what applying it would do.
-    public static func checkStale(_ saved: Plan, against fresh: Prepared, home: Home) throws(ApplyError) {
-        var moved: [String] = []
+    /// Refuses at once a saved plan that this home did not make or has already applied: no
+    /// peer is dialled and no folder looked at for it (the folders it names may not even exist here).
+    public static func checkOrigin(_ saved: Plan, home: Home) throws(ApplyError) {
+        let problems = originProblems(saved, home: home)
+        guard problems.isEmpty else {
+            throw ApplyError(.stale, path: "", "the saved plan is stale: " + problems.joined(separator: "; ") + ". Make a new plan.")
+        }
+    }
+
+    private static func originProblems(_ saved: Plan, home: Home) -> [String] {
+        var problems: [String] = []
         if let lineage = try? Planner.lineage(home), lineage != saved.lineage {
-            moved.append("the plan was made by another Kaiten home (lineage \(saved.lineage), this home is \(lineage))")
+            problems.append("the plan was made by another Kaiten home (lineage \(saved.lineage), this home is \(lineage))")
         }
         if let applied = try? String(contentsOfFile: appliedPath(home), encoding: .utf8),
             let line = applied.split(separator: "\n").first(where: { $0.hasPrefix(saved.planID + " ") })
         {
-            moved.append("the plan was already applied (\(line.split(separator: " ").last ?? ""))")
+            problems.append("the plan was already applied (\(line.split(separator: " ").last ?? ""))")
         }
+        return problems
+    }
+
+    /// Refuses a saved plan whose baseline moved: what it says is no longer what applying it would do.
+    public static func checkStale(_ saved: Plan, against fresh: Prepared, home: Home) throws(ApplyError) {
+        var moved = originProblems(saved, home: home)
         if saved.deviceID != fresh.plan.deviceID { moved.append("the plan was made for device \(saved.deviceID.prefix(7))") }
         if saved.baseline.configSHA256 != fresh.plan.baseline.configSHA256 { moved.append("config.xml changed") }
         for old in saved.baseline.folders {

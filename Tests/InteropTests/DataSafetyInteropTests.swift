@@ -187,6 +187,73 @@ struct ApplyPromiseInteropTests {
         }
     }
 
+    /// A saved plan is refused (exit 3, naming what moved, nothing done) when anything it was
+    /// made from moved: the selection file, `.stignore`, config.xml, a local file it touches,
+    /// or the home itself (a plan made by another home).
+    @Test func aSavedPlanIsRefusedWhenAnythingMoved() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-stale-plan")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        for name in ["a.txt", "b.txt", "d.txt"] { try TestFiles.write(world.peerData + "/" + name, "\(name) on the peer\n") }
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 3)
+            #expect(try world.kaiten("select", Self.folder, "a.txt", "d.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            #expect(try world.kaiten("deselect", Self.folder, "d.txt").status == 0)
+            #expect(try world.kaiten("select", Self.folder, "b.txt").status == 0)
+            let plan = dir.file("p.plan")
+            let made = try world.kaiten("plan", "--out", plan)
+            #expect(made.status == 0, "\(made.stdout)\(made.stderr)")
+            #expect(made.stdout.contains("b.txt") && made.stdout.contains("d.txt"), "\(made.stdout)")
+
+            /// Applies the saved plan expecting exit 3 with `why`, and nothing done.
+            func expectRefused(_ why: String, home: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) throws {
+                let result = try KaitenCLI.run(["apply", plan, "--yes", "--max-delete", "100%", "--home", home ?? world.home])
+                #expect(result.status == 3, "\(result.stdout)\(result.stderr)", sourceLocation: sourceLocation)
+                #expect(result.stderr.contains(why), "\(result.stderr)", sourceLocation: sourceLocation)
+                #expect(!FileManager.default.fileExists(atPath: world.local + "/b.txt"), sourceLocation: sourceLocation)
+                #expect(FileManager.default.fileExists(atPath: world.local + "/d.txt"), sourceLocation: sourceLocation)
+            }
+            /// Changes `path`, expects the refusal, then puts the bytes back.
+            func whileChanged(_ path: String, to text: String, _ why: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+                let before = try Data(contentsOf: URL(fileURLWithPath: path))
+                try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+                try expectRefused(why, sourceLocation: sourceLocation)
+                try before.write(to: URL(fileURLWithPath: path))
+            }
+
+            let selection = Home(path: world.home).selectionPath(folderID: Self.folder)
+            try whileChanged(selection, to: String(decoding: try Data(contentsOf: URL(fileURLWithPath: selection)), as: UTF8.self) + "c.txt\n",
+                "\(Self.folder): the selection file changed")
+            let stignore = world.local + "/.stignore"
+            try whileChanged(stignore, to: String(decoding: try Data(contentsOf: URL(fileURLWithPath: stignore)), as: UTF8.self) + "// a note\n",
+                "\(Self.folder): .stignore changed")
+            let config = world.home + "/config.xml"
+            let configText = String(decoding: try Data(contentsOf: URL(fileURLWithPath: config)), as: UTF8.self)
+            try whileChanged(config, to: configText.replacingOccurrences(of: "<configuration", with: "<!-- edited -->\n<configuration"),
+                "config.xml changed")
+
+            // Another home (its own lineage and device).
+            let other = dir.file("other")
+            #expect(try KaitenCLI.run(["init", "--home", other, "--name", "o"]).status == 0)
+            try expectRefused("the plan was made by another Kaiten home", home: other)
+
+            // A local file the plan deletes, edited (last: its mtime cannot be put back exactly).
+            try TestFiles.write(world.local + "/d.txt", "edited here\n")
+            try expectRefused("\(Self.folder): local files the plan touches changed")
+            #expect(try String(contentsOfFile: world.local + "/d.txt", encoding: .utf8) == "edited here\n")
+
+            // Nothing else moved: a fresh plan from the same state applies.
+            try TestFiles.write(world.local + "/d.txt", "d.txt on the peer\n")
+            #expect(try world.kaiten("plan", "--out", plan).status == 0)
+            let exact = try world.kaiten("apply", plan, "--yes", "--max-delete", "100%")
+            #expect(exact.status == 0, "\(exact.stdout)\(exact.stderr)")
+            #expect(FileManager.default.fileExists(atPath: world.local + "/b.txt"))
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/d.txt"))
+        }
+    }
+
     /// `.stignore` is written before any deletion, and when that write fails nothing else
     /// happens in the folder: a deselected file stays.
     @Test func aFailedStIgnoreWriteStopsTheFolderBeforeAnyDeletion() async throws {

@@ -96,6 +96,14 @@ extension Kaiten {
                     throw ExitCode(4)
                 }
                 defer { withExtendedLifetime(lock) {} }
+                if let saved {
+                    do {
+                        try Applier.checkOrigin(saved, home: opened.home)
+                    } catch {
+                        Terminal.error("\(error)")
+                        throw ExitCode(3)
+                    }
+                }
                 let requested = saved.map { $0.folders.map(\.id) } ?? folders
                 let prepared = try await Applier.prepare(
                     home: opened, folders: requested, requirePeers: max(requirePeers, saved?.requirePeers ?? 1), timeout: timeout,
