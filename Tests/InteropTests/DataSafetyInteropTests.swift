@@ -254,6 +254,76 @@ struct ApplyPromiseInteropTests {
         }
     }
 
+    /// What timers and scripts rely on (issue 18, item 5): `apply --fail-on-conflict` exits 2
+    /// after doing its work; `index sync` exits 1 when a peer fails even though another synced;
+    /// `resolve --select` selects and keeps the local file; `index compact` changes nothing a
+    /// plan sees; `index rebuild` with files in the folder leaves every one of them untouched.
+    @Test func exitCodesAndIndexMaintenance() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-exit-codes")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        for name in ["a.txt", "b.txt", "sub/c.txt"] { try TestFiles.write(world.peerData + "/" + name, "\(name) on the peer\n") }
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 3)
+            #expect(try world.kaiten("select", Self.folder, "a.txt", "sub").status == 0)
+            try TestFiles.write(world.local + "/mine.txt", "only here\n")
+
+            let failing = try world.kaiten("apply", "--yes", "--fail-on-conflict")
+            #expect(failing.status == 2, "\(failing.stdout)\(failing.stderr)")
+            #expect(FileManager.default.fileExists(atPath: world.local + "/a.txt"), "the work is done before exit 2")
+            #expect(try world.kaiten("apply", "--yes").status == 0, "without the flag an open conflict is not a failure")
+
+            // resolve --select: the extraneous file is selected and kept as it is.
+            let resolved = try world.kaiten("resolve", Self.folder, "mine.txt", "--select")
+            #expect(resolved.status == 0, "\(resolved.stdout)\(resolved.stderr)")
+            let selection = try String(contentsOfFile: Home(path: world.home).selectionPath(folderID: Self.folder), encoding: .utf8)
+            #expect(selection.split(separator: "\n").contains("mine.txt"), "\(selection)")
+            #expect(try String(contentsOfFile: world.local + "/mine.txt", encoding: .utf8) == "only here\n")
+            let conflicts = try world.kaiten("conflicts")
+            #expect(conflicts.status == 0 && !conflicts.stdout.contains("extraneous  mine.txt"), "\(conflicts.stdout)")
+
+            // index compact: the same listing and the same (empty) plan afterwards.
+            let listingBefore = try world.kaiten("ls", "-l", "-R", Self.folder)
+            #expect(listingBefore.status == 0 && listingBefore.stdout.contains("sub/c.txt"), "\(listingBefore.stdout)\(listingBefore.stderr)")
+            let compacted = try world.kaiten("index", "compact", Self.folder)
+            #expect(compacted.status == 0, "\(compacted.stdout)\(compacted.stderr)")
+            #expect(try world.kaiten("ls", "-l", "-R", Self.folder).stdout == listingBefore.stdout)
+            let planAfterCompact = try world.kaiten("plan", "--offline")
+            #expect(planAfterCompact.status == 0 && planAfterCompact.stdout.contains("Plan: 0 to pull"), "\(planAfterCompact.stdout)")
+
+            // index rebuild: every local file keeps its bytes, mode and mtime.
+            func snapshot() throws -> [String: String] {
+                var out: [String: String] = [:]
+                for name in try FileManager.default.subpathsOfDirectory(atPath: world.local).sorted() {
+                    var info = stat()
+                    lstat(world.local + "/" + name, &info)
+                    let sha = Self.sha(world.local + "/" + name) ?? "-"
+                    out[name] = "\(info.st_mode) \(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec) \(sha)"
+                }
+                return out
+            }
+            let before = try snapshot()
+            #expect(before.keys.contains("sub/c.txt") && before.keys.contains("mine.txt"))
+            let rebuilt = try world.kaiten("index", "rebuild", Self.folder, "--timeout", "20")
+            #expect(rebuilt.status == 0, "\(rebuilt.stdout)\(rebuilt.stderr)")
+            #expect(try snapshot() == before)
+            let planAfterRebuild = try world.kaiten("plan")
+            #expect(planAfterRebuild.status == 0 && planAfterRebuild.stdout.contains("Plan: 0 to pull"), "\(planAfterRebuild.stdout)")
+
+            // index sync exits 1 when one peer fails, though the other synced.
+            let absent = try KaitenDevice(in: dir.path, name: "absent")
+            #expect(try world.kaiten("peer", "add", absent.deviceID.description, "--name", "absent", "--address", "tcp://127.0.0.1:1").status == 0)
+            #expect(try world.kaiten("folder", "share", Self.folder, absent.deviceID.description).status == 0)
+            let sync = try world.kaiten("index", "sync", "--timeout", "10")
+            #expect(sync.status == 1, "\(sync.stdout)\(sync.stderr)")
+            #expect((sync.stdout + sync.stderr).contains("absent"), "\(sync.stdout)\(sync.stderr)")
+            #expect(sync.stdout.contains("a (\(st.deviceID.shortDescription))"), "\(sync.stdout)")
+        }
+    }
+
+    static func sha(_ path: String) -> String? { ApplyInteropTests.sha(path) }
+
     /// `.stignore` is written before any deletion, and when that write fails nothing else
     /// happens in the folder: a deselected file stays.
     @Test func aFailedStIgnoreWriteStopsTheFolderBeforeAnyDeletion() async throws {
