@@ -7,11 +7,26 @@ public struct ProcessResult: Sendable {
     public let stderr: String
 }
 
+extension Process {
+    /// Waits until the process ends, at most `timeout` seconds: then it is killed (SIGKILL) and
+    /// the wait throws, so a hung child fails its test instead of hanging the suite.
+    public func waitForExit(timeout: TimeInterval, what: String) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while isRunning && Date() < deadline { usleep(10_000) }
+        if isRunning {
+            kill(processIdentifier, SIGKILL)
+            waitUntilExit()
+            throw HarnessError("\(what) did not end within \(Int(timeout)) s and was killed")
+        }
+        waitUntilExit()
+    }
+}
+
 /// Runs a program to completion, capturing its output.
 public enum ProcessRunner {
     public static func run(
         _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-        currentDirectory: String? = nil, stdin: String? = nil
+        currentDirectory: String? = nil, stdin: String? = nil, timeout: TimeInterval = 900
     ) throws -> ProcessResult {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
@@ -36,13 +51,15 @@ public enum ProcessRunner {
             process.standardInput = FileHandle.nullDevice
             try process.run()
         }
-        process.waitUntilExit()
+        try process.waitForExit(timeout: timeout, what: (executable as NSString).lastPathComponent + " " + arguments.prefix(2).joined(separator: " "))
         try out.close()
         try err.close()
-        return ProcessResult(
-            status: process.terminationStatus,
-            stdout: (try? String(contentsOfFile: outFile.file("out"), encoding: .utf8)) ?? "",
-            stderr: (try? String(contentsOfFile: outFile.file("err"), encoding: .utf8)) ?? "")
+        // Decoded with replacement characters, never dropped: a negative `contains` check on
+        // output that failed to decode must not pass on an empty string.
+        func text(_ name: String) throws -> String {
+            String(decoding: try Data(contentsOf: URL(fileURLWithPath: outFile.file(name))), as: UTF8.self)
+        }
+        return ProcessResult(status: process.terminationStatus, stdout: try text("out"), stderr: try text("err"))
     }
 
     /// Finds a program on $PATH.

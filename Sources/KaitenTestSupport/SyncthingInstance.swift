@@ -164,10 +164,9 @@ public final class SyncthingInstance: @unchecked Sendable {
         kill(pid, SIGTERM)
         let deadline = Date().addingTimeInterval(10)
         while process.isRunning && Date() < deadline { usleep(50_000) }
-        if process.isRunning {
-            kill(pid, SIGKILL)
-            process.waitUntilExit()
-        }
+        if process.isRunning { kill(pid, SIGKILL) }
+        // SIGKILL cannot be ignored; the bound only guards against a wedged kernel task.
+        try? process.waitForExit(timeout: 30, what: "syncthing (pid \(pid))")
     }
 
     public var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }

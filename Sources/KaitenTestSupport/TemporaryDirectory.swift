@@ -17,23 +17,37 @@ public struct TemporaryDirectory: Sendable {
 }
 
 /// Free TCP ports on 127.0.0.1, found by binding port 0 and reading what the kernel chose.
+/// Ports for programs under test that cannot report a port they bound themselves (syncthing).
+///
+/// Binding port 0 and closing it hands out a port from the kernel's ephemeral range, which the
+/// kernel may give to the next bind(0) or outgoing connection — of another suite running at the
+/// same time — before the program under test binds it. So ports come from below the ephemeral
+/// range (20000–32767, which the kernel never picks by itself), at random, checked free by a
+/// bind, and never twice from this process.
 public enum FreePort {
+    private static let handedOut = NSLock()
+    nonisolated(unsafe) private static var used: Set<Int> = []
+
     public static func next() throws -> Int {
+        for _ in 0..<500 {
+            let port = Int.random(in: 20000..<32768)
+            let fresh = handedOut.withLock { used.insert(port).inserted }
+            guard fresh, isFree(port) else { continue }
+            return port
+        }
+        throw POSIXError(.EADDRINUSE)
+    }
+
+    private static func isFree(_ port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw POSIXError(.EIO) }
+        guard fd >= 0 else { return false }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
+        return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
+        } == 0
     }
 }

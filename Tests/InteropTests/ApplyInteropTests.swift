@@ -6,7 +6,7 @@ import KaitenTestSupport
 import Testing
 
 /// `kaiten apply` against real syncthing 1.19.2 peers.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct ApplyInteropTests {
     static let folder = "f"
 
@@ -88,6 +88,13 @@ struct ApplyInteropTests {
     static func rescan(_ st: SyncthingInstance) async throws {
         try await st.post("/rest/db/scan?folder=\(folder)")
         try await st.waitIdle(folder: folder)
+    }
+
+    /// What syncthing has sent so far on its connection to `device`.
+    static func bytesSent(_ st: SyncthingInstance, to device: DeviceID) async throws -> Int {
+        let all = try await st.get("/rest/system/connections") as? [String: Any]
+        let connection = (all?["connections"] as? [String: Any])?[device.description] as? [String: Any]
+        return connection?["outBytesTotal"] as? Int ?? 0
     }
 
     static func sha(_ path: String) -> String? {
@@ -364,9 +371,14 @@ struct ApplyInteropTests {
 
             // On a terminal apply asks; the test answers later.
             let apply = try await world.applyAtPrompt(st, output: dir.file("out"))
+            let sentBefore = try await Self.bytesSent(st, to: world.me)
             try TestFiles.write(world.peerData + "/doc.txt", "version two, changed while apply waited\n")
             try await Self.rescan(st)
-            try await Task.sleep(nanoseconds: 1_000_000_000)  // the IndexUpdate reaches the open connection
+            // The IndexUpdate is on its way once syncthing has sent anything more on the
+            // connection (nothing else is due: pings come every 90 s).
+            try await st.waitUntil("the IndexUpdate is sent to the waiting apply", timeout: 30) {
+                try await Self.bytesSent(st, to: world.me) > sentBefore
+            }
             let status = apply.answer("yes")
             let output = apply.output
             #expect(status == 0, "\(output)")
@@ -483,7 +495,7 @@ struct ApplyInteropTests {
                     kill(process.processIdentifier, SIGKILL)
                     killedMidway += 1
                 }
-                process.waitUntilExit()
+                try process.waitForExit(timeout: 300, what: "kaiten")
                 try checkInvariant(round)
             }
             #expect(killedMidway == 20)
@@ -505,12 +517,13 @@ struct PromptedApply {
     let input: Pipe
     let outputPath: String
 
-    var output: String { (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "" }
+    var output: String { String(decoding: FileManager.default.contents(atPath: outputPath) ?? Data(), as: UTF8.self) }
 
-    /// Answers, waits for the apply to end, and returns its exit status.
+    /// Answers, waits (at most 5 minutes) for the apply to end, and returns its exit status,
+    /// or -1 when it had to be killed.
     func answer(_ text: String) -> Int32 {
         input.fileHandleForWriting.write(Data((text + "\n").utf8))
-        process.waitUntilExit()
+        guard (try? process.waitForExit(timeout: 300, what: "kaiten apply")) != nil else { return -1 }
         return process.terminationStatus
     }
 }

@@ -7,7 +7,7 @@ import KaitenTestSupport
 import Testing
 
 /// Kaiten's BEP implementation against the real syncthing 1.19.2.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct BEPInteropTests {
     /// A syncthing peer sharing `folder` with a Kaiten device, started and stopped around `body`.
     struct Setup: Sendable {
@@ -364,7 +364,7 @@ struct BEPInteropTests {
 }
 
 /// Close reasons travel both ways.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct CloseReasonInteropTests {
     @Test func closeReasonsAreSentAndSurfaced() async throws {
         try await BEPInteropTests.withPeer { setup in

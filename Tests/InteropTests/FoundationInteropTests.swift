@@ -6,7 +6,7 @@ import Testing
 
 /// Kaiten's identity and config.xml against the real syncthing binary (1.19.2, and 2.x when
 /// scripts/test runs the suites again with it).
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct FoundationInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

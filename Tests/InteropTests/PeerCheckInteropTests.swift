@@ -4,7 +4,7 @@ import KaitenTestSupport
 import Testing
 
 /// `kaiten peer check` against the real syncthing.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct PeerCheckInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

@@ -9,7 +9,7 @@ import Testing
 
 /// Selections and plans against a real syncthing peer, and a second real syncthing as the oracle
 /// for the `.stignore` Kaiten writes.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct PlanInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

@@ -7,7 +7,7 @@ import KaitenTestSupport
 import Testing
 
 /// On demand against a real syncthing peer: cat, get, and the signed range server.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct StreamInteropTests {
     static let folder = "media"
 
@@ -223,13 +223,12 @@ struct StreamInteropTests {
             var buffer = [UInt8](repeating: 0, count: 65536)
             #expect(recv(fd, &buffer, buffer.count, 0) > 0)
             close(fd)
-            try await Task.sleep(nanoseconds: 300_000_000)
             let after = try Self.curl(url, range: "0-99")
             #expect(after.status == 206 && after.body == movie[0...99])
 
             // SIGTERM stops it cleanly.
             kill(server.processIdentifier, SIGTERM)
-            server.waitUntilExit()
+            try server.waitForExit(timeout: 60, what: "kaiten serve")
             #expect(server.terminationStatus == 0)
             #expect(ServerRecord.load(Home(path: home)) == nil)
             let urlWithoutServer = try kaiten("url", Self.folder, "films/movie.mkv")

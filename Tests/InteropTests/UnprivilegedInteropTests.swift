@@ -90,7 +90,7 @@ struct UnprivilegedInteropTests {
             server.standardOutput = FileHandle.nullDevice
             server.standardError = FileHandle.nullDevice
             try server.run()
-            defer { if server.isRunning { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() } }
+            defer { if server.isRunning { kill(server.processIdentifier, SIGKILL); try? server.waitForExit(timeout: 30, what: "kaiten serve") } }
             try await st.waitUntil("kaiten serve is up as an unprivileged user", timeout: 60) {
                 FileManager.default.fileExists(atPath: home + "/state/serve.json")
             }
@@ -100,7 +100,7 @@ struct UnprivilegedInteropTests {
             #expect(ranged.status == 206, "\(ranged)")
             #expect(ranged.body == Data("read".utf8))
             kill(server.processIdentifier, SIGTERM)
-            server.waitUntilExit()
+            try server.waitForExit(timeout: 60, what: "kaiten serve")
 
             // A read-only directory: made 0555 after its file is in; deselected, the file goes
             // (the directory made writable for the moment, as syncthing does), then the directory.

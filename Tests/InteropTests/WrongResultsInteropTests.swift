@@ -313,7 +313,7 @@ struct WrongResultsInteropTests {
             }
             try #require(process.isRunning, "the apply finished before it could be interrupted at half")
             kill(process.processIdentifier, SIGINT)
-            process.waitUntilExit()
+            try process.waitForExit(timeout: 300, what: "kaiten")
             let out = (try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? ""
             #expect(process.terminationStatus == 130, "\(out)")
             let summary = ApplyInteropTests.json(out).last ?? [:]
