@@ -154,7 +154,7 @@ let package = Package(
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
-        .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTestSupport"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),

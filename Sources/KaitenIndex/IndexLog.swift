@@ -355,6 +355,12 @@ public final class IndexLog {
                 let length = Int(bytes.readBE32(at: offset))
                 let checksum = bytes.readBE32(at: offset + 4)
                 if 9 + length > remaining {
+                    // A length that runs past the end is a write cut short only when nothing
+                    // whole was written after it; a flipped bit in the length of a record in
+                    // the middle looks the same, and cutting there would drop good records.
+                    if let later = Self.wholeCheckpoint(in: bytes, after: offset) {
+                        throw corruption(at: offset, "a record's length runs past the end, yet a whole record follows at byte \(later)")
+                    }
                     try cutTornTail(at: offset, warn: warn, why: "the last record is incomplete")
                     break
                 }
@@ -372,6 +378,22 @@ public final class IndexLog {
             }
             fileSize = Int64(offset)
         }
+    }
+
+    /// The offset of the first complete, checksummed checkpoint record that starts after
+    /// `offset`, if any. Every batch ends with one, so a torn tail (part of the last batch)
+    /// never contains one whole.
+    static func wholeCheckpoint(in bytes: UnsafeBufferPointer<UInt8>, after offset: Int) -> Int? {
+        let recordLength = 9 + 48
+        var at = offset + 1
+        while at + recordLength <= bytes.count {
+            if bytes.readBE32(at: at) == 48 && bytes[at + 8] == Kind.checkpoint.rawValue {
+                let body = UnsafeBufferPointer(rebasing: bytes[(at + 8)..<(at + recordLength)])
+                if CRC32.checksum(UnsafeRawBufferPointer(body)) == bytes.readBE32(at: at + 4) { return at }
+            }
+            at += 1
+        }
+        return nil
     }
 
     private func corruption(at offset: Int, _ what: String) -> IndexLogError {

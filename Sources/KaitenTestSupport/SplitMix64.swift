@@ -1,3 +1,5 @@
+import Foundation
+
 /// A small deterministic generator (SplitMix64), so fuzz and random-moment failures can be
 /// replayed from a printed seed.
 public struct SplitMix64: RandomNumberGenerator {
@@ -9,5 +11,18 @@ public struct SplitMix64: RandomNumberGenerator {
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
+    }
+}
+
+extension SplitMix64 {
+    /// A generator for a test's random choices (moments to kill, ranges to read): seeded from
+    /// `KAITEN_TEST_SEED` when set, else at random; the seed is printed first, so a failing
+    /// run is replayed with `KAITEN_TEST_SEED=<seed> swift test --filter <test>`.
+    public static func forTest(_ name: String) -> SplitMix64 {
+        let environment = ProcessInfo.processInfo.environment
+        let seed = (environment["KAITEN_TEST_SEED"] ?? environment["KAITEN_FUZZ_SEED"]).flatMap(UInt64.init)
+            ?? UInt64.random(in: 1...UInt64.max)
+        FileHandle.standardError.write(Data("\(name): KAITEN_TEST_SEED=\(seed)\n".utf8))
+        return SplitMix64(seed: seed)
     }
 }

@@ -108,8 +108,18 @@ struct ApplyInteropTests {
         return info
     }
 
-    static func json(_ text: String) -> [[String: Any]] {
-        text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    /// `--json` output: one JSON object per line. A line that is not one is a failure, not
+    /// skipped, and so is empty output.
+    static func json(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) -> [[String: Any]] {
+        let lines = text.split(separator: "\n")
+        if lines.isEmpty { Issue.record("no JSON output at all", sourceLocation: sourceLocation) }
+        return lines.compactMap { line in
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                Issue.record("not a JSON object on its own line: \(line)", sourceLocation: sourceLocation)
+                return nil
+            }
+            return object
+        }
     }
 
     /// Selected files arrive byte-identical with mtimes and permissions; the rest stays away;
@@ -480,6 +490,7 @@ struct ApplyInteropTests {
             // 20 kills that land while the apply runs (a round that finishes first does not count).
             var killedMidway = 0
             var round = 0
+            var moments = SplitMix64.forTest("survivesKillNineAtRandomMoments")
             while killedMidway < 20 && round < 60 {
                 round += 1
                 // Start from nothing local again so every round pulls.
@@ -490,7 +501,7 @@ struct ApplyInteropTests {
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
                 try process.run()
-                usleep(useconds_t(Double.random(in: 0.02...(full * 0.8)) * 1_000_000))
+                usleep(useconds_t(Double.random(in: 0.02...(full * 0.8), using: &moments) * 1_000_000))
                 if process.isRunning {
                     kill(process.processIdentifier, SIGKILL)
                     killedMidway += 1

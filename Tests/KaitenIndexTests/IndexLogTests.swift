@@ -103,6 +103,29 @@ struct IndexLogTests {
         }
     }
 
+    /// A flipped bit in the length field of a record in the middle makes it run past the end,
+    /// like a torn tail; but whole records follow, so it is damage, not a tail to cut.
+    @Test func aDamagedLengthInTheMiddleIsNotMistakenForATornTail() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("f0", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            let second = log.fileSize
+            for i in 1..<5 {
+                try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("f\(i)", sequence: Int64(i + 1), version: [(1, UInt64(i + 1))])], isFullIndex: false)
+            }
+            log.close()
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+            bytes[Int(second)] ^= 0x40  // the high byte of the next record's length
+            try Data(bytes).write(to: URL(fileURLWithPath: path))
+            var warnings: [String] = []
+            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") { warnings.append($0) } }
+            #expect(error?.code == .corruptRecord)
+            #expect(error?.offset == second)
+            #expect(warnings.isEmpty)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)).count == bytes.count, "nothing cut")
+        }
+    }
+
     @Test func aFlippedByteInTheMiddleNamesTheOffsetAndTheRemedy() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")

@@ -74,6 +74,25 @@ struct BEPConnectionHandlerTests {
         let sent = try h.outbound()
         #expect(sent.count == 1)
         guard case .ping = sent.first else { Issue.record("want a ping, got \(sent)"); return }
+
+        // A write restarts the silence: 45 s after a message, no ping; 75 s after it, one.
+        h.loop.advanceTime(by: .seconds(30))
+        _ = h.handler.send(.clusterConfig(BEPClusterConfig()))
+        #expect(try h.outbound().count == 1)
+        h.loop.advanceTime(by: .seconds(45))
+        #expect(try h.outbound().isEmpty, "a message was written 45 s ago: no ping yet")
+        h.loop.advanceTime(by: .seconds(30))
+        let later = try h.outbound()
+        guard later.count == 1, case .ping = later.first else { Issue.record("want one ping, got \(later)"); return }
+        // Receiving does not count as writing: a chatty peer still gets pings.
+        h.loop.advanceTime(by: .seconds(40))
+        try h.receive(.ping)
+        h.loop.advanceTime(by: .seconds(30))
+        let whileReceiving = try h.outbound()
+        guard whileReceiving.count == 1, case .ping = whileReceiving.first else {
+            Issue.record("want one ping, got \(whileReceiving)")
+            return
+        }
     }
 
     @Test func dropsAPeerSilentForThreeHundredSeconds() throws {

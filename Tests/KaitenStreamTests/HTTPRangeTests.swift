@@ -22,13 +22,17 @@ struct HTTPRangeTests {
 }
 
 struct URLSignerTests {
-    @Test func signsAndVerifiesInConstantTime() {
+    /// Every alteration of folder, path, expiry or signature is refused. (The comparison is
+    /// HMAC's own `isValidAuthenticationCode`, constant-time by construction; a unit test cannot
+    /// measure that, so the name does not claim it.)
+    @Test func signsAndVerifiesAndRefusesEveryAlteration() {
         let signer = URLSigner(key: Array(repeating: 7, count: 32))
         let sig = signer.signature(folder: "f", path: "a b.mkv", expires: 100)
         #expect(sig.count == 64)
         #expect(signer.verify(folder: "f", path: "a b.mkv", expires: 100, signature: sig))
         #expect(!signer.verify(folder: "f", path: "a b.mkv", expires: 101, signature: sig))
         #expect(!signer.verify(folder: "g", path: "a b.mkv", expires: 100, signature: sig))
+        #expect(!signer.verify(folder: "f", path: "a b.mkv ", expires: 100, signature: sig))
         #expect(!signer.verify(folder: "f", path: "a b.mkv", expires: 100, signature: String(sig.dropLast())))
         #expect(!signer.verify(folder: "f", path: "a b.mkv", expires: 100, signature: String(repeating: "z", count: 64)))
         #expect(signer.url(base: "http://h", folder: "f", path: "a b.mkv", expires: 100) == "http://h/file?folder=f&path=a%20b.mkv&exp=100&sig=\(sig)")
