@@ -98,7 +98,7 @@ public final class RemoteFiles: @unchecked Sendable {
 
     /// The open peer connections.
     public func connections() throws -> [DeviceID: PeerConnection] {
-        withLock { session?.connections ?? [:] }
+        withLock { session?.openConnections ?? [:] }
     }
 
     public func close() async {
@@ -142,7 +142,7 @@ public final class RemoteFiles: @unchecked Sendable {
                     logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
                     locals[folder] = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
                 }
-                return (logs[folder]!, locals[folder]!, session?.connections ?? [:])
+                return (logs[folder]!, locals[folder]!, session?.openConnections ?? [:])
             }
         } catch {
             throw StreamError(.unavailable, "\(folder): cannot read the index: \(error)")

@@ -23,6 +23,12 @@ public final class PeerSession: Sendable {
         (refreshed[folder] ?? []).filter { connections[$0]?.isOpen == true }
     }
 
+    /// The connections that are still open: a peer that went away after the sync is no
+    /// source of blocks.
+    public var openConnections: [DeviceID: PeerConnection] {
+        connections.filter { $0.value.isOpen }
+    }
+
     public func close(reason: String = "done") async {
         for connection in connections.values { await connection.close(reason: reason) }
     }

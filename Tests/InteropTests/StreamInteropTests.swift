@@ -235,4 +235,138 @@ struct StreamInteropTests {
             #expect(urlWithoutServer.status == 1 && urlWithoutServer.stderr.contains("kaiten serve"))
         }
     }
+
+    /// A running `kaiten serve` on a free port of its own choosing, its stderr in `logPath`.
+    struct Server {
+        let process: Process
+        let base: String
+
+        static func start(home: String, logPath: String) async throws -> Server {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+            // Port 0: the server binds a free port and records it; no port is guessed here.
+            process.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:0"]
+            if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+            try log.seekToEnd()
+            process.standardError = log
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline {
+                if let record = ServerRecord.load(Home(path: home)), record.pid == process.processIdentifier {
+                    return Server(process: process, base: record.baseURL)
+                }
+                guard process.isRunning else { break }
+                usleep(50_000)
+            }
+            kill(process.processIdentifier, SIGKILL)
+            throw HarnessError("kaiten serve did not record its address within 60 s")
+        }
+
+        func stop() throws {
+            kill(process.processIdentifier, SIGTERM)
+            try process.waitForExit(timeout: 60, what: "kaiten serve")
+        }
+    }
+
+    static func mode(_ path: String) -> mode_t {
+        var info = stat()
+        lstat(path, &info)
+        return info.st_mode & 0o7777
+    }
+
+    /// What the server promises beyond serving bytes (issue 18, item 6): 503 while no peer
+    /// holding the file is connected; 404 for an unknown folder, a file deleted on the peers
+    /// and a directory; the signature never in its log; the URL key private (0600) and kept
+    /// across restarts, so links made before a restart still work. And the modes of what
+    /// Kaiten writes: the home 0700, config.xml, key.pem and saved plans 0600.
+    @Test func serveRefusesWhatItMustAndKeepsItsKey() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-serve-promises")
+        defer { dir.remove() }
+        let home = dir.file("kaiten")
+        let created = try KaitenCLI.run(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/a.txt", "served when a peer is there\n")
+        try TestFiles.write(peerData + "/dir/b.txt", "in a directory\n")
+        try TestFiles.write(peerData + "/gone.txt", "deleted on the peer later\n")
+        try TestFiles.write(peerData + "/later.txt", "never fetched while the peer was up\n")
+        func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home]) }
+        let logPath = dir.file("serve.log")
+
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await st.addDevice(me, name: "k")
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
+            try await st.waitUntil("peer scanned", timeout: 60) {
+                let s = try await st.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 4
+            }
+            #expect(try kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", st.address).status == 0)
+            #expect(try kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
+            #expect(try kaiten("index", "sync").status == 0)
+            try FileManager.default.removeItem(atPath: peerData + "/gone.txt")
+            try await st.post("/rest/db/scan?folder=\(Self.folder)")
+            try await st.waitUntil("the peer knows gone.txt is deleted", timeout: 60) {
+                let file = try await st.get("/rest/db/file?folder=\(Self.folder)&file=gone.txt") as? [String: Any]
+                return (file?["global"] as? [String: Any])?["deleted"] as? Bool == true
+            }
+            #expect(try kaiten("index", "sync").status == 0)
+
+            // With the peer up, a.txt is served.
+            var server = try await Server.start(home: home, logPath: logPath)
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            let signer = try URLSigner.load(home: Home(path: home))
+            let expires = Int64(Date().timeIntervalSince1970) + 600
+            func link(_ base: String, folder: String = Self.folder, _ path: String) -> String {
+                signer.url(base: base, folder: folder, path: path, expires: expires)
+            }
+            let served = try Self.curl(link(server.base, "a.txt"))
+            #expect(served.status == 200 && served.body == Data("served when a peer is there\n".utf8), "\(served.status)")
+            #expect(try Self.curl(link(server.base, folder: "nope", "a.txt")).status == 404)
+            #expect(try Self.curl(link(server.base, "gone.txt")).status == 404)
+            #expect(try Self.curl(link(server.base, "dir")).status == 404)
+            #expect(try Self.curl(link(server.base, "dir/b.txt")).status == 200)
+
+            // The peer goes away: 503 for bytes no one here holds, not a hang and not a broken 200.
+            st.stop()
+            let unavailable = try Self.curl(link(server.base, "later.txt"))
+            #expect(unavailable.status == 503, "\(unavailable.status) \(String(decoding: unavailable.body, as: UTF8.self))")
+
+            // The key: private, kept across a restart; an old link still verifies (503 now, not 403).
+            let keyPath = home + "/state/url.key"
+            let key = try Data(contentsOf: URL(fileURLWithPath: keyPath))
+            #expect(Self.mode(keyPath) == 0o600)
+            let before = link(server.base, "later.txt")
+            try server.stop()
+            server = try await Server.start(home: home, logPath: logPath)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: keyPath)) == key)
+            #expect(Self.mode(keyPath) == 0o600)
+            let oldLink = server.base + before[before.range(of: "/file?")!.lowerBound...]
+            #expect(try Self.curl(oldLink).status == 503)
+            let forged = oldLink.replacingOccurrences(of: "sig=", with: "sig=0")
+            #expect(try Self.curl(forged).status == 403)
+            try server.stop()
+
+            // The log: every request logged, no signature in it.
+            let log = String(decoding: try Data(contentsOf: URL(fileURLWithPath: logPath)), as: UTF8.self)
+            let requestLines = log.split(separator: "\n").filter { $0.contains("GET /file") }
+            #expect(requestLines.count == 8, "\(log)")
+            let signature = String(before[before.range(of: "sig=")!.upperBound...])
+            #expect(signature.count == 64)
+            #expect(!log.contains(signature), "the signature is redacted")
+            #expect(!log.contains(String(signature.prefix(16))))
+            #expect(requestLines.contains { $0.contains("path=later.txt 503 ") }, "\(requestLines)")
+        }
+
+        // Modes of what Kaiten writes.
+        #expect(Self.mode(home) == 0o700)
+        #expect(Self.mode(home + "/config.xml") == 0o600)
+        #expect(Self.mode(home + "/key.pem") == 0o600)
+        let plan = dir.file("saved.plan")
+        let saved = try kaiten("plan", "--offline", "--out", plan)
+        #expect(saved.status == 0, "\(saved.stdout)\(saved.stderr)")
+        #expect(Self.mode(plan) == 0o600)
+    }
 }
