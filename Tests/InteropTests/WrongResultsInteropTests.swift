@@ -133,6 +133,15 @@ struct WrongResultsInteropTests {
             let long = try world.kaiten("ls", "-l", Self.folder)
             #expect(long.stdout.split(separator: "\n").contains { $0.hasPrefix("d  ") && $0.hasSuffix("]") && $0.contains("odd/") }, "\(long.stdout)")
             #expect(!long.stdout.contains("dire") && !long.stdout.contains("syml"), "\(long.stdout)")
+            // A file operand prints its own entry, as ls(1) does (issue 10, item 20).
+            let one = try world.kaiten("ls", Self.folder, "odd/trail.txt")
+            #expect(one.status == 0 && one.stdout == "odd/trail.txt\n", "\(one.stdout)\(one.stderr)")
+            let oneLong = try world.kaiten("ls", "-l", Self.folder, "line.txt")
+            #expect(oneLong.stdout.hasPrefix("-  - absent"), "\(oneLong.stdout)")
+            #expect(oneLong.stdout.contains("  line.txt  [a]"), "\(oneLong.stdout)")
+            let oneJSON = try world.kaiten("ls", "--json", Self.folder, "line.txt")
+            let rows = try JSONSerialization.jsonObject(with: Data(oneJSON.stdout.utf8)) as? [[String: Any]]
+            #expect(rows?.map { $0["path"] as? String } == ["line.txt"], "\(oneJSON.stdout)")
 
             #expect(try world.kaiten("select", Self.folder, "odd").status == 0)
             let apply = try world.kaiten("apply", "--yes")

@@ -28,7 +28,7 @@ extension Kaiten {
         @Argument(help: "The folder ID.")
         var folder: String
 
-        @Argument(help: "A directory inside the folder. When omitted: the folder root.")
+        @Argument(help: "A directory inside the folder (its entries are listed) or a file (its own entry). When omitted: the folder root.")
         var path: String = ""
 
         @Flag(name: .short, help: "Long format: type, size, modification time and peers.")
@@ -66,8 +66,11 @@ extension Kaiten {
                     Terminal.note("no index of \(folder) yet: run `kaiten index sync \(folder)`")
                 }
                 let directory = path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-                let entries = log.index.list(under: directory, recursive: recursive, includeDeleted: deleted)
-                if !directory.isEmpty && entries.isEmpty && log.index.global(directory) == nil {
+                // `ls F a/file.txt` prints that entry, as ls(1) does for a file operand.
+                let named = directory.isEmpty ? nil : log.index.global(directory)
+                let namesAFile = named.map { $0.file.type != .directory && (deleted || !$0.file.isDeleted) } ?? false
+                let entries = namesAFile ? [named!] : log.index.list(under: directory, recursive: recursive, includeDeleted: deleted)
+                if !directory.isEmpty && entries.isEmpty && named == nil {
                     throw ConfigError(.invalidValue, file: log.path, "\"\(directory)\" is not in the global index of \(folder)")
                 }
                 let names = Dictionary(
@@ -101,7 +104,7 @@ extension Kaiten {
                         selected: selection.state(of: entry.path).rawValue, local: localState(entry))
                 }
                 // Local files the global index does not have, in the listed directory.
-                if let localTree {
+                if let localTree, !namesAFile {
                     let known = Set(entries.map(\.path))
                     for (path, file) in localTree.entries where file.kind != .directory && !known.contains(path) {
                         guard log.index.global(path) == nil else { continue }
@@ -120,7 +123,7 @@ extension Kaiten {
                     return
                 }
                 for row in rows {
-                    let bare = recursive ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
+                    let bare = recursive || namesAFile ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
                     // Line breaks, tabs and edge spaces are shown quoted, as ls does, never raw.
                     let name = PathRules.unrepresentableReason(bare) != nil ? PathRules.quoted(bare) : bare
                     let shown = name + (row.type == "directory" ? "/" : "") + (row.deleted ? " (deleted)" : "")
