@@ -174,7 +174,7 @@ let package = Package(
             name: "KaitenPeerTests",
             dependencies: ["KaitenPeer", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
-        .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport", "KaitenIndex", "KaitenConfig", "KaitenProtocol"]),
         .testTarget(
             name: "InteropTests",
             dependencies: [

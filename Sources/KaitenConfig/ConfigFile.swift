@@ -189,6 +189,18 @@ public final class ConfigFile {
         for id in folder.devices where device(id: id) == nil {
             throw ConfigError(.unknownDevice, file: path, "device \(id) is not configured; add it with `kaiten peer add`")
         }
+        // Two folders over one tree would each see the other's files as their own (syncthing
+        // refuses such folders too).
+        let new = Self.comparablePath(folder.path)
+        for other in folders {
+            let existing = Self.comparablePath(other.path)
+            if new == existing || new.hasPrefix(existing + "/") || existing.hasPrefix(new + "/") {
+                let how = new == existing ? "the same directory as" : new.hasPrefix(existing + "/") ? "inside" : "around"
+                throw ConfigError(
+                    .invalidValue, file: path,
+                    "\(folder.path) is \(how) folder \"\(other.id)\" (\(other.path)); folders must not overlap")
+            }
+        }
         let element = template("folder").map { folderElement(folder, from: $0) } ?? XMLBuilder.folder(folder, depth: 1)
         let anchor = root.elements(forName: "folder").last
         if let anchor {
@@ -247,6 +259,74 @@ public final class ConfigFile {
             XMLBuilder.insert(element, into: folder, after: last, depth: 2)
         } else {
             XMLBuilder.insert(element, into: folder, before: folder.elements(forName: "minDiskFree").first, depth: 2)
+        }
+    }
+
+    /// Stops sharing a folder with a device (no-op if it was not shared).
+    public func unshareFolder(id folderID: String, from deviceID: DeviceID) throws(ConfigError) {
+        guard let folder = root.elements(forName: "folder").first(where: { Self.attribute($0, "id") == folderID }) else {
+            throw ConfigError(.unknownFolder, file: path, "folder \"\(folderID)\" is not configured")
+        }
+        for element in folder.elements(forName: "device") where Self.deviceID(of: element) == deviceID {
+            XMLBuilder.remove(element)
+        }
+    }
+
+    /// Removes a folder from the configuration (its files on disk are not touched).
+    public func removeFolder(id folderID: String) throws(ConfigError) {
+        let matches = root.elements(forName: "folder").filter { Self.attribute($0, "id") == folderID }
+        guard !matches.isEmpty else { throw ConfigError(.unknownFolder, file: path, "folder \"\(folderID)\" is not configured") }
+        for element in matches { XMLBuilder.remove(element) }
+    }
+
+    /// Changes a peer's name, addresses or compression; nil leaves a field as it is.
+    public func editDevice(_ id: DeviceID, name: String? = nil, addresses: [String]? = nil, compression: Compression? = nil)
+        throws(ConfigError)
+    {
+        guard let element = root.elements(forName: "device").first(where: { Self.deviceID(of: $0) == id }) else {
+            throw ConfigError(.unknownDevice, file: path, "device \(id) is not configured")
+        }
+        if let name { element.attribute(forName: "name")?.stringValue = name }
+        if let compression {
+            if let attribute = element.attribute(forName: "compression") {
+                attribute.stringValue = compression.rawValue
+            } else {
+                element.addAttribute(XMLNode.attribute(withName: "compression", stringValue: compression.rawValue) as! XMLNode)
+            }
+        }
+        if let addresses {
+            let old = element.elements(forName: "address")
+            let children = element.children ?? []
+            let anchor = old.last.flatMap { last in
+                children.firstIndex { $0 === last }.flatMap { children[($0 + 1)...].first { $0.kind == .element } as? XMLElement }
+            } ?? (children.first { $0.kind == .element } as? XMLElement)
+            for address in old { XMLBuilder.remove(address) }
+            for address in addresses {
+                XMLBuilder.insert(XMLElement(name: "address", stringValue: address), into: element, before: anchor, depth: 2)
+            }
+        }
+    }
+
+    /// The device a user means by `text`: a device ID (any spelling), or the name of exactly one
+    /// configured peer, or a unique prefix of a configured peer's ID (as `kaiten peer ls` shows
+    /// seven characters).
+    public func resolveDevice(_ text: String) throws(ConfigError) -> DeviceID {
+        if let id = try? DeviceID(text) { return id }
+        var matches = devices.filter { $0.name == text }
+        if matches.isEmpty { matches = devices.filter { !$0.name.isEmpty && $0.name.lowercased() == text.lowercased() } }
+        if matches.isEmpty, text.count >= 4 {
+            let prefix = text.uppercased().replacingOccurrences(of: "-", with: "")
+            matches = devices.filter { $0.id.description.replacingOccurrences(of: "-", with: "").hasPrefix(prefix) }
+        }
+        switch matches.count {
+        case 1: return matches[0].id
+        case 0:
+            throw ConfigError(
+                .unknownDevice, file: path,
+                "no configured peer is named \"\(text)\" or has an ID starting with it; `kaiten peer ls` lists them")
+        default:
+            let names = matches.map { "\($0.id.shortDescription)\($0.name.isEmpty ? "" : " (\($0.name))")" }.joined(separator: ", ")
+            throw ConfigError(.unknownDevice, file: path, "\"\(text)\" could be any of \(names); give the device ID")
         }
     }
 
@@ -331,6 +411,17 @@ public final class ConfigFile {
                 throw ConfigError(.duplicateFolderID, file: path, line: line, "folder ID \"\(folder.id)\" is used twice")
             }
         }
+    }
+
+    /// A path with symlinks resolved as far as it exists and no trailing slash, for comparing.
+    static func comparablePath(_ path: String) -> String {
+        var resolved = (path as NSString).standardizingPath
+        if let real = realpath(resolved, nil) {
+            resolved = String(cString: real)
+            free(real)
+        }
+        while resolved.count > 1 && resolved.hasSuffix("/") { resolved.removeLast() }
+        return resolved
     }
 
     private static func attribute(_ element: XMLElement, _ name: String) -> String? {

@@ -73,6 +73,12 @@ public struct GlobalIndex: Sendable {
 
     /// Forgets everything `device` announced; returns the record bytes that backed it.
     @discardableResult
+    /// Whether `device` announced anything still held.
+    func hasEntries(from device: DeviceID) -> Bool {
+        guard let n = deviceNumbers[device] else { return false }
+        return storage.values.contains { $0.contains { $0.device == n } }
+    }
+
     mutating func removeAll(from device: DeviceID) -> Int64 {
         guard let n = deviceNumbers[device] else { return 0 }
         var freed: Int64 = 0

@@ -207,6 +207,26 @@ public final class IndexLog {
         setCheckpoint(device, Checkpoint(indexID: indexID, maxSequence: maxSequence), length: Int64(buffer.count - checkpointStart))
     }
 
+    /// Drops everything a device announced (it no longer shares the folder): its entries stop
+    /// counting in the global view, and a later sync with it starts from a full index.
+    public func removeDevice(_ device: DeviceID) throws(IndexLogError) {
+        precondition(!isReadOnly, "removeDevice on a read-only index log")
+        guard checkpoints[device] != nil || index.hasEntries(from: device) else { return }
+        var buffer: [UInt8] = []
+        var payload = device.bytes
+        payload.appendBigEndian(UInt64(0))
+        Self.appendRecord(.replaced, payload, to: &buffer)
+        let base = fileSize
+        try writeAll(buffer, at: base)
+        guard fsync(fd) == 0 else {
+            _ = ftruncate(fd, off_t(base))
+            throw IndexLogError(.io, file: path, "fsync failed: \(String(cString: strerror(errno)))")
+        }
+        fileSize = base + Int64(buffer.count)
+        forget(device)
+        dropCheckpoint(device)
+    }
+
     /// The block list of an entry, read from the log.
     public func blocks(of entry: FileEntry) throws(IndexLogError) -> [BEPBlockInfo] {
         var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
@@ -442,6 +462,8 @@ public final class IndexLog {
         switch kind {
         case .replaced:
             forget(device)
+            // A full index brings its own checkpoint after its records; a removal none.
+            dropCheckpoint(device)
         case .checkpoint:
             guard length == 48 else { throw corruption(at: offset, "bad checkpoint record") }
             let indexID = bytes.readBE64(at: payloadStart + 32)
@@ -486,6 +508,12 @@ public final class IndexLog {
     private func record(_ entry: FileEntry, from device: DeviceID) {
         if let old = index.set(entry, for: device) { liveBytes -= Int64(old.recordLength) }
         liveBytes += Int64(entry.recordLength)
+    }
+
+    private func dropCheckpoint(_ device: DeviceID) {
+        liveBytes -= checkpointRecordLength[device] ?? 0
+        checkpointRecordLength[device] = nil
+        checkpoints[device] = nil
     }
 
     private func setCheckpoint(_ device: DeviceID, _ checkpoint: Checkpoint, length: Int64) {

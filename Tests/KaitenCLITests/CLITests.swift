@@ -1,4 +1,7 @@
 import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
 import KaitenTestSupport
 import Testing
 
@@ -159,6 +162,93 @@ struct CLITests {
         }
     }
 
+    /// Issue 10, item 19: peers by name wherever an ID goes; `peer edit`, `folder unshare`
+    /// (the peer's index of the folder dropped), `folder rm` (files and selection kept, Kaiten's
+    /// records gone), and overlapping folder paths refused.
+    @Test func folderAndPeerManagement() throws {
+        try withHome { home, dir in
+            let laptop = "MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD"
+            #expect(try kaiten("peer", "add", "--home", home, Self.peer, "--name", "nas").status == 0)
+            #expect(try kaiten("peer", "add", "--home", home, laptop, "--name", "laptop").status == 0)
+            let data = dir.file("data/photos")
+            let add = try kaiten("folder", "add", "--home", home, "photos", "--path", data, "--share", "nas")
+            #expect(add.status == 0, "\(add.stderr)")
+            let share = try kaiten("folder", "share", "--home", home, "photos", "LAPTOP")
+            #expect(share.status == 0 && share.stderr.contains("laptop (MFZWI3D)"), "\(share.stderr)")
+            let unknown = try kaiten("folder", "share", "--home", home, "photos", "phone")
+            #expect(unknown.status == 1 && unknown.stderr.contains("no configured peer is named \"phone\""), "\(unknown.stderr)")
+            let byPrefix = try kaiten("peer", "edit", "--home", home, "LXONAJ2", "--address", "tcp://10.0.0.1:22000", "--compression", "always")
+            #expect(byPrefix.status == 0, "\(byPrefix.stderr)")
+            let renamed = try kaiten("peer", "edit", "--home", home, "nas", "--name", "nas2")
+            #expect(renamed.status == 0, "\(renamed.stderr)")
+            let nothing = try kaiten("peer", "edit", "--home", home, "nas2")
+            #expect(nothing.status == 64 && nothing.stderr.contains("nothing to change"), "\(nothing.stderr)")
+            let peers = try #require(try JSONSerialization.jsonObject(with: Data(kaiten("peer", "ls", "--home", home, "--json").stdout.utf8)) as? [[String: Any]])
+            let nas = try #require(peers.first { $0["device_id"] as? String == Self.peer })
+            #expect(nas["name"] as? String == "nas2")
+            #expect(nas["addresses"] as? [String] == ["tcp://10.0.0.1:22000"])
+            #expect(nas["compression"] as? String == "always")
+
+            // Overlapping paths: the same, inside, around — refused, config.xml unchanged.
+            let config = try Data(contentsOf: URL(fileURLWithPath: home + "/config.xml"))
+            for (id, path) in [("same", data), ("inner", data + "/2024"), ("outer", dir.file("data")), ("slash", data + "/")] {
+                let overlap = try kaiten("folder", "add", "--home", home, id, "--path", path)
+                #expect(overlap.status == 1 && overlap.stderr.contains("folders must not overlap"), "\(id): \(overlap.stderr)")
+            }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: home + "/config.xml")) == config)
+            #expect(try kaiten("folder", "add", "--home", home, "sibling", "--path", dir.file("data/photos2")).status == 0)
+
+            // unshare drops the peer's index of the folder.
+            let logPath = Home(path: home).indexLogPath(folderID: "photos")
+            try FileManager.default.createDirectory(atPath: (logPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            let laptopID = try DeviceID(laptop)
+            let nasID = try DeviceID(Self.peer)
+            func entry(_ name: String, by device: DeviceID) -> BEPFileInfo {
+                var file = BEPFileInfo()
+                file.name = name
+                file.type = .directory
+                file.sequence = 1
+                var counter = BEPCounter()
+                counter.id = device.shortID
+                counter.value = 1
+                file.version.counters = [counter]
+                return file
+            }
+            let log = try IndexLog.open(path: logPath, folderID: "photos")
+            try log.apply(device: laptopID, indexID: 7, files: [entry("from-laptop", by: laptopID)], isFullIndex: true)
+            try log.apply(device: nasID, indexID: 8, files: [entry("from-nas", by: nasID)], isFullIndex: true)
+            log.close()
+            let unshare = try kaiten("folder", "unshare", "--home", home, "photos", "laptop")
+            #expect(unshare.status == 0, "\(unshare.stderr)")
+            let after = try IndexLog.open(path: logPath, folderID: "photos", readOnly: true)
+            #expect(after.index.global("from-laptop") == nil)
+            #expect(after.index.global("from-nas") != nil)
+            #expect(after.checkpoints[laptopID] == nil && after.checkpoints[nasID] != nil)
+            after.close()
+            let folders = try #require(try JSONSerialization.jsonObject(with: Data(kaiten("folder", "ls", "--home", home, "--json").stdout.utf8)) as? [[String: Any]])
+            #expect((folders.first { $0["id"] as? String == "photos" }?["devices"] as? [String])?.contains(laptop) == false)
+
+            // peer rm by name: gone from config.xml and from the log.
+            let removed = try kaiten("peer", "rm", "--home", home, "nas2")
+            #expect(removed.status == 0, "\(removed.stderr)")
+            let afterRm = try IndexLog.open(path: logPath, folderID: "photos", readOnly: true)
+            #expect(afterRm.index.global("from-nas") == nil)
+            afterRm.close()
+
+            // folder rm: files and the selection file stay; Kaiten's records of it go.
+            try TestFiles.write(data + "/keep.jpg", "a photo\n")
+            try TestFiles.write(home + "/selections/photos.txt", "keep.jpg\n")
+            let rm = try kaiten("folder", "rm", "--home", home, "photos")
+            #expect(rm.status == 0, "\(rm.stderr)")
+            #expect(try String(contentsOfFile: data + "/keep.jpg", encoding: .utf8) == "a photo\n")
+            #expect(FileManager.default.fileExists(atPath: home + "/selections/photos.txt"))
+            #expect(!FileManager.default.fileExists(atPath: logPath))
+            #expect(!(try kaiten("folder", "ls", "--home", home).stdout.contains("photos ")))
+            // Now the path is free again.
+            #expect(try kaiten("folder", "add", "--home", home, "photos-again", "--path", data).status == 0)
+        }
+    }
+
     @Test func folderMistakesChangeNothing() throws {
         try withHome { home, dir in
             let before = try String(contentsOfFile: home + "/config.xml", encoding: .utf8)
@@ -218,7 +308,7 @@ struct CLITests {
     @Test(arguments: [
         ["--help"], ["init", "--help"], ["id", "--help"], ["peer", "add", "--help"], ["peer", "rm", "--help"],
         ["peer", "ls", "--help"], ["peer", "check", "--help"], ["index", "sync", "--help"], ["index", "compact", "--help"],
-        ["index", "rebuild", "--help"], ["ls", "--help"], ["status", "--help"], ["folder", "add", "--help"], ["folder", "share", "--help"], ["folder", "ls", "--help"],
+        ["index", "rebuild", "--help"], ["ls", "--help"], ["status", "--help"], ["folder", "add", "--help"], ["folder", "share", "--help"], ["folder", "unshare", "--help"], ["folder", "rm", "--help"], ["folder", "ls", "--help"], ["peer", "edit", "--help"],
         ["select", "--help"], ["deselect", "--help"], ["adopt", "--help"], ["plan", "--help"], ["show", "--help"],
         ["apply", "--help"], ["conflicts", "--help"], ["resolve", "--help"],
         ["cat", "--help"], ["get", "--help"], ["serve", "--help"], ["url", "--help"],

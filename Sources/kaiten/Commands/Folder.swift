@@ -2,12 +2,13 @@ import ArgumentParser
 import Foundation
 import KaitenConfig
 import KaitenProtocol
+import KaitenSync
 
 extension Kaiten {
     struct Folder: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Add, share and list folders.",
-            subcommands: [Add.self, Share.self, List.self])
+            abstract: "Add, share, unshare, remove and list folders.",
+            subcommands: [Add.self, Share.self, Unshare.self, Remove.self, List.self])
     }
 }
 
@@ -41,7 +42,7 @@ extension Kaiten.Folder {
 
         @Option(
             name: .customLong("share"),
-            help: ArgumentHelp("A configured peer to share the folder with; repeatable.", valueName: "device-id"))
+            help: ArgumentHelp("A configured peer to share the folder with, by device ID or name; repeatable.", valueName: "peer"))
         var shares: [String] = []
 
         func validate() throws {
@@ -60,7 +61,7 @@ extension Kaiten.Folder {
                         "unknown folder type \"\(type)\" (receiveonly, sendreceive or sendonly)")
                 }
                 var devices = [opened.identity.deviceID]
-                for text in shares { devices.append(try DeviceID(text)) }
+                for text in shares { devices.append(try opened.config.resolveDevice(text)) }
                 let absolutePath = Home(path: path).path
                 let folder = FolderConfiguration(
                     id: folderID, label: label ?? folderID, path: absolutePath, type: folderType, devices: devices)
@@ -80,23 +81,102 @@ extension Kaiten.Folder {
     struct Share: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Share a folder with a configured peer.",
-            discussion: "Example:\n  kaiten folder share photos PEER-ID")
+            discussion: """
+                The peer is named by device ID or by its name in config.xml (when only one peer has it).
+
+                Example:
+                  kaiten folder share photos nas
+                """)
 
         @OptionGroup var global: GlobalOptions
 
         @Argument(help: "The folder ID.")
         var folderID: String
 
-        @Argument(help: "The peer's device ID; add it first with `kaiten peer add`.")
-        var deviceID: String
+        @Argument(help: "The peer: device ID or name; add it first with `kaiten peer add`.")
+        var peer: String
 
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                let id = try DeviceID(deviceID)
+                let id = try opened.config.resolveDevice(peer)
                 try opened.config.shareFolder(id: folderID, with: id)
                 try opened.config.write()
-                Terminal.note("shared folder \(folderID) with \(id)")
+                Terminal.note("shared folder \(folderID) with \(Kaiten.Peer.label(id, in: opened.config))")
+            }
+        }
+    }
+
+    struct Unshare: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Stop sharing a folder with a peer.",
+            discussion: """
+                The peer's index of the folder is dropped from the index log, so what it announced \
+                no longer counts (nor does it hold any file for a deselect). Local files are not touched.
+
+                Example:
+                  kaiten folder unshare photos old-laptop
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folderID: String
+
+        @Argument(help: "The peer: device ID or name.")
+        var peer: String
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let id = try opened.config.resolveDevice(peer)
+                guard let folder = opened.config.folder(id: folderID) else {
+                    throw ConfigError(.unknownFolder, file: opened.config.path, "folder \"\(folderID)\" is not configured")
+                }
+                guard folder.devices.contains(id) else {
+                    Terminal.note("folder \(folderID) is not shared with \(Kaiten.Peer.label(id, in: opened.config)); nothing to do")
+                    return
+                }
+                try Membership.forgetPeer(id, folders: [folderID], home: opened) {
+                    try opened.config.unshareFolder(id: folderID, from: id)
+                    try opened.config.write()
+                }
+                Terminal.note("folder \(folderID) is no longer shared with \(Kaiten.Peer.label(id, in: opened.config)); its index of the folder is dropped")
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rm",
+            abstract: "Remove a folder from config.xml and drop Kaiten's records of it.",
+            discussion: """
+                The folder's files on disk are not touched, and neither is its selection file \
+                (yours, perhaps in git). Kaiten's index log, scan cache and synced record of the \
+                folder are deleted; adding the folder again starts with a fresh index sync.
+
+                Example:
+                  kaiten folder rm photos
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The folder ID.")
+        var folderID: String
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                guard let folder = opened.config.folder(id: folderID) else {
+                    throw ConfigError(.unknownFolder, file: opened.config.path, "folder \"\(folderID)\" is not configured")
+                }
+                try Membership.forgetFolder(folderID, home: opened) {
+                    try opened.config.removeFolder(id: folderID)
+                    try opened.config.write()
+                }
+                let selection = opened.home.selectionPath(folderID: folderID)
+                let kept = FileManager.default.fileExists(atPath: selection) ? "; kept \(selection)" : ""
+                Terminal.note("removed folder \(folderID); its files in \(folder.path) are untouched\(kept)")
             }
         }
     }

@@ -2,12 +2,19 @@ import ArgumentParser
 import KaitenConfig
 import KaitenPeer
 import KaitenProtocol
+import KaitenSync
 
 extension Kaiten {
     struct Peer: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Add, remove and list the peers this device talks to.",
-            subcommands: [Add.self, Remove.self, List.self, Check.self])
+            subcommands: [Add.self, Edit.self, Remove.self, List.self, Check.self])
+
+        /// "nas (MFZWI3D)" or just the short ID, for messages.
+        static func label(_ id: DeviceID, in config: ConfigFile) -> String {
+            let name = config.device(id: id)?.name ?? ""
+            return name.isEmpty ? id.shortDescription : "\(name) (\(id.shortDescription))"
+        }
     }
 }
 
@@ -69,32 +76,96 @@ extension Kaiten.Peer {
         }
     }
 
+    struct Edit: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change a peer's name, addresses or compression.",
+            discussion: """
+                Only what is given changes. --address replaces the whole list (repeat it for several; \
+                `dynamic` alone to clear). The peer is named by device ID or by its current name.
+
+                Examples:
+                  kaiten peer edit nas --address tcp://192.168.1.20:22000
+                  kaiten peer edit MFZWI3D --name nas --compression always
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "The peer: device ID or name.")
+        var peer: String
+
+        @Option(help: "The new name.")
+        var name: String?
+
+        @Option(
+            name: .customLong("address"),
+            help: ArgumentHelp("Where to reach the peer; repeatable; replaces every address.", valueName: "tcp://host:port"))
+        var addresses: [String] = []
+
+        @Option(help: "What the peer compresses for us: metadata, never or always.")
+        var compression: String?
+
+        func validate() throws {
+            guard name != nil || !addresses.isEmpty || compression != nil else {
+                throw ValidationError("nothing to change: give --name, --address or --compression")
+            }
+            if let compression, Compression(configValue: compression) == nil {
+                throw ValidationError("--compression must be metadata, never or always")
+            }
+        }
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                let id = try opened.config.resolveDevice(peer)
+                guard id != opened.identity.deviceID else {
+                    throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; see `kaiten init` for its name")
+                }
+                for address in addresses where address != "dynamic" {
+                    do {
+                        try KaitenHome.validateListenAddress(address, file: opened.config.path)
+                    } catch {
+                        throw ArgumentError("--address \"\(address)\": want tcp://HOST:PORT (or dynamic), e.g. tcp://nas.local:22000")
+                    }
+                }
+                try opened.config.editDevice(
+                    id, name: name, addresses: addresses.isEmpty ? nil : addresses, compression: compression.flatMap(Compression.init(configValue:)))
+                try opened.config.write()
+                Terminal.note("changed peer \(Kaiten.Peer.label(id, in: opened.config))")
+            }
+        }
+    }
+
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "rm",
             abstract: "Remove a peer from config.xml and from every folder shared with it.",
             discussion: """
-                Local files are not touched.
+                What it announced is dropped from the index logs, so it no longer counts as holding \
+                anything. Local files are not touched.
 
                 Example:
-                  kaiten peer rm MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD
+                  kaiten peer rm old-laptop
                 """)
 
         @OptionGroup var global: GlobalOptions
 
-        @Argument(help: "The peer's device ID.")
-        var deviceID: String
+        @Argument(help: "The peer: device ID or name.")
+        var peer: String
 
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                let id = try DeviceID(deviceID)
+                let id = try opened.config.resolveDevice(peer)
                 guard id != opened.identity.deviceID else {
                     throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; it cannot be removed")
                 }
-                try opened.config.removeDevice(id)
-                try opened.config.write()
-                Terminal.note("removed peer \(id)")
+                let label = Kaiten.Peer.label(id, in: opened.config)
+                let shared = opened.config.folders.filter { $0.devices.contains(id) }.map(\.id)
+                try Membership.forgetPeer(id, folders: shared, home: opened) {
+                    try opened.config.removeDevice(id)
+                    try opened.config.write()
+                }
+                Terminal.note("removed peer \(label)")
             }
         }
     }
@@ -187,7 +258,7 @@ extension Kaiten.Peer {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                let only = try deviceID.map { text throws(DeviceIDError) in try DeviceID(text) }
+                let only = try deviceID.map { text throws(ConfigError) in try opened.config.resolveDevice(text) }
                 let results = try await PeerCheck.run(home: opened, only: only, timeout: timeout, logger: global.logger)
                 if json {
                     try Terminal.json(results)
