@@ -151,6 +151,13 @@ public enum Applier {
         }
     }
 
+    /// Plans again on the connections `prepared` holds (after a selection file changed).
+    public static func replan(_ prepared: Prepared, home: KaitenHome, folders: [String], requirePeers: Int) throws -> Prepared {
+        let (plan, states, skipped) = try Planner.plan(
+            home: home, folders: folders, requirePeers: requirePeers, connected: prepared.session.refreshed, skipUnscannable: true)
+        return Prepared(plan: plan, states: states, session: prepared.session, warnings: prepared.warnings, skipped: skipped)
+    }
+
     /// The plan IDs already applied in this home.
     static func appliedPath(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("applied-plans") }
 
@@ -279,7 +286,9 @@ public enum Applier {
     /// `--max-delete` and the folder marker: refuses the whole apply before anything changes.
     public static func checkBrakes(_ plan: Plan, states: [Planner.FolderState], maxDelete: DeleteLimit) throws(ApplyError) {
         for folder in plan.folders {
-            let deletions = folder.actions.filter { $0.action == .delete }.count
+            // A file moved on the peers is pulled under its new name in the same apply: its
+            // content stays here, so it does not count as a deletion.
+            let deletions = folder.actions.filter { $0.action == .delete && $0.cause != .movedOnPeers }.count
             guard deletions > 0 else { continue }
             let localFiles = states.first { $0.input.id == folder.id }?.input.local.entries.values.filter { $0.kind != .directory }.count ?? 0
             if !maxDelete.allows(deletions, of: localFiles) {
@@ -362,7 +371,7 @@ public enum Applier {
                     try SafePath.validate(action.path)
                     try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
                     let global = log.index.global(action.path)
-                    if action.cause == .deletedOnPeers {
+                    if action.cause == .deletedOnPeers || action.cause == .movedOnPeers {
                         guard global?.file.isDeleted ?? true else {
                             throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
                         }

@@ -49,6 +49,25 @@ struct Builder {
     /// what it was then, they are listed as kept, not as conflicts.
     var kept: [String] = []
 
+    /// Selected, live global files by content, made on first use (only deletions on the peers
+    /// of unselected files ask).
+    private var selectedByContent: [ContentHash: GlobalEntry]?
+
+    private mutating func selectedGlobal(withContent hash: ContentHash) -> GlobalEntry? {
+        if selectedByContent == nil {
+            var index: [ContentHash: GlobalEntry] = [:]
+            let selection = self.selection
+            input.global.forEachGlobal { entry in
+                guard !entry.file.isDeleted, entry.file.type == .file, selection.isSelected(entry.path),
+                    let content = Reconciler.contentHash(of: entry.file)
+                else { return }
+                index[content] = entry
+            }
+            selectedByContent = index
+        }
+        return selectedByContent?[hash]
+    }
+
     mutating func addConflict(_ conflict: Conflict) {
         if let hash = input.kept[conflict.path], let mine = input.local[conflict.path], Reconciler.contentHash(of: mine) == hash {
             kept.append(conflict.path)
@@ -220,6 +239,15 @@ struct Builder {
             addConflict(Conflict(kind: .concurrent, path: g.path, reason: "deleted on peers, but the deletion does not replace the version Kaiten synced here: kept", choices: Self.deletedGloballyChoices))
         } else if selected {
             deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers", type: Self.kindName(l.kind), version: describe(synced.version), cause: .deletedOnPeers))
+        } else if let localHash, let target = selectedGlobal(withContent: localHash) {
+            // Renamed or moved on the peers, and the new name is selected (--follow-renames):
+            // the peers hold this content there, so this copy goes as the old name did there.
+            let live = input.connectedPeers.map { connected in target.holders.filter { connected.contains($0) } } ?? target.holders
+            if live.count >= input.requirePeers {
+                deletes.append(Action(action: .delete, path: g.path, size: l.size, reason: "deleted on peers; its content is now at \(target.path)", type: Self.kindName(l.kind), version: describe(synced.version), peers: names(live), cause: .movedOnPeers))
+            } else {
+                addConflict(Conflict(kind: .holdersOffline, path: g.path, reason: "deleted on peers and its content is now at \(target.path), but only \(live.count) of the peers holding that are connected now (--require-peers \(input.requirePeers)): kept until they are", choices: Self.lastCopyChoices))
+            }
         } else {
             // Ignored here and gone everywhere else: this copy may be the last one.
             addConflict(Conflict(kind: .lastCopy, path: g.path, reason: "deselected and deleted on peers: this may be the last copy, kept", choices: Self.lastCopyChoices))

@@ -3,7 +3,7 @@
 /// Its JSON form is the plan file: keys in snake_case, `format_version` under Terraform's rules
 /// (a minor bump only adds fields; a consumer refuses an unknown major version).
 public struct Plan: Codable, Sendable, Equatable {
-    public static let formatVersion = "1.1"
+    public static let formatVersion = "1.2"
 
     public var formatVersion: String
     /// Stamped on every plan a home makes (Terraform's lineage), so a plan from another home
@@ -163,6 +163,19 @@ public struct FolderPlan: Codable, Sendable, Equatable {
     /// Why nothing is applied to this folder although it has a selection (its `.stignore` is
     /// not in the selective grammar); nil when the plan applies. Added in format 1.1.
     public var notApplied: String?
+    /// Selected files deleted on the peers whose very content (blocks hash) is now a global
+    /// file under another name that is not selected: most likely renamed or moved there.
+    /// `--follow-renames` selects the new name. Added in format 1.2; nil when there are none.
+    public var renames: [Rename]?
+
+    public struct Rename: Codable, Sendable, Equatable {
+        public var from: String
+        public var to: String
+        public init(from: String, to: String) {
+            self.from = from
+            self.to = to
+        }
+    }
 
     public init(id: String, path: String, stignore: StIgnoreChange, actions: [Action] = [], conflicts: [Conflict] = [], junk: [String] = [], kept: [String] = [], warnings: [String] = [], notApplied: String? = nil) {
         self.id = id
@@ -223,6 +236,9 @@ public struct Action: Codable, Sendable, Equatable {
         case deselected
         /// Deleted: the global version is a deletion that replaces the local copy.
         case deletedOnPeers = "deleted-on-peers"
+        /// Deleted: deleted on the peers, its content now at a selected global file elsewhere
+        /// (renamed or moved there; pulled in the same apply from this copy). Added in 1.2.
+        case movedOnPeers = "moved-on-peers"
         /// mkdir: a selected directory, or the parent of selected files.
         case directory
         /// rmdir: left empty by deletions, or deleted on peers.

@@ -100,6 +100,16 @@ public enum Reconciler {
             junk: builder.junk.sorted(), kept: builder.kept.sorted(), warnings: warnings + builder.warnings.sorted(),
             notApplied: notApplied)
         if !managed { plan.stignore.changed = false }
+        let renames = Self.renames(plan, input: input, selection: selection)
+        if !renames.isEmpty {
+            plan.renames = renames
+            for rename in renames {
+                plan.warnings.append(
+                    "\(PathRules.quoted(rename.from)) is deleted on the peers, and its content is now at \(PathRules.quoted(rename.to)) "
+                        + "(renamed or moved?), which is not selected: `kaiten select \(input.id) \(PathRules.quoted(PathRules.escapeGlobCharacters(rename.to)))` "
+                        + "follows it, or plan/apply with --follow-renames")
+            }
+        }
         let baseline = Plan.FolderBaseline(
             id: input.id,
             peers: input.checkpoints.sorted { $0.device < $1.device }.map {
@@ -132,6 +142,30 @@ public enum Reconciler {
     }
 
     /// Content identity on both sides: a file's blocks hash, a symlink's target.
+    /// Deletions of local files because the peers deleted them, whose content the global
+    /// index now has under exactly one other, unselected name.
+    static func renames(_ plan: FolderPlan, input: FolderInput, selection: Selection) -> [FolderPlan.Rename] {
+        var gone: [ContentHash: [String]] = [:]
+        for action in plan.actions where action.action == .delete && action.cause == .deletedOnPeers {
+            guard let local = input.local[action.path], local.kind == .file, let hash = contentHash(of: local) else { continue }
+            gone[hash, default: []].append(action.path)
+        }
+        guard !gone.isEmpty else { return [] }
+        var arrivals: [ContentHash: [String]] = [:]
+        input.global.forEachGlobal { entry in
+            guard !entry.file.isDeleted, entry.file.type == .file, let hash = contentHash(of: entry.file), gone[hash] != nil,
+                selection.state(of: entry.path) == .no
+            else { return }
+            arrivals[hash, default: []].append(entry.path)
+        }
+        var renames: [FolderPlan.Rename] = []
+        for (hash, olds) in gone where olds.count == 1 {
+            guard let news = arrivals[hash], news.count == 1 else { continue }
+            renames.append(.init(from: olds[0], to: news[0]))
+        }
+        return renames.sorted { $0.from.utf8.lexicographicallyPrecedes($1.from.utf8) }
+    }
+
     public static func contentHash(of file: LocalFile) -> ContentHash? {
         switch file.kind {
         case .file: return file.contentHash

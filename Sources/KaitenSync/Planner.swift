@@ -111,6 +111,27 @@ public enum Planner {
         return (plan, states, skipped)
     }
 
+    /// Follows each rename the plan found: the new name is selected and the old name's own
+    /// line (if it had one) removed, in the folder's selection file, written atomically.
+    /// Returns what was followed, per folder; plan again afterwards.
+    public static func followRenames(_ plan: Plan, home: KaitenHome) throws -> [(folder: String, rename: FolderPlan.Rename)] {
+        var followed: [(folder: String, rename: FolderPlan.Rename)] = []
+        for folder in plan.folders {
+            guard let renames = folder.renames, !renames.isEmpty else { continue }
+            let path = home.home.selectionPath(folderID: folder.id)
+            var (selection, _) = try readSelection(path)
+            for rename in renames {
+                _ = try selection.deselect(PathRules.escapeGlobCharacters(rename.from))
+                _ = try selection.select(PathRules.escapeGlobCharacters(rename.to))
+                followed.append((folder.id, rename))
+            }
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try AtomicFile.write(Array(selection.render().utf8), to: path)
+        }
+        return followed
+    }
+
     /// A warning when the pulls need more than the free space above the folder's minDiskFree.
     static func spaceWarning(_ plan: FolderPlan, folder: FolderConfiguration) -> String? {
         let needed = plan.actions.filter { $0.action == .pull }.reduce(Int64(0)) { $0 + $1.size }

@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenSync
+import KaitenReconcile
 import KaitenTestSupport
 import Testing
 
@@ -391,6 +392,50 @@ struct WrongResultsInteropTests {
             #expect(!all.contains("Success") && !all.contains("No such file"), "\(all)")
             let temps = try FileManager.default.subpathsOfDirectory(atPath: world.local).filter { $0.contains(".syncthing.") }
             #expect(temps.isEmpty, "\(temps)")
+        }
+    }
+
+    /// A selected file renamed on the peer (issue 10, item 21): the plan says where its content
+    /// went instead of only deleting it; `apply --follow-renames` selects the new name, and the
+    /// file ends up there (its blocks copied from the local copy), the old name gone.
+    @Test func aFileRenamedOnThePeerCanBeFollowed() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-rename")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.random(world.peerData + "/photos/a.jpg", size: 300_000)
+        try TestFiles.write(world.peerData + "/other.txt", "other\n")
+        let original = ApplyInteropTests.sha(world.peerData + "/photos/a.jpg")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 2)
+            #expect(try world.kaiten("select", Self.folder, "photos/a.jpg").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+
+            try FileManager.default.createDirectory(atPath: world.peerData + "/photos/2024", withIntermediateDirectories: true)
+            try FileManager.default.moveItem(atPath: world.peerData + "/photos/a.jpg", toPath: world.peerData + "/photos/2024/a.jpg")
+            try await ApplyInteropTests.rescan(st)
+            try await st.waitUntil("the peer saw the rename", timeout: 60) {
+                let file = try await st.get("/rest/db/file?folder=\(Self.folder)&file=photos%2Fa.jpg") as? [String: Any]
+                return (file?["global"] as? [String: Any])?["deleted"] as? Bool == true
+            }
+            let plan = try world.kaiten("plan", "--json")
+            #expect(plan.status == 0, "\(plan.stderr)")
+            let decoded = try JSONDecoder().decode(Plan.self, from: Data(plan.stdout.utf8))
+            #expect(decoded.folders.first?.renames == [.init(from: "photos/a.jpg", to: "photos/2024/a.jpg")], "\(plan.stdout)")
+            let text = try world.kaiten("plan")
+            #expect((text.stdout + text.stderr).contains("its content is now at photos/2024/a.jpg"), "\(text.stdout)\(text.stderr)")
+
+            let follow = try world.kaiten("apply", "--yes", "--follow-renames", "--json")
+            #expect(follow.status == 0, "\(follow.stdout)\(follow.stderr)")
+            #expect(follow.stderr.contains("following photos/a.jpg → photos/2024/a.jpg"), "\(follow.stderr)")
+            let selection = try String(contentsOfFile: world.home + "/selections/f.txt", encoding: .utf8)
+            #expect(selection.split(separator: "\n") == ["photos/2024/a.jpg"], "\(selection)")
+            #expect(ApplyInteropTests.sha(world.local + "/photos/2024/a.jpg") == original)
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/photos/a.jpg"))
+            let summary = ApplyInteropTests.json(follow.stdout).last ?? [:]
+            #expect(summary["blocks_fetched"] as? Int == 0, "the content came from the local copy: \(summary)")
+            let after = try world.kaiten("plan", "--offline", "--detailed-exitcode")
+            #expect(after.status == 0, "\(after.stdout)")
         }
     }
 }

@@ -67,6 +67,9 @@ extension Kaiten {
         @Option(help: "Delete a deselected file only while at least this many peers hold it in full.")
         var requirePeers: Int = 1
 
+        @Flag(help: "When a selected file was renamed on the peers (same content, new unselected name), select the new name in the selection file first. Not with a saved plan.")
+        var followRenames = false
+
         @Flag(help: "Exit 2 when conflicts are left open.")
         var failOnConflict = false
 
@@ -105,9 +108,16 @@ extension Kaiten {
                     }
                 }
                 let requested = saved.map { $0.folders.map(\.id) } ?? folders
-                let prepared = try await Applier.prepare(
+                var prepared = try await Applier.prepare(
                     home: opened, folders: requested, requirePeers: max(requirePeers, saved?.requirePeers ?? 1), timeout: timeout,
                     logger: global.logger, warn: { Terminal.error($0) })
+                if followRenames && saved == nil {
+                    let followed = try Planner.followRenames(prepared.plan, home: opened)
+                    for (folder, rename) in followed {
+                        Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
+                    }
+                    if !followed.isEmpty { prepared = try Applier.replan(prepared, home: opened, folders: requested, requirePeers: max(requirePeers, 1)) }
+                }
                 let session = prepared.session
                 do {
                     for warning in prepared.warnings { Terminal.error(warning) }

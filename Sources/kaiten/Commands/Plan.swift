@@ -60,6 +60,9 @@ extension Kaiten {
         @Option(help: "Seconds to wait for each peer's index when refreshing.")
         var timeout: Double = 120
 
+        @Flag(help: "When a selected file was renamed on the peers (same content, new unselected name), select the new name in the selection file and plan with it.")
+        var followRenames = false
+
         func validate() throws {
             guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
         }
@@ -91,6 +94,16 @@ extension Kaiten {
                 }
                 var (plan, _) = try Planner.plan(
                     home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { Terminal.error($0) })
+                if followRenames {
+                    let followed = try Planner.followRenames(plan, home: opened)
+                    for (folder, rename) in followed {
+                        Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
+                    }
+                    if !followed.isEmpty {
+                        (plan, _) = try Planner.plan(
+                            home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { _ in })
+                    }
+                }
                 for i in plan.folders.indices {
                     let problems = refreshProblems[plan.folders[i].id] ?? []
                     var warnings = plan.folders[i].warnings
