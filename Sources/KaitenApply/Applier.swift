@@ -312,7 +312,7 @@ public enum Applier {
         let totalBytes = pulls.reduce(Int64(0)) { $0 + $1.size }
         events(.start(actions: plan.folders.reduce(0) { $0 + $1.actions.count }, pullBytes: totalBytes))
         var filesDone = 0
-        var bytesDone: Int64 = 0
+        let bytesMoved = ByteCounter()
         let watcher = UpdateWatcher(connections: prepared.session.connections)
         defer { watcher.stop() }
         for folderPlan in plan.folders {
@@ -360,6 +360,7 @@ public enum Applier {
                 puller.journal = journal
                 puller.copyOwnershipFromParent = config.copyOwnershipFromParent
                 puller.stop = stop
+                puller.progress = bytesMoved
                 return puller
             }()
             var renamedInto: Set<String> = []
@@ -460,7 +461,9 @@ public enum Applier {
             // space is counted as taken), and fails with the shortfall named only when it does not
             // fit with nothing in flight; smaller files still land.
             let minimumFree = DiskSpace.of(root).map { config.minDiskFree.bytes(ofTotal: $0.total) } ?? 0
-            await withTaskGroup(of: (Action, Result<LocalFile, ApplyError>, String?).self) { group in
+            // nil is a tick: a few times a second the progress is reported by bytes, so a big
+            // file does not look stuck until it completes.
+            await withTaskGroup(of: (Action, Result<LocalFile, ApplyError>, String?)?.self) { group in
                 var next = 0
                 var deferred: [Action] = []
                 var inFlight: [String: Int64] = [:]
@@ -559,8 +562,24 @@ public enum Applier {
                     }
                 }
                 var running = 0
+                var recent = ""
                 while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
-                while let (action, result, note) = await group.next() {
+                func tick() {
+                    group.addTask {
+                        try? await Task.sleep(nanoseconds: 250_000_000)
+                        return nil
+                    }
+                }
+                if running > 0 { tick() }
+                while let outcome = await group.next() {
+                    guard let (action, result, note) = outcome else {
+                        if running > 0 {
+                            events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: recent))
+                            tick()
+                        }
+                        continue
+                    }
+                    recent = action.path
                     running -= 1
                     inFlight[action.path] = nil
                     filesDone += 1
@@ -568,7 +587,6 @@ public enum Applier {
                     case .success(let file):
                         tree[file.path] = file
                         renamedInto.insert((root + "/" + file.path as NSString).deletingLastPathComponent)
-                        bytesDone += action.size
                         report.pulledBytes += action.size
                         report.done += 1
                         events(.done(folder: folderPlan.id, action: action, note: note))
@@ -578,7 +596,7 @@ public enum Applier {
                         report.failed.append((folderPlan.id, action.path, error.hint))
                         events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                     }
-                    events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesDone, bytesTotal: totalBytes, current: action.path))
+                    events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: action.path))
                     while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
                 }
                 report.notDone += pullActions.count - next + deferred.count

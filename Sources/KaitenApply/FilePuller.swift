@@ -1,3 +1,4 @@
+import Synchronization
 import Crypto
 import Foundation
 import KaitenIndex
@@ -34,6 +35,8 @@ public struct FilePuller: Sendable {
     public var copyOwnershipFromParent = false
     /// Checked before each block: when set, the pull stops and its temp file stays.
     public var stop: StopSignal?
+    /// Counts the bytes of every block in place (fetched, copied or resumed), for progress.
+    public var progress: ByteCounter?
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
@@ -106,7 +109,10 @@ public struct FilePuller: Sendable {
             }
         }
         let resumed = existing.st_size > 0 ? Self.verifiedBlocks(fd: fd, size: Int64(existing.st_size), blocks: blocks) : []
-        if !resumed.isEmpty { source.countResumed(resumed.count) }
+        if !resumed.isEmpty {
+            source.countResumed(resumed.count)
+            progress?.add(resumed.reduce(Int64(0)) { $0 + Int64(blocks[$1].size) })
+        }
         guard ftruncate(fd, off_t(entry.size)) == 0 else {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
@@ -126,6 +132,7 @@ public struct FilePuller: Sendable {
         let source = self.source
         let window = self.window
         let stop = self.stop
+        let progress = self.progress
         let wanted = blocks.indices.filter { !resumed.contains($0) }.map { blocks[$0] }
         do {
             let launched = try await withThrowingTaskGroup(of: Void.self, returning: Int.self) { group in
@@ -141,6 +148,7 @@ public struct FilePuller: Sendable {
                             let why = written < 0 ? String(cString: strerror(error)) : "short write (\(written) of \(data.count) bytes; is the disk full?)"
                             throw ApplyError(error == ENOSPC ? .noSpace : .io, path: name, "cannot write: \(why)")
                         }
+                        progress?.add(Int64(written))
                     }
                 }
                 while next < wanted.count && next < window { launch() }
@@ -256,4 +264,12 @@ enum Blocking {
         }
         return try result.get()
     }
+}
+
+/// A byte count many tasks add to and one reads (apply's progress by bytes).
+public final class ByteCounter: Sendable {
+    private let bytes = Atomic<Int64>(0)
+    public init() {}
+    public func add(_ n: Int64) { bytes.add(n, ordering: .relaxed) }
+    public var value: Int64 { bytes.load(ordering: .relaxed) }
 }

@@ -438,4 +438,49 @@ struct WrongResultsInteropTests {
             #expect(after.status == 0, "\(after.stdout)")
         }
     }
+
+    /// Issue 10, item 13: progress moves by bytes while a big file is pulled, a few times a
+    /// second, not only when a whole file completes. The peer sends at most 16 MB/s (syncthing's
+    /// own rate limit, on the LAN too), so the 32 MiB pull takes about 2 s whatever the machine.
+    @Test func progressMovesByBytesWithinABigFile() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-progress")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let size = 32 << 20
+        try TestFiles.random(world.peerData + "/big.bin", size: size)
+        try TestFiles.random(world.peerData + "/big2.bin", size: size)
+        try await withSyncthing(st) { st in
+            var options = try #require(try await st.get("/rest/config/options") as? [String: Any])
+            options["maxSendKbps"] = 16_000
+            options["limitBandwidthInLan"] = true
+            _ = try await st.put("/rest/config/options", json: options)
+            try await world.share(st, files: 2)
+            #expect(try world.kaiten("select", Self.folder, "big.bin").status == 0)
+            let apply = try world.kaiten("apply", "--yes", "--json")
+            #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+            let events = ApplyInteropTests.json(apply.stdout)
+            let doneAt = try #require(events.firstIndex { $0["type"] as? String == "action_done" && $0["path"] as? String == "big.bin" })
+            let during = events[..<doneAt].filter { $0["type"] as? String == "progress" }.compactMap { $0["bytes_done"] as? Int }
+            #expect(during.count >= 3, "progress events before the file completed: \(during)")
+            #expect(during.contains { $0 > 0 && $0 < size }, "\(during)")
+            #expect(zip(during, during.dropFirst()).allSatisfy { $0 <= $1 }, "never backwards: \(during)")
+            let last = events.last { $0["type"] as? String == "progress" }
+            #expect(last?["bytes_done"] as? Int == size && last?["bytes_total"] as? Int == size, "\(String(describing: last))")
+            #expect(ApplyInteropTests.sha(world.local + "/big.bin") == ApplyInteropTests.sha(world.peerData + "/big.bin"))
+
+            // On a terminal: one line redrawn in place, with the share done by bytes.
+            #expect(try world.kaiten("select", Self.folder, "big2.bin").status == 0)
+            let terminal = try ProcessRunner.run(
+                "/usr/bin/script", ["-q", "-e", "-c", "'\(KaitenCLI.executable)' apply --yes --home '\(world.home)'", "/dev/null"])
+            #expect(terminal.status == 0, "\(terminal.stdout)")
+            let shares = terminal.stdout.split(separator: "\r").compactMap { line -> Int? in
+                guard let open = line.range(of: " of "), let percent = line[open.upperBound...].range(of: " %)") else { return nil }
+                let digits = line[..<percent.lowerBound].reversed().prefix { $0.isNumber }
+                return Int(String(digits.reversed()))
+            }
+            #expect(shares.contains { $0 > 0 && $0 < 100 }, "\(shares) in \(terminal.stdout.debugDescription.prefix(2000))")
+            #expect(ApplyInteropTests.sha(world.local + "/big2.bin") == ApplyInteropTests.sha(world.peerData + "/big2.bin"))
+        }
+    }
 }

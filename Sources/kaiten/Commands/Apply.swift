@@ -202,6 +202,9 @@ final class ApplyOutput: @unchecked Sendable {
     let json: Bool
     let progressOnTerminal: Bool
     let started = Date()
+    /// When the transfers began (after the peers were dialled and the plan made): rate and
+    /// ETA count from here, not from the index sync before.
+    var transfersStarted: Date?
     var lastProgress = Date.distantPast
 
     init(json: Bool) {
@@ -257,6 +260,7 @@ final class ApplyOutput: @unchecked Sendable {
     func handle(_ event: ApplyEvent) {
         switch event {
         case .start(let actions, let bytes):
+            transfersStarted = Date()
             if json { emit(["type": "apply_start", "actions": actions, "pull_bytes": bytes]) }
         case .progress(let done, let total, let bytesDone, let bytesTotal, let current):
             if json {
@@ -266,10 +270,12 @@ final class ApplyOutput: @unchecked Sendable {
                 emit(["type": "progress", "files_done": done, "files_total": total, "bytes_done": bytesDone, "bytes_total": bytesTotal])
             } else if progressOnTerminal, Date().timeIntervalSince(lastProgress) > 0.2 || done == total {
                 lastProgress = Date()
-                let elapsed = max(0.001, Date().timeIntervalSince(started))
+                let elapsed = max(0.001, Date().timeIntervalSince(transfersStarted ?? started))
                 let rate = Double(bytesDone) / elapsed
-                let eta = rate > 0 ? Int(Double(bytesTotal - bytesDone) / rate) : 0
-                let line = "\(done)/\(total) files, \(Kaiten.Ls.human(bytesDone)) of \(Kaiten.Ls.human(bytesTotal)), \(Kaiten.Ls.human(Int64(rate)))/s, ETA \(eta)s  \(current)"
+                // Under a second of data says little about the rate: no ETA until then.
+                let eta = rate > 0 && elapsed >= 1 ? "ETA \(Int((Double(bytesTotal - bytesDone) / rate).rounded(.up)))s" : "ETA –"
+                let percent = bytesTotal > 0 ? Int(Double(bytesDone) * 100 / Double(bytesTotal)) : 100
+                let line = "\(done)/\(total) files, \(Kaiten.Ls.human(bytesDone)) of \(Kaiten.Ls.human(bytesTotal)) (\(percent) %), \(Kaiten.Ls.human(Int64(rate)))/s, \(eta)  \(current)"
                 FileHandle.standardError.write(Data(("\r\u{1B}[K" + String(line.prefix(120))).utf8))
                 if done == total { FileHandle.standardError.write(Data("\n".utf8)) }
             }
