@@ -662,6 +662,8 @@ public enum Applier {
             }
             if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
+        // The peers learn what this device holds now (their completion of it moves).
+        await prepared.session.announceChanges(home: home, folders: plan.folders.map(\.id))
         return report
     }
 

@@ -8,6 +8,7 @@ import Foundation
 ///   cert.pem, key.pem       this device's identity; the device ID is SHA-256 of the certificate
 ///   selections/<folder>.txt what the user wants locally, one file per folder
 ///   index/<folder>.log      the global index: what peers announced, an append-only log
+///   index/<folder>.local    the local index: what this device announces, same format
 ///   scan/<folder>.cache     the local scan cache (size, mtime, inode, blocks per file)
 ///   state/                  Kaiten's own records: index IDs, last-synced versions, locks
 /// ```
@@ -53,6 +54,12 @@ public struct Home: Sendable, Equatable {
     /// those are percent-encoded.
     public func indexLogPath(folderID: String) -> String {
         (indexDirectory as NSString).appendingPathComponent("\(Home.fileSafe(folderID)).log")
+    }
+
+    /// What this device announces for one folder (its local index). Global logs end in `.log`,
+    /// so no folder ID makes one name the other.
+    public func localIndexPath(folderID: String) -> String {
+        (indexDirectory as NSString).appendingPathComponent("\(Home.fileSafe(folderID)).local")
     }
 
     /// The scan cache (and synced record) of one folder.

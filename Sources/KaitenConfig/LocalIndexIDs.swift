@@ -4,7 +4,8 @@ import Foundation
 ///
 /// Peers remember what they last received from us under this ID. A zero ID would make
 /// syncthing drop what it knows about us on every connect, and a changed one makes it start
-/// over (bep-brief §4.2), so it is stored in `state/local-index-ids` and never changes.
+/// over (bep-brief §4.2), so it is stored in `state/local-index-ids` and changes only when the
+/// local index itself starts over (``renew(_:)``).
 public struct LocalIndexIDs {
     public let path: String
 
@@ -20,13 +21,25 @@ public struct LocalIndexIDs {
             known[folder] = UInt64.random(in: 1...UInt64.max)
             changed = true
         }
-        if changed {
-            let text = known.sorted { $0.key < $1.key }.map { "\(String($0.value, radix: 16)) \($0.key)\n" }.joined()
-            try FileManager.default.createDirectory(
-                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try AtomicFile.write(Array(text.utf8), to: path, mode: 0o600)
-        }
+        if changed { try save(known) }
         return known
+    }
+
+    /// A new ID for `folder`, saved: peers then drop what they knew of this device's index of
+    /// it and take a full index.
+    public func renew(_ folder: String) throws(ConfigError) -> UInt64 {
+        var known = try load()
+        var fresh = UInt64.random(in: 1...UInt64.max)
+        while fresh == known[folder] { fresh = UInt64.random(in: 1...UInt64.max) }
+        known[folder] = fresh
+        try save(known)
+        return fresh
+    }
+
+    private func save(_ known: [String: UInt64]) throws(ConfigError) {
+        let text = known.sorted { $0.key < $1.key }.map { "\(String($0.value, radix: 16)) \($0.key)\n" }.joined()
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try AtomicFile.write(Array(text.utf8), to: path, mode: 0o600)
     }
 
     private func load() throws(ConfigError) -> [String: UInt64] {

@@ -10,10 +10,37 @@ public final class PeerSession: Sendable {
     public let connections: [DeviceID: PeerConnection]
     /// Per folder, the peers whose index this session brought up to date.
     public let refreshed: [String: Set<DeviceID>]
+    /// Per peer, what it holds of this device's local index of each folder (what was sent).
+    let announced: [DeviceID: [String: RemoteIndexState]]
 
-    init(connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>]) {
+    init(
+        connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>],
+        announced: [DeviceID: [String: RemoteIndexState]] = [:]
+    ) {
         self.connections = connections
         self.refreshed = refreshed
+        self.announced = announced
+    }
+
+    /// Announces to the open connections what changed in the local index since this session
+    /// began (after an apply: the files now held). Failures only cost the announcement: the
+    /// next session sends it again.
+    public func announceChanges(home: KaitenHome, folders: [String], warn: (String) -> Void = { _ in }) async {
+        do {
+            let announcer = try LocalAnnouncer(home: home, folders: folders, warn: warn)
+            defer { announcer.close() }
+            for folder in folders {
+                let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+                defer { log.close() }
+                try announcer.refresh(folder: folder, log: log)
+            }
+            for (device, connection) in openConnections {
+                let shared = folders.filter { home.config.folder(id: $0)?.devices.contains(device) == true }
+                try await announcer.send(to: connection, folders: shared, theirView: announced[device] ?? [:])
+            }
+        } catch {
+            warn("could not announce this device's index: \(error)")
+        }
     }
 
     /// The peers that count as holders of a folder's files right now: their index was
@@ -104,7 +131,15 @@ public enum IndexSync {
         let folders = configured.filter { requested.isEmpty || requested.contains($0.id) }
         let me = home.identity.deviceID
         let logs = try openLogs(home: home, folders: folders.map(\.id), warn: warn)
-        let indexIDs = try LocalIndexIDs(home: home.home).ids(for: configured.map(\.id))
+        // This device's own index of each folder, brought up to date before any peer hears of it.
+        let announcer = try LocalAnnouncer(home: home, folders: folders.map(\.id), warn: warn)
+        defer { announcer.close() }
+        for folder in folders {
+            if let log = logs[folder.id] { try announcer.refresh(folder: folder.id, log: log) }
+        }
+        var indexIDs = try LocalIndexIDs(home: home.home).ids(for: configured.map(\.id))
+        for (folder, state) in announcer.state { indexIDs[folder] = state.indexID }
+        var announced: [DeviceID: [String: RemoteIndexState]] = [:]
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
 
         var reports: [Report] = []
@@ -129,12 +164,16 @@ public enum IndexSync {
                 try await connection.sendClusterConfig(
                     ClusterConfigBuilder.make(
                         folders: configured, devices: home.config.devices, me: me, peer: device.id,
-                        localIndexIDs: indexIDs, remote: since))
+                        localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since))
                 var peerIndexIDs: [String: UInt64] = [:]
+                var theirViewOfUs: [String: RemoteIndexState] = [:]
                 let receiver = try await connection.receiveIndexes(
                     wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
                     onClusterConfig: { clusterConfig in
                         for folder in shared {
+                            if let ours = clusterConfig.device(me, in: folder.id) {
+                                theirViewOfUs[folder.id] = RemoteIndexState(indexID: ours.indexID, maxSequence: ours.maxSequence)
+                            }
                             if let theirs = clusterConfig.device(device.id, in: folder.id) {
                                 peerIndexIDs[folder.id] = theirs.indexID
                                 IndexCompleteness.expect(
@@ -149,6 +188,13 @@ public enum IndexSync {
                         perFolder[folder]?.filesReceived += files.count
                         if isFull { perFolder[folder]?.fullIndex = true }
                     })
+                // What this device holds, as the index just received moved the global view.
+                let sharedBoth = shared.map(\.id).filter { !receiver.notSharedByPeer.contains($0) }
+                for folder in sharedBoth {
+                    if let log = logs[folder] { try announcer.refresh(folder: folder, log: log) }
+                }
+                try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
+                announced[device.id] = announcer.state.filter { sharedBoth.contains($0.key) }
                 if keepOpen {
                     kept[device.id] = connection
                 } else {
@@ -178,7 +224,7 @@ public enum IndexSync {
         }
         for (_, log) in logs where log.shouldCompact { try log.compact() }
         for (_, log) in logs { log.close() }
-        return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports)))
+        return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports), announced: announced))
     }
 
     static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger) async throws

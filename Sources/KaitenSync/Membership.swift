@@ -26,15 +26,19 @@ public enum Membership {
     }
 
     /// Locks the folder's log, runs `change` (removing the folder from config.xml), then
-    /// deletes Kaiten's records of the folder: its index log, scan cache, synced journal and
-    /// index expectations. The selection file (the user's) and the files on disk stay.
+    /// deletes Kaiten's records of the folder: its index log, local index (a new one comes with
+    /// a new index ID), scan cache, synced journal and index expectations. The selection file (the user's) and the files on disk stay.
     public static func forgetFolder(_ folder: String, home: KaitenHome, change: () throws -> Void) throws {
         let logPath = home.home.indexLogPath(folderID: folder)
         let log = FileManager.default.fileExists(atPath: logPath) ? try IndexLog.open(path: logPath, folderID: folder) : nil
         defer { log?.close() }
         try change()
         let cache = home.home.scanCachePath(folderID: folder)
-        for path in [logPath, cache, SyncedJournal.path(forCache: cache), IndexCompleteness.path(home.home, folder: folder)] {
+        let records = [
+            logPath, home.home.localIndexPath(folderID: folder), cache, SyncedJournal.path(forCache: cache),
+            IndexCompleteness.path(home.home, folder: folder),
+        ]
+        for path in records {
             unlink(path)
         }
     }

@@ -1,0 +1,96 @@
+import Foundation
+import KaitenProtocol
+
+/// What this device announces to its peers for one folder: its own index.
+///
+/// Kept as an append-only log in the global index's format and with its recovery
+/// (`index/<folder>.local`), this device its only announcer. Each entry carries this
+/// device's sequence number, strictly increasing and never reused: the highest one is the
+/// log's checkpoint, made durable before any of it is sent. A fresh log (first use, or after
+/// the old one was lost) comes with a fresh index ID, so that no peer ever pairs a reused
+/// sequence number with what it remembers (bep-brief §4.2; syncthing 2.x keeps remote
+/// sequences under a UNIQUE constraint).
+public final class LocalIndex {
+    public let log: IndexLog
+    public let me: DeviceID
+    /// The index ID peers know this device's index of the folder by.
+    public let indexID: UInt64
+
+    private init(log: IndexLog, me: DeviceID, indexID: UInt64) {
+        self.log = log
+        self.me = me
+        self.indexID = indexID
+    }
+
+    /// Opens (or creates) the local index at `path`.
+    /// - Parameters:
+    ///   - indexID: the folder's stored local index ID.
+    ///   - renewIndexID: makes, stores and returns a new index ID; called when the log is new
+    ///     or was made under another ID.
+    public static func open(
+        path: String, folderID: String, me: DeviceID, indexID: UInt64, renewIndexID: () throws -> UInt64,
+        warn: (String) -> Void = { _ in }
+    ) throws -> LocalIndex {
+        let log = try IndexLog.open(path: path, folderID: folderID, warn: warn)
+        var id = indexID
+        if let checkpoint = log.checkpoints[me] {
+            if checkpoint.indexID != indexID { id = checkpoint.indexID }
+        } else if !log.index.hasEntries(from: me) {
+            // Nothing announced under this log yet: whatever peers may remember under the stored
+            // ID (a log deleted since) must not meet sequence numbers that start again at 1.
+            id = try renewIndexID()
+            try log.apply(device: me, indexID: id, files: [], isFullIndex: true)
+        }
+        return LocalIndex(log: log, me: me, indexID: id)
+    }
+
+    public func close() { log.close() }
+
+    /// The highest sequence number announced so far (0 when nothing was).
+    public var maxSequence: Int64 { log.checkpoints[me]?.maxSequence ?? 0 }
+
+    /// What is announced for `path` now.
+    public func announced(_ path: String) -> FileEntry? { log.index.entry(path, from: me) }
+
+    /// Records each entry of `desired` that differs from what is announced for its name, with
+    /// the next sequence numbers, durably; returns the recorded entries (ascending sequence).
+    /// Names not in `desired` keep their announcement.
+    /// - Parameter blocks: the block list of a valid file that changed (`desired` carries only
+    ///   its content hash).
+    public func update(_ desired: [BEPFileInfo], blocks: (String) throws -> [BEPBlockInfo]) throws -> [BEPFileInfo] {
+        var changed: [BEPFileInfo] = []
+        var next = maxSequence
+        for var file in desired where !Self.sameAnnouncement(file, announced(file.name)) {
+            next += 1
+            file.sequence = next
+            if file.type == .file && !file.deleted && !file.invalid && file.blocks.isEmpty { file.blocks = try blocks(file.name) }
+            changed.append(file)
+        }
+        guard !changed.isEmpty else { return [] }
+        try log.apply(device: me, indexID: indexID, files: changed, isFullIndex: false)
+        return changed
+    }
+
+    /// Every announced entry with a sequence above `after`, ascending, with its blocks: what a
+    /// peer that holds this index up to `after` is missing (all of it for `after` 0).
+    public func entries(after: Int64) throws -> [BEPFileInfo] {
+        var entries: [FileEntry] = []
+        log.index.forEachEntry { _, owner, entry in
+            if owner == me && entry.sequence > after { entries.append(entry) }
+        }
+        entries.sort { $0.sequence < $1.sequence }
+        return try entries.map { try log.fileInfo(of: $0) }
+    }
+
+    /// Equal for everything a peer reads (the sequence and where it is stored aside).
+    static func sameAnnouncement(_ file: BEPFileInfo, _ entry: FileEntry?) -> Bool {
+        guard let entry else { return false }
+        let wanted = FileEntry(announced: file)
+        return wanted.type == entry.type && wanted.isDeleted == entry.isDeleted && wanted.isInvalid == entry.isInvalid
+            && wanted.version == entry.version && wanted.size == entry.size && wanted.permissions == entry.permissions
+            && wanted.noPermissions == entry.noPermissions && wanted.modifiedS == entry.modifiedS
+            && wanted.modifiedNs == entry.modifiedNs && wanted.modifiedBy == entry.modifiedBy
+            && wanted.blockSize == entry.blockSize && wanted.symlinkTarget == entry.symlinkTarget
+            && wanted.contentHash == entry.contentHash
+    }
+}

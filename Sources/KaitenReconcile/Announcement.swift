@@ -1,0 +1,85 @@
+import Foundation
+import KaitenIndex
+import KaitenProtocol
+import KaitenScan
+
+/// What this device announces for one folder (its local index), decided from the global
+/// index, the local scan and the selection. A pure function, like the plan.
+///
+/// The rules, from syncthing's need computation (lib/db `Need()` at v1.19.2 and
+/// `needSizeRemote` in 2.x; see Docs/protocol.md): a peer counts a file as needed by this
+/// device unless this device announced exactly the global version. So:
+/// - a file held locally with the global content: announced valid, as the global version
+///   (its block list and version vector unchanged), and peers may request it;
+/// - a file outside the selection: announced **invalid** at the global version — not needed
+///   (completion stays at 100 %) and, being invalid, not a source of blocks for syncthing's
+///   block availability (1.19.2 lists only valid holders);
+/// - a selected file not here yet: not announced, or, when it was announced before, announced
+///   invalid with an empty version — needed, until an apply brings it;
+/// - a deletion: announced deleted at the global version when nothing is here (invalid when
+///   a local copy stays, which syncthing must not count on);
+/// - a directory: valid when it exists here, else invalid at the global version.
+public enum Announcement {
+    /// The announcement of every global path, without block lists (a valid file carries its
+    /// content hash in `blocks_hash`; ``LocalIndex/update(_:blocks:)`` reads the blocks of
+    /// those that changed).
+    public static func desired(
+        global: GlobalIndex, local: LocalTree, selection: Selection, announced: (String) -> FileEntry?
+    ) -> [BEPFileInfo] {
+        var out: [BEPFileInfo] = []
+        global.forEachGlobal { g in
+            let file = g.file
+            let here = local[g.path]
+            if file.isDeleted {
+                out.append(entry(file, invalid: here != nil && here?.kind != .directory, deleted: true))
+                return
+            }
+            let holds: Bool
+            switch file.type {
+            case .directory:
+                holds = here?.kind == .directory
+            case .file:
+                holds = here?.kind == .file && here.map { Reconciler.contentHash(of: $0) } == Reconciler.contentHash(of: file)
+            default:
+                holds = here?.kind == .symlink && here?.symlinkTarget == file.symlinkTarget
+            }
+            if holds {
+                out.append(entry(file, invalid: false, deleted: false))
+            } else if file.type != .directory && selection.state(of: g.path) != .no {
+                // Wanted and missing: needed. Withdraw an earlier announcement, if any.
+                if let before = announced(g.path), !(before.isInvalid && before.version.counters.isEmpty) {
+                    var withdrawn = entry(file, invalid: true, deleted: false)
+                    withdrawn.version = BEPVector()
+                    out.append(withdrawn)
+                }
+            } else {
+                out.append(entry(file, invalid: true, deleted: false))
+            }
+        }
+        out.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        return out
+    }
+
+    /// The global entry as this device announces it: the version vector, times, permissions
+    /// and content unchanged; an invalid or deleted entry with no size and no blocks.
+    static func entry(_ file: FileEntry, invalid: Bool, deleted: Bool) -> BEPFileInfo {
+        var info = BEPFileInfo()
+        info.name = file.name
+        info.type = file.type
+        info.permissions = file.permissions
+        info.noPermissions = file.noPermissions
+        info.modifiedS = file.modifiedS
+        info.modifiedNs = file.modifiedNs
+        info.modifiedBy = file.modifiedBy
+        info.version = file.version
+        info.deleted = deleted
+        info.invalid = invalid
+        info.symlinkTarget = file.isSymlink ? file.symlinkTarget : ""
+        if file.type == .file && !deleted && !invalid {
+            info.size = file.size
+            info.blockSize = file.blockSize
+            info.blocksHash = Data(file.contentHash.bytes)
+        }
+        return info
+    }
+}

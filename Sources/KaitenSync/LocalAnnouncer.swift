@@ -1,0 +1,96 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenPeer
+import KaitenProtocol
+import KaitenReconcile
+import KaitenScan
+
+/// Keeps this device's local index of each folder current and sends peers what they miss of
+/// it. One job: the deciding is ``Announcement``, the storing ``LocalIndex``.
+public final class LocalAnnouncer {
+    let home: KaitenHome
+    private var indexes: [String: LocalIndex] = [:]
+
+    /// Opens the local index of each folder (a fresh one gets a fresh index ID).
+    public init(home: KaitenHome, folders: [String], warn: (String) -> Void = { _ in }) throws {
+        self.home = home
+        let ids = LocalIndexIDs(home: home.home)
+        let stored = try ids.ids(for: folders)
+        try FileManager.default.createDirectory(atPath: home.home.indexDirectory, withIntermediateDirectories: true)
+        for folder in folders {
+            indexes[folder] = try LocalIndex.open(
+                path: home.home.localIndexPath(folderID: folder), folderID: folder, me: home.identity.deviceID,
+                indexID: stored[folder] ?? 0, renewIndexID: { try ids.renew(folder) }, warn: warn)
+        }
+    }
+
+    public func close() {
+        for index in indexes.values { index.close() }
+        indexes = [:]
+    }
+
+    /// Per folder: the index ID and highest sequence, for the ClusterConfig.
+    public var state: [String: RemoteIndexState] {
+        indexes.mapValues { RemoteIndexState(indexID: $0.indexID, maxSequence: $0.maxSequence) }
+    }
+
+    /// Brings a folder's local index in line with the global index (`log`), the scan cache and
+    /// the selection file, durably. Returns how many entries changed.
+    @discardableResult
+    public func refresh(folder: String, log: IndexLog) throws -> Int {
+        guard let index = indexes[folder] else { return 0 }
+        let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
+        let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
+        let selection = Selection(file, global: log.index)
+        let desired = Announcement.desired(global: log.index, local: local, selection: selection, announced: index.announced)
+        let changed = try index.update(desired) { name in
+            guard let global = log.index.global(name) else { return [] }
+            return try log.blocks(of: global.file)
+        }
+        return changed.count
+    }
+
+    /// Sends `connection` what it does not hold of each folder's local index, given what its
+    /// ClusterConfig said it holds: everything (an Index) when it knows another index ID or
+    /// more than there is, else the entries above its sequence (IndexUpdates).
+    public func send(to connection: PeerConnection, folders: [String], theirView: [String: RemoteIndexState]) async throws {
+        // 1.x computes blocks_hash over the weak hashes too (bep-compat §6): it gets none,
+        // and compares block lists.
+        let clearBlocksHash = connection.hello.clientName == "syncthing" && !connection.hello.clientVersion.hasPrefix("v2")
+        for folder in folders {
+            guard let index = indexes[folder] else { continue }
+            let view = theirView[folder]
+            let full = view == nil || view!.indexID != index.indexID || view!.maxSequence > index.maxSequence
+            let after = full ? 0 : view!.maxSequence
+            var entries = try index.entries(after: after)
+            if clearBlocksHash { for i in entries.indices { entries[i].blocksHash = Data() } }
+            if !full && entries.isEmpty { continue }
+            var first = full
+            // Batches of at most 1000 entries or about 2 MB, as syncthing sends its own.
+            var start = 0
+            repeat {
+                var end = start
+                var bytes = 0
+                while end < entries.count && end - start < 1000 && bytes < 2 << 20 {
+                    bytes += 200 + entries[end].blocks.count * 48
+                    end += 1
+                }
+                let batch = Array(entries[start..<end])
+                if first {
+                    var message = BEPIndex()
+                    message.folder = folder
+                    message.files = batch
+                    try await connection.send(.index(message))
+                    first = false
+                } else {
+                    var message = BEPIndexUpdate()
+                    message.folder = folder
+                    message.files = batch
+                    try await connection.send(.indexUpdate(message))
+                }
+                start = end
+            } while start < entries.count
+        }
+    }
+}
