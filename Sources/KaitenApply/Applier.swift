@@ -133,8 +133,9 @@ public enum Applier {
     public static func prepare(
         home: KaitenHome, folders: [String], requirePeers: Int, timeout: Double, logger: Logger, warn: (String) -> Void
     ) async throws -> Prepared {
+        let server = BlockServer(home: home)
         let (reports, session) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, warn: warn)
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, warn: warn)
         var warnings: [String] = []
         for r in reports where !r.ok {
             let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name

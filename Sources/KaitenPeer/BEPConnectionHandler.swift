@@ -39,13 +39,19 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     let closedPromise: EventLoopPromise<PeerCloseReason>
     /// Who the peer is, for messages: set once TLS verified the device.
     let peerLabel: NIOLockedValueBox<String>
-    /// Answers the peer's block requests. Kaiten announces nothing yet, so: no such file.
-    var respond: @Sendable (BEPRequest) -> BEPResponse = { request in
+    /// Answers the peer's block requests (disk work: run off the event loop). Until one is
+    /// set: no such file.
+    var respond: @Sendable (BEPRequest) async -> BEPResponse = { request in
         var response = BEPResponse()
         response.id = request.id
         response.code = .noSuchFile
         return response
     }
+    /// Bytes of the peer's requests being answered now, and requests waiting for room: a peer
+    /// asks for at most ``PeerSettings/maxServingBytes`` at a time (syncthing's per-device
+    /// limit: 2 × the largest block), the rest waits its turn in order.
+    private var servingBytes = 0
+    private var waitingRequests: [BEPRequest] = []
 
     private var context: ChannelHandlerContext?
     private var started = false
@@ -220,10 +226,35 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             close(.protocolError("invalid request: \(error)"), sendClose: true)
             return
         }
-        var response = respond(request)
-        response.id = request.id
-        stats.withLockedValue { $0.requestsAnswered += 1 }
-        write(.response(response))
+        waitingRequests.append(request)
+        serveWaiting()
+    }
+
+    /// Starts the waiting requests that fit in the bytes allowed in flight (always at least
+    /// one, whatever its size: a request larger than the limit is served alone).
+    private func serveWaiting() {
+        guard let context else { return }
+        while let request = waitingRequests.first {
+            let size = max(0, Int(request.size))
+            guard servingBytes == 0 || servingBytes + size <= settings.maxServingBytes else { return }
+            waitingRequests.removeFirst()
+            servingBytes += size
+            let respond = self.respond
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let eventLoop = context.eventLoop
+            Task {
+                var response = await respond(request)
+                response.id = request.id
+                eventLoop.execute {
+                    let handler = loopBound.value
+                    handler.servingBytes -= size
+                    guard handler.closeReason == nil else { return }
+                    handler.stats.withLockedValue { $0.requestsAnswered += 1 }
+                    handler.write(.response(response))
+                    handler.serveWaiting()
+                }
+            }
+        }
     }
 
     private func complete(_ response: BEPResponse) {

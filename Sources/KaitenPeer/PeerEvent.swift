@@ -40,6 +40,8 @@ public struct PeerSettings: Sendable {
     public var closeGrace: TimeAmountSeconds = 1
     /// At most this many bytes of block requests outstanding (syncthing stalls above 32 MiB).
     public var maxOutstandingRequestBytes = 32 << 20
+    /// Bytes of a peer's requests answered at once (syncthing's per-device default: 32 MiB).
+    public var maxServingBytes = 32 << 20
     /// Stop reading from the peer while this many index batches wait for the consumer.
     public var maxUndeliveredIndexBatches = 8
     /// Limits of the frame decoder.

@@ -81,8 +81,9 @@ public final class RemoteFiles: @unchecked Sendable {
 
     /// Refreshes the index of `folders` (all when empty) and keeps the peer connections.
     public func connect(folders: [String] = [], warn: (String) -> Void) async throws {
+        let server = BlockServer(home: home)
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, warn: warn)
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, warn: warn)
         for r in reports where !r.ok {
             warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "unreachable")")
         }

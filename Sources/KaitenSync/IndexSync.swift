@@ -112,16 +112,21 @@ public enum IndexSync {
 
     /// Syncs the given folders and keeps each peer's connection open (for pulling blocks).
     /// Close the session when done.
+    /// - Parameter serve: answers the peers' block requests on the kept connections (the
+    ///   block server); without it they get NO_SUCH_FILE.
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
-        logger: Logger = Logger(label: "kaiten.sync"), warn: (String) -> Void = { _ in }
+        logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
-        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, warn: warn)
+        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, warn: warn)
     }
+
+    /// Answers one block request from a peer.
+    public typealias RequestHandler = @Sendable (BEPRequest, DeviceID) async -> BEPResponse
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        warn: (String) -> Void
+        serve: RequestHandler? = nil, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
@@ -155,6 +160,10 @@ public enum IndexSync {
             do {
                 let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
                 hellos[device.id] = connection.hello
+                if let serve {
+                    let peer = device.id
+                    await connection.setAsyncRequestHandler { request in await serve(request, peer) }
+                }
                 var since: [String: RemoteIndexState] = [:]
                 for folder in shared {
                     if let checkpoint = logs[folder.id]?.checkpoints[device.id] {

@@ -77,4 +77,42 @@ struct FullDeviceInteropTests {
             #expect(before > 0)
         }
     }
+
+    /// A second syncthing device that shares the folder only with Kaiten (the original source
+    /// stopped) pulls every selected file from Kaiten, byte for byte, while `kaiten serve`
+    /// holds the connections; the file Kaiten left out never reaches it, and Kaiten is never
+    /// asked for it.
+    @Test func anotherDevicePullsWhatKaitenHolds() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-source")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        let dataB = dir.file("peer-b")
+        try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
+        try TestFiles.random(world.peerData + "/a.bin", size: 700_000)
+        try TestFiles.write(world.peerData + "/left-out.txt", "not selected on Kaiten\n")
+        try TestFiles.write(world.peerData + "/dir/c.txt", "selected through its directory\n")
+        try await withSyncthing(a) { a in
+            try await world.share(a, files: 3)
+            #expect(try world.kaiten("select", Self.folder, "a.bin", "dir").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+        }
+        try await withSyncthing(b) { b in
+            try await b.addDevice(world.me, name: "k")
+            try await b.addFolder(id: Self.folder, path: dataB, devices: [world.me])
+            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
+            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            try await b.waitUntil("B has what Kaiten holds", timeout: 60) {
+                ApplyInteropTests.sha(dataB + "/a.bin") == ApplyInteropTests.sha(world.peerData + "/a.bin")
+                    && ApplyInteropTests.sha(dataB + "/dir/c.txt") == ApplyInteropTests.sha(world.peerData + "/dir/c.txt")
+            }
+            let status = try await b.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
+            #expect(status?["needFiles"] as? Int == 0, "B needs nothing it could get: \(String(describing: status))")
+            #expect(!FileManager.default.fileExists(atPath: dataB + "/left-out.txt"))
+            try server.stop()
+        }
+    }
 }

@@ -1,0 +1,132 @@
+import Crypto
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Answers peers' block requests from this device's files (issue 11, item 2).
+///
+/// Stricter than syncthing, which serves whatever bytes on disk match the requested hash: a
+/// block is served only from a file this device's local index announces as a valid, current
+/// file, only at one of its announced blocks, and only when the bytes read still have that
+/// block's SHA-256 (a file changed since its scan gets NO_SUCH_FILE, never the old version's
+/// place filled with new bytes). Nothing is read through a symlink or outside the folder.
+/// The disk work runs off the event loop; the connection bounds the bytes in flight.
+public final class BlockServer: Sendable {
+    /// The largest block syncthing makes (16 MiB); a larger request is refused.
+    public static let maxBlockSize = 16 << 20
+
+    private let me: DeviceID
+    private let home: Home
+    private let folders: [String: FolderConfiguration]
+    private let logs = LogCache()
+
+    public init(home: KaitenHome) {
+        me = home.identity.deviceID
+        self.home = home.home
+        folders = Dictionary(home.config.folders.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// Why a request is not served, as the wire says it.
+    enum Refusal: Error, Equatable {
+        /// INVALID_FILE: not something this device offers (not announced, reserved, not a block).
+        case invalid(String)
+        /// GENERIC: the folder is unknown here, not shared with the requester, or paused.
+        case generic(String)
+        /// NO_SUCH_FILE: gone, not a regular file, behind a symlink, or changed since announced.
+        case noSuchFile(String)
+
+        var code: BEPErrorCode {
+            switch self {
+            case .invalid: return .invalidFile
+            case .generic: return .generic
+            case .noSuchFile: return .noSuchFile
+            }
+        }
+    }
+
+    /// The answer to `request` from `peer` (its data, or an error code).
+    public func answer(_ request: BEPRequest, from peer: DeviceID) async -> BEPResponse {
+        var response = BEPResponse()
+        response.id = request.id
+        let result = (try? await Blocking.run { self.read(request, from: peer) }) ?? .failure(.generic("internal error"))
+        switch result {
+        case .success(let data): response.data = data
+        case .failure(let refusal): response.code = refusal.code
+        }
+        return response
+    }
+
+    /// The bytes of one announced block, or why not.
+    func read(_ request: BEPRequest, from peer: DeviceID) -> Result<Data, Refusal> {
+        let name = request.name
+        guard request.offset >= 0, request.size > 0, Int(request.size) <= Self.maxBlockSize else {
+            return .failure(.invalid("offset \(request.offset), size \(request.size): not a block"))
+        }
+        guard let folder = folders[request.folder], folder.devices.contains(peer), !folder.isPaused else {
+            return .failure(.generic("folder \"\(request.folder)\" is not shared with \(peer.shortDescription)"))
+        }
+        guard (try? SafePath.validate(name)) != nil else { return .failure(.invalid("\(name): not a name this device offers")) }
+        let block: BEPBlockInfo
+        switch announcedBlock(folder: folder.id, name: name, offset: request.offset, size: request.size) {
+        case .success(let found): block = found
+        case .failure(let refusal): return .failure(refusal)
+        }
+        guard (try? SafePath.prepareParentsExisting(root: folder.path, name: name)) != nil else {
+            return .failure(.noSuchFile("\(name): a parent is not a real directory"))
+        }
+        let fd = open(folder.path + "/" + name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(.noSuchFile("\(name): cannot open: \(String(cString: strerror(errno)))")) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .failure(.noSuchFile("\(name): not a regular file")) }
+        var data = Data(count: Int(request.size))
+        let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(request.size), off_t(request.offset)) }
+        guard n == Int(request.size) else { return .failure(.noSuchFile("\(name): shorter than announced")) }
+        let hash = Data(SHA256.hash(data: data))
+        guard hash == block.hash, request.hash.isEmpty || request.hash == hash else {
+            return .failure(.noSuchFile("\(name): changed on disk since it was announced"))
+        }
+        return .success(data)
+    }
+
+    /// The announced block at `offset` of a valid file in this device's local index.
+    private func announcedBlock(folder: String, name: String, offset: Int64, size: Int32) -> Result<BEPBlockInfo, Refusal> {
+        let path = home.localIndexPath(folderID: folder)
+        let me = self.me
+        do {
+            let found = try logs.with(path: path, folder: folder) { log throws -> BEPBlockInfo? in
+                guard let entry = log.index.entry(name, from: me), entry.type == .file, !entry.isDeleted, !entry.isInvalid else {
+                    return nil
+                }
+                return try log.blocks(of: entry).first { $0.offset == offset && $0.size == size }
+            }
+            guard let found else { return .failure(.invalid("\(name): no such announced block (offset \(offset), size \(size))")) }
+            return .success(found)
+        } catch {
+            return .failure(.generic("cannot read the local index: \(error)"))
+        }
+    }
+}
+
+/// Read-only local index logs, reopened when the file grew (the announcer appended).
+private final class LogCache: @unchecked Sendable {
+    private let lock = NSLock()
+    private var open: [String: (log: IndexLog, size: Int64)] = [:]
+
+    func with<T>(path: String, folder: String, _ body: (IndexLog) throws -> T) throws -> T {
+        try lock.withLock {
+            var info = stat()
+            let size = stat(path, &info) == 0 ? Int64(info.st_size) : 0
+            if let cached = open[path], cached.size == size { return try body(cached.log) }
+            open[path]?.log.close()
+            let log = try IndexLog.open(path: path, folderID: folder, readOnly: true)
+            open[path] = (log, size)
+            return try body(log)
+        }
+    }
+}
