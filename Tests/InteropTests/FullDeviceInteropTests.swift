@@ -115,4 +115,67 @@ struct FullDeviceInteropTests {
             try server.stop()
         }
     }
+
+    /// A hostile requester (a scripted peer) gets the right refusal for each thing it may not
+    /// have, and nothing outside the folder is read: a name not announced, a block past the
+    /// end, a 1 GiB block, a file whose parent became a symlink to a copy outside, a file
+    /// changed on disk since it was announced; `../` closes the connection.
+    @Test func aHostileRequesterGetsNothingItMayNotHave() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-hostile")
+        defer { dir.remove() }
+        let world = try World(dir)
+        try FileManager.default.createDirectory(atPath: world.local + "/.stfolder", withIntermediateDirectories: true)
+        let a = Data("served to whoever shares the folder\n".utf8)
+        let y = Data("sentinel content, same inside and outside\n".utf8)
+        let peer = try await ScriptedPeer(in: dir.path, folder: Self.folder, contents: ["a.txt": a, "d/y.txt": y], allowed: world.me)
+        defer { Task { await peer.stop() } }
+        peer.announce([peer.file("a.txt", a, sequence: 1), peer.directory("d", sequence: 2), peer.file("d/y.txt", y, sequence: 3)])
+        #expect(try world.kaiten("peer", "add", peer.deviceID.description, "--name", "scripted", "--address", peer.address).status == 0)
+        try world.addFolder(sharedWith: [peer.deviceID])
+        #expect(try world.kaiten("index", "sync").status == 0)
+        #expect(try world.kaiten("select", Self.folder, "a.txt", "d").status == 0)
+        let applied = try world.kaiten("apply", "--yes")
+        #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+        try TestFiles.write(world.local + "/unannounced.txt", "here, but never announced\n")
+
+        let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
+        defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+        // Kaiten dials the peer when serve starts; a.txt is served once its index is sent.
+        let deadline = Date().addingTimeInterval(30)
+        var served: BEPResponse?
+        while Date() < deadline {
+            if let response = try? await peer.request(folder: Self.folder, "a.txt", offset: 0, size: Int32(a.count)),
+                response.code == .noError
+            {
+                served = response
+                break
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(served?.data == a)
+
+        #expect(try await peer.request(folder: Self.folder, "unannounced.txt", offset: 0, size: 10).code == .invalidFile)
+        #expect(try await peer.request(folder: Self.folder, "a.txt", offset: 1 << 20, size: 10).code == .invalidFile)
+        #expect(try await peer.request(folder: Self.folder, "a.txt", offset: 0, size: 1 << 30).code == .invalidFile)
+        #expect(try await peer.request(folder: "other", "a.txt", offset: 0, size: Int32(a.count)).code == .generic)
+        #expect(try await peer.request(folder: Self.folder, ".stfolder", offset: 0, size: 1).code == .invalidFile)
+
+        // d/ replaced by a link to a directory outside holding the very same y.txt.
+        let outside = dir.file("outside")
+        try TestFiles.write(outside + "/y.txt", String(decoding: y, as: UTF8.self))
+        try FileManager.default.removeItem(atPath: world.local + "/d")
+        try FileManager.default.createSymbolicLink(atPath: world.local + "/d", withDestinationPath: outside)
+        #expect(try await peer.request(folder: Self.folder, "d/y.txt", offset: 0, size: Int32(y.count)).code == .noSuchFile)
+
+        // a.txt changed on disk (same size): not served as the announced version.
+        try Data(repeating: 0x41, count: a.count).write(to: URL(fileURLWithPath: world.local + "/a.txt"))
+        #expect(try await peer.request(folder: Self.folder, "a.txt", offset: 0, size: Int32(a.count)).code == .noSuchFile)
+
+        // An escaping name: the connection is closed, as syncthing closes it.
+        let escaping = try? await peer.request(folder: Self.folder, "../outside/y.txt", offset: 0, size: Int32(y.count))
+        #expect(escaping == nil || escaping?.code != .noError)
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(peer.latest.withLockedValue { $0?.isOpen } == false)
+        try server.stop()
+    }
 }

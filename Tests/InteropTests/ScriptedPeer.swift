@@ -17,6 +17,8 @@ final class ScriptedPeer: Sendable {
     private let announcement: NIOLockedValueBox<(files: [BEPFileInfo], sendIndex: Bool)>
     /// Every Request received, in order (folder/name@offset).
     let requests = NIOLockedValueBox<[String]>([])
+    /// The latest connection from Kaiten (for requests the test sends it).
+    let latest = NIOLockedValueBox<PeerConnection?>(nil)
 
     var deviceID: DeviceID { device.deviceID }
     var address: String { "tcp://127.0.0.1:\(listener.localPort)" }
@@ -30,11 +32,13 @@ final class ScriptedPeer: Sendable {
         let announcement = NIOLockedValueBox<(files: [BEPFileInfo], sendIndex: Bool)>(([], true))
         self.announcement = announcement
         let requests = self.requests
+        let latest = self.latest
         let me = device.deviceID
         listener = try await PeerListener.bind(
             to: PeerAddress(host: "127.0.0.1", port: 0), identity: device.identity,
             hello: KaitenVersion.hello(deviceName: "scripted"), isAllowed: { $0 == allowed },
             onConnection: { connection in
+                latest.withLockedValue { $0 = connection }
                 await connection.setRequestHandler { request in
                     requests.withLockedValue { $0.append("\(request.folder)/\(request.name)@\(request.offset)") }
                     var response = BEPResponse()
@@ -79,6 +83,17 @@ final class ScriptedPeer: Sendable {
     /// a ClusterConfig whose max sequence says "nothing newer than what you hold".
     func announce(_ files: [BEPFileInfo], sendIndex: Bool = true) {
         announcement.withLockedValue { $0 = (files, sendIndex) }
+    }
+
+    /// Asks Kaiten, on its latest connection, for `size` bytes of `name` at `offset`.
+    func request(folder: String, _ name: String, offset: Int64, size: Int32) async throws -> BEPResponse {
+        guard let connection = latest.withLockedValue({ $0 }), connection.isOpen else { throw HarnessError("Kaiten is not connected") }
+        var request = BEPRequest()
+        request.folder = folder
+        request.name = name
+        request.offset = offset
+        request.size = size
+        return try await connection.request(request)
     }
 
     func serve(_ name: String, _ data: Data) {
