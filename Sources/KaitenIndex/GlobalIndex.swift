@@ -73,6 +73,12 @@ public struct GlobalIndex: Sendable {
 
     /// Forgets everything `device` announced; returns the record bytes that backed it.
     @discardableResult
+    /// Every entry `device` announced (one per path).
+    public func entries(from device: DeviceID) -> [FileEntry] {
+        guard let n = deviceNumbers[device] else { return [] }
+        return storage.values.compactMap { list in list.first { $0.device == n }?.entry }
+    }
+
     /// Whether `device` announced anything still held.
     func hasEntries(from device: DeviceID) -> Bool {
         guard let n = deviceNumbers[device] else { return false }

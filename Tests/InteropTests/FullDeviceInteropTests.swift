@@ -75,6 +75,11 @@ struct FullDeviceInteropTests {
             #expect(again.checkpoints[world.me]?.maxSequence == before)
             again.close()
             #expect(before > 0)
+            let status = try world.kaiten("status", "--json")
+            let rows = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [[String: Any]]
+            let announced = rows?.first?["announced"] as? [String: Any]
+            #expect(announced?["sequence"] as? Int == Int(before), "\(status.stdout)")
+            #expect(announced?["held"] as? Int == 4, "a.txt, b.txt, dir, dir/c.txt: \(status.stdout)")
         }
     }
 

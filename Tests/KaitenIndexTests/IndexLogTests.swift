@@ -273,3 +273,42 @@ struct GlobalVersionTests {
         #expect(global.file.size == 10)
     }
 }
+
+/// This device's own index (issue 11, item 1): sequences strictly increasing, durable, never
+/// reused; a fresh log comes with a fresh index ID.
+struct LocalIndexTests {
+    static let me = try! DeviceID(bytes: Array(repeating: 0xC0, count: 32))
+
+    static func entry(_ name: String, version: UInt64, invalid: Bool = false) -> BEPFileInfo {
+        IndexLogTests.file(name, sequence: 0, version: [(9, version)], invalid: invalid)
+    }
+
+    @Test func sequencesIncreaseSurviveReopeningAndAreNeverReused() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-local-index")
+        defer { dir.remove() }
+        let path = dir.file("f.local")
+        var renewed = 0
+        let index = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 5, renewIndexID: { renewed += 1; return 77 })
+        #expect(renewed == 1 && index.indexID == 77, "a fresh log gets a fresh index ID")
+        let first = try index.update([Self.entry("a", version: 1), Self.entry("b", version: 1, invalid: true)]) { _ in [] }
+        #expect(first.map(\.sequence) == [1, 2])
+        #expect(try index.update([Self.entry("a", version: 1), Self.entry("b", version: 1, invalid: true)]) { _ in [] }.isEmpty, "nothing changed, nothing spent")
+        let second = try index.update([Self.entry("a", version: 2)]) { _ in [] }
+        #expect(second.map(\.sequence) == [3])
+        index.close()  // as after kill -9: every update was fsynced before it returned
+
+        let reopened = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 77, renewIndexID: { renewed += 1; return 99 })
+        #expect(renewed == 1 && reopened.indexID == 77 && reopened.maxSequence == 3)
+        let third = try reopened.update([Self.entry("c", version: 1)]) { _ in [] }
+        #expect(third.map(\.sequence) == [4])
+        #expect(try reopened.entries(after: 0).map(\.name) == ["b", "a", "c"], "ascending sequence, one entry per name")
+        #expect(try reopened.entries(after: 2).map(\.sequence) == [3, 4])
+        reopened.close()
+
+        // The log lost: a new one, a new ID (peers must not pair old sequences with it).
+        try FileManager.default.removeItem(atPath: path)
+        let fresh = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 77, renewIndexID: { renewed += 1; return 123 })
+        #expect(fresh.indexID == 123 && fresh.maxSequence == 0)
+        fresh.close()
+    }
+}

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
 import KaitenConfig
-import KaitenSync
 import KaitenIndex
+import KaitenSync
 
 extension Kaiten {
     struct Status: AsyncParsableCommand {
@@ -32,6 +32,16 @@ extension Kaiten {
             let sequence: Int64
         }
 
+        struct AnnouncedRow: Encodable {
+            let index_id: String
+            let sequence: Int64
+            /// Entries peers may request (files, directories, symlinks held here).
+            let held: Int
+            /// Entries announced as not wanted here (invalid) or withdrawn.
+            let not_held: Int
+            let deleted: Int
+        }
+
         struct FolderRow: Encodable {
             let id: String
             let path: String
@@ -40,6 +50,8 @@ extension Kaiten {
             let global_symlinks: Int
             let global_bytes: Int64
             let peers: [PeerRow]
+            /// What this device announces for the folder (its local index); nil before the first sync.
+            let announced: AnnouncedRow?
             let log_bytes: Int64
             let log_live_fraction: Double
         }
@@ -58,11 +70,24 @@ extension Kaiten {
                             device_id: device.description, name: opened.config.device(id: device)?.name ?? "",
                             index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence)
                     }
+                    var announced: AnnouncedRow?
+                    let localPath = opened.home.localIndexPath(folderID: id)
+                    if FileManager.default.fileExists(atPath: localPath),
+                        let local = try? IndexLog.open(path: localPath, folderID: id, readOnly: true),
+                        let checkpoint = local.checkpoints[opened.identity.deviceID]
+                    {
+                        let mine = local.index.entries(from: opened.identity.deviceID)
+                        announced = AnnouncedRow(
+                            index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence,
+                            held: mine.filter { !$0.isInvalid && !$0.isDeleted }.count, not_held: mine.filter(\.isInvalid).count,
+                            deleted: mine.filter { $0.isDeleted && !$0.isInvalid }.count)
+                        local.close()
+                    }
                     rows.append(
                         FolderRow(
                             id: id, path: opened.config.folder(id: id)?.path ?? "", global_files: totals.files,
                             global_directories: totals.directories, global_symlinks: totals.symlinks,
-                            global_bytes: totals.bytes, peers: peers, log_bytes: log.fileSize,
+                            global_bytes: totals.bytes, peers: peers, announced: announced, log_bytes: log.fileSize,
                             log_live_fraction: (log.liveFraction * 1000).rounded() / 1000))
                 }
                 if json {
@@ -80,6 +105,11 @@ extension Kaiten {
                         )
                     }
                     if row.peers.isEmpty { print("  no index yet: run `kaiten index sync \(row.id)`") }
+                    if let mine = row.announced {
+                        print(
+                            "  announced by this device: index ID \(mine.index_id), sequence \(mine.sequence); \(mine.held) held, \(mine.not_held) not held here, \(mine.deleted) deleted"
+                        )
+                    }
                     print("  log: \(Kaiten.Ls.human(row.log_bytes)), \(Int(row.log_live_fraction * 100))% live")
                 }
             }
