@@ -39,19 +39,20 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     let closedPromise: EventLoopPromise<PeerCloseReason>
     /// Who the peer is, for messages: set once TLS verified the device.
     let peerLabel: NIOLockedValueBox<String>
-    /// Answers the peer's block requests (disk work: run off the event loop). Until one is
-    /// set: no such file.
-    var respond: @Sendable (BEPRequest) async -> BEPResponse = { request in
+    /// How the peer's block requests are answered: at once on the event loop (a fixed answer),
+    /// or by a task (disk work belongs off the loop). Until one is set: no such file.
+    enum Responder {
+        case immediate(@Sendable (BEPRequest) -> BEPResponse)
+        case deferred(@Sendable (BEPRequest) async -> BEPResponse)
+    }
+    var respond: Responder = .immediate({ request in
         var response = BEPResponse()
         response.id = request.id
         response.code = .noSuchFile
         return response
-    }
-    /// Bytes of the peer's requests being answered now, and requests waiting for room: a peer
-    /// asks for at most ``PeerSettings/maxServingBytes`` at a time (syncthing's per-device
-    /// limit: 2 × the largest block), the rest waits its turn in order.
-    private var servingBytes = 0
-    private var waitingRequests: [BEPRequest] = []
+    })
+    /// The deferred answers being worked on, bounded in bytes.
+    private lazy var serving = ServingQueue(limit: settings.maxServingBytes)
 
     private var context: ChannelHandlerContext?
     private var started = false
@@ -226,32 +227,34 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             close(.protocolError("invalid request: \(error)"), sendClose: true)
             return
         }
-        waitingRequests.append(request)
-        serveWaiting()
+        switch respond {
+        case .immediate(let answer):
+            var response = answer(request)
+            response.id = request.id
+            stats.withLockedValue { $0.requestsAnswered += 1 }
+            write(.response(response))
+        case .deferred(let answer):
+            start(serving.arrived(request), answer)
+        }
     }
 
-    /// Starts the waiting requests that fit in the bytes allowed in flight (always at least
-    /// one, whatever its size: a request larger than the limit is served alone).
-    private func serveWaiting() {
-        guard let context else { return }
-        while let request = waitingRequests.first {
-            let size = max(0, Int(request.size))
-            guard servingBytes == 0 || servingBytes + size <= settings.maxServingBytes else { return }
-            waitingRequests.removeFirst()
-            servingBytes += size
-            let respond = self.respond
-            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            let eventLoop = context.eventLoop
+    /// Answers each request on a task; back on the loop the response goes out and what was
+    /// waiting for room starts.
+    private func start(_ requests: [BEPRequest], _ answer: @escaping @Sendable (BEPRequest) async -> BEPResponse) {
+        guard let context, !requests.isEmpty else { return }
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        for request in requests {
             Task {
-                var response = await respond(request)
+                var response = await answer(request)
                 response.id = request.id
                 eventLoop.execute {
                     let handler = loopBound.value
-                    handler.servingBytes -= size
+                    let next = handler.serving.finished(request)
                     guard handler.closeReason == nil else { return }
                     handler.stats.withLockedValue { $0.requestsAnswered += 1 }
                     handler.write(.response(response))
-                    handler.serveWaiting()
+                    handler.start(next, answer)
                 }
             }
         }
@@ -434,5 +437,40 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         case let reason?: return PeerError(.closed, peer: label, reason.description)
         case nil: return PeerError(.closed, peer: label, "connection closed")
         }
+    }
+}
+
+/// Which of a peer's block requests may be answered now: at most `limit` bytes at once (and
+/// always at least one, so a request larger than the limit is answered alone), the others in
+/// the order they came, as syncthing limits what it serves each device.
+struct ServingQueue {
+    let limit: Int
+    private(set) var bytesInFlight = 0
+    private var waiting: [BEPRequest] = []
+
+    init(limit: Int) { self.limit = limit }
+
+    /// A request came: the requests to start now.
+    mutating func arrived(_ request: BEPRequest) -> [BEPRequest] {
+        waiting.append(request)
+        return startable()
+    }
+
+    /// A request was answered: the requests to start now.
+    mutating func finished(_ request: BEPRequest) -> [BEPRequest] {
+        bytesInFlight -= max(0, Int(request.size))
+        return startable()
+    }
+
+    private mutating func startable() -> [BEPRequest] {
+        var out: [BEPRequest] = []
+        while let next = waiting.first {
+            let size = max(0, Int(next.size))
+            guard bytesInFlight == 0 || bytesInFlight + size <= limit else { break }
+            waiting.removeFirst()
+            bytesInFlight += size
+            out.append(next)
+        }
+        return out
     }
 }

@@ -119,14 +119,15 @@ public final class PeerConnection: Sendable {
 
     /// Replaces how the peer's block requests are answered (default: NO_SUCH_FILE).
     public func setRequestHandler(_ respond: @escaping @Sendable (BEPRequest) -> BEPResponse) async {
-        await setAsyncRequestHandler { request in respond(request) }
+        let handler = self.handler
+        try? await channel.eventLoop.submit { handler.value.respond = .immediate(respond) }.get()
     }
 
     /// Replaces how the peer's block requests are answered, by a handler that may wait (disk
     /// reads belong off the event loop).
     public func setAsyncRequestHandler(_ respond: @escaping @Sendable (BEPRequest) async -> BEPResponse) async {
         let handler = self.handler
-        try? await channel.eventLoop.submit { handler.value.respond = respond }.get()
+        try? await channel.eventLoop.submit { handler.value.respond = .deferred(respond) }.get()
     }
 
     static func describe(_ code: BEPErrorCode) -> String {

@@ -94,6 +94,19 @@ public enum KaitenCLI {
         return directory.appendingPathComponent(".build/debug/kaiten").path
     }
 
+    /// `run` on a thread of its own, so that waiting for the process never holds one of Swift's
+    /// few cooperative threads: a test whose peer lives in the test process (a scripted peer
+    /// answering on tasks) must leave them free, or two such tests waiting at once starve the
+    /// peers they wait for.
+    public static func runDetached(_ arguments: [String], environment: [String: String] = [:]) async throws -> ProcessResult {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(with: Result { try run(arguments, environment: environment) })
+            }
+            thread.start()
+        }
+    }
+
     /// Runs `kaiten ARGS…` with a clean environment (no KAITEN_HOME leaking in from the user).
     public static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws
         -> ProcessResult

@@ -32,6 +32,13 @@ struct ApplyInteropTests {
             try KaitenCLI.run(args + ["--home", home])
         }
 
+        /// `kaiten` without holding a cooperative thread while it runs (for tests whose peer
+        /// lives in this process: ``KaitenCLI/runDetached(_:environment:)``).
+        @discardableResult
+        func kaitenDetached(_ args: String...) async throws -> ProcessResult {
+            try await KaitenCLI.runDetached(args + ["--home", home])
+        }
+
         /// Introduces the peer and the folder to Kaiten.
         func connect(_ st: SyncthingInstance, name: String = "a") async throws {
             try await st.addDevice(me, name: "k")

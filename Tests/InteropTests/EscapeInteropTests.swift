@@ -102,7 +102,7 @@ struct EscapeInteropTests {
         let payload = Data("written by a hostile peer\n".utf8)
         let peer = try await ScriptedPeer(in: dir.path, folder: Self.folder, contents: [:], allowed: world.me)
         defer { Task { await peer.stop() } }
-        #expect(try world.kaiten("peer", "add", peer.deviceID.description, "--name", "scripted", "--address", peer.address).status == 0)
+        #expect(try await world.kaitenDetached("peer", "add", peer.deviceID.description, "--name", "scripted", "--address", peer.address).status == 0)
         try world.addFolder(sharedWith: [peer.deviceID])
 
         // 1. `../outside/x.txt` in the index: the connection is closed, the peer named, nothing kept.
@@ -110,12 +110,12 @@ struct EscapeInteropTests {
         peer.serve("ok.txt", Data("fine\n".utf8))
         peer.serve("../outside/x.txt", payload)
         peer.announce([ok, peer.file("../outside/x.txt", payload, sequence: 2)])
-        let sync = try world.kaiten("index", "sync")
+        let sync = try await world.kaitenDetached("index", "sync")
         #expect(sync.status == 1, "\(sync.stdout)\(sync.stderr)")
         let said = sync.stdout + sync.stderr
         #expect(said.contains("scripted (\(peer.deviceID.shortDescription))"), "\(said)")
         #expect(said.contains("\"../outside/x.txt\" is absolute or escapes the folder"), "\(said)")
-        let ls = try world.kaiten("ls", Self.folder)
+        let ls = try await world.kaitenDetached("ls", Self.folder)
         #expect(!ls.stdout.contains("outside"), "\(ls.stdout)")
         outside.expectUntouched("after index sync")
 
@@ -123,21 +123,21 @@ struct EscapeInteropTests {
         //    `link/x.txt` as if the link were a directory.
         let link = peer.symlink("link", to: outside.path, sequence: 3)
         peer.announce([ok, link])
-        #expect(try world.kaiten("index", "sync").status == 0)
-        #expect(try world.kaiten("select", Self.folder, "ok.txt", "link").status == 0)
-        let first = try world.kaiten("apply", "--yes")
+        #expect(try await world.kaitenDetached("index", "sync").status == 0)
+        #expect(try await world.kaitenDetached("select", Self.folder, "ok.txt", "link").status == 0)
+        let first = try await world.kaitenDetached("apply", "--yes")
         #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
         #expect(try String(contentsOfFile: world.local + "/ok.txt", encoding: .utf8) == "fine\n")
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: world.local + "/link") == outside.path)
 
         peer.serve("link/x.txt", payload)
         peer.announce([ok, link, peer.file("link/x.txt", payload, sequence: 4)])
-        #expect(try world.kaiten("index", "sync").status == 0)
-        let apply = try world.kaiten("apply", "--yes")
+        #expect(try await world.kaitenDetached("index", "sync").status == 0)
+        let apply = try await world.kaitenDetached("apply", "--yes")
         // The plan sees the local symlink where the peer has a directory: a conflict, no pull.
         #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
         #expect(apply.stdout.contains("1 conflict open"), "\(apply.stdout)")
-        let conflicts = try world.kaiten("conflicts", Self.folder)
+        let conflicts = try await world.kaitenDetached("conflicts", Self.folder)
         #expect(conflicts.stdout.contains("link"), "\(conflicts.stdout)")
         outside.expectUntouched("after apply with a symlinked parent")
 

@@ -258,7 +258,7 @@ struct StreamInteropTests {
                     return Server(process: process, base: record.baseURL)
                 }
                 guard process.isRunning else { break }
-                usleep(50_000)
+                try await Task.sleep(for: .milliseconds(50))
             }
             kill(process.processIdentifier, SIGKILL)
             throw HarnessError("kaiten serve did not record its address within 60 s")

@@ -158,63 +158,40 @@ struct BEPConnectionHandlerTests {
         _ = futures
     }
 
-    /// Responses come from a task off the event loop: run the loop until `count` messages are
-    /// out (at most 5 s).
-    static func outbound(_ h: Harness, count: Int) async throws -> [BEPMessage] {
-        var sent: [BEPMessage] = []
-        let deadline = ContinuousClock.now + .seconds(5)
-        while sent.count < count && ContinuousClock.now < deadline {
-            h.loop.run()
-            sent += try h.outbound()
-            if sent.count < count { try await Task.sleep(for: .milliseconds(5)) }
-        }
-        return sent
-    }
-
-    @Test func requestsForWhatWeDoNotAnnounceGetNoSuchFile() async throws {
+    @Test func requestsForWhatWeDoNotAnnounceGetNoSuchFile() throws {
         let h = try Harness()
         var request = Self.request(size: 10)
         request.id = 77
         try h.receive(.request(request))
-        let sent = try await Self.outbound(h, count: 1)
+        let sent = try h.outbound()
         guard case .response(let response) = sent.first else { Issue.record("got \(sent)"); return }
         #expect(response.id == 77)
         #expect(response.code == .noSuchFile)
     }
 
-    /// A peer's requests are answered at most `maxServingBytes` at a time; the rest wait in
-    /// order and are answered as room frees up.
-    @Test func requestsAreServedWithinTheBytesInFlightBound() async throws {
-        var settings = PeerSettings()
-        settings.maxServingBytes = 20
-        let h = try Harness(settings: settings)
-        let started = NIOLockedValueBox<[Int32]>([])
-        let release = NIOLockedValueBox(0)
-        h.handler.respond = { request in
-            started.withLockedValue { $0.append(request.id) }
-            while release.withLockedValue({ $0 }) < Int(request.id) { try? await Task.sleep(for: .milliseconds(2)) }
-            var response = BEPResponse()
-            response.data = Data(repeating: 1, count: Int(request.size))
-            return response
+    /// A peer's requests are answered at most `limit` bytes at a time (always at least one);
+    /// the rest wait in order and start as room frees up.
+    @Test func requestsAreServedWithinTheBytesInFlightBound() {
+        func request(_ id: Int32, _ size: Int32) -> BEPRequest {
+            var r = Self.request(size: size)
+            r.id = id
+            return r
         }
-        for id in 1...3 {
-            var request = Self.request(size: 10)
-            request.id = Int32(id)
-            try h.receive(.request(request))
-        }
-        try await Task.sleep(for: .milliseconds(100))
-        h.loop.run()
-        #expect(started.withLockedValue { $0 }.sorted() == [1, 2], "two of 10 bytes fit in 20")
-        release.withLockedValue { $0 = 1 }
-        let first = try await Self.outbound(h, count: 1)
-        #expect(first.count == 1)
-        try await Task.sleep(for: .milliseconds(100))
-        h.loop.run()
-        #expect(started.withLockedValue { $0 }.sorted() == [1, 2, 3], "the third starts once the first is answered")
-        release.withLockedValue { $0 = 3 }
-        let rest = try await Self.outbound(h, count: 2)
-        let ids = (first + rest).compactMap { message -> Int32? in if case .response(let r) = message { r.id } else { nil } }
-        #expect(ids.sorted() == [1, 2, 3])
+        var queue = ServingQueue(limit: 20)
+        #expect(queue.arrived(request(1, 10)).map(\.id) == [1])
+        #expect(queue.arrived(request(2, 10)).map(\.id) == [2])
+        #expect(queue.arrived(request(3, 10)).isEmpty, "20 bytes in flight already")
+        #expect(queue.arrived(request(4, 5)).isEmpty, "in order: 4 waits behind 3")
+        #expect(queue.bytesInFlight == 20)
+        #expect(queue.finished(request(1, 10)).map(\.id) == [3])
+        #expect(queue.finished(request(2, 10)).map(\.id) == [4])
+        #expect(queue.finished(request(3, 10)).isEmpty)
+        #expect(queue.finished(request(4, 5)).isEmpty)
+        #expect(queue.bytesInFlight == 0)
+        // Larger than the limit: answered alone, never stuck.
+        #expect(queue.arrived(request(5, 100)).map(\.id) == [5])
+        #expect(queue.arrived(request(6, 1)).isEmpty)
+        #expect(queue.finished(request(5, 100)).map(\.id) == [6])
     }
 
     @Test func aRequestForAnEscapingNameClosesTheConnection() throws {
