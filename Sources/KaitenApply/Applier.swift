@@ -341,7 +341,7 @@ public enum Applier {
                 if unlink(root + "/" + temp) == 0 { events(.removedTemporary(folder: folderPlan.id, path: temp)) }
             }
             if folderPlan.stignore.changed {
-                let action = Action(action: .mkdir, path: ".stignore", reason: "write .stignore", type: "file")
+                let action = Action(action: .writeStIgnore, path: ".stignore", reason: "write .stignore", type: "file")
                 do {
                     try AtomicFile.write(Array(folderPlan.stignore.content.utf8), to: root + "/.stignore")
                     report.done += 1

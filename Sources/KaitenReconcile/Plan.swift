@@ -209,6 +209,9 @@ public struct Action: Codable, Sendable, Equatable {
         case pull, delete, mkdir, rmdir
         /// Only the permission bits differ from the global version (format 1.1).
         case chmod
+        /// The folder's `.stignore` is written (apply's first step; its own kind in events and
+        /// `--json`, never dressed as a mkdir). Added in 1.2.
+        case writeStIgnore = "write-stignore"
     }
 
     public var action: Kind

@@ -170,6 +170,9 @@ struct ApplyInteropTests {
             #expect(events.last?["type"] as? String == "summary")
             #expect(events.contains { $0["type"] as? String == "progress" })
             #expect(events.filter { $0["type"] as? String == "action_done" && $0["action"] as? String == "pull" }.count == 6)
+            // The .stignore write is its own kind, never a mkdir of a file (issue 12, item 1).
+            let stignore = events.filter { $0["path"] as? String == ".stignore" }
+            #expect(stignore.count == 1 && stignore.first?["action"] as? String == "write-stignore", "\(stignore)")
             #expect(events.last?["failed"] as? Int == 0)
 
             for name in ["big/multi.bin", "docs/a [1].txt", "docs/café ü.txt", "docs/run.sh", "docs/empty"] {

@@ -157,6 +157,13 @@ struct SelectionCLITests {
             try "{\"format_version\": \"2.0\"}".write(toFile: dir.file("future.plan"), atomically: true, encoding: .utf8)
             let future = try kaiten("show", "--home", home, dir.file("future.plan"))
             #expect(future.status == 1 && future.stderr.contains("newer than this kaiten understands"))
+            // An older plan (1.0 had no causes, 1.1 no renames) is made again, not guessed at.
+            for old in ["1.0", "1.1"] {
+                try "{\"format_version\": \"\(old)\"}".write(toFile: dir.file("old.plan"), atomically: true, encoding: .utf8)
+                let refused = try kaiten("apply", "--home", home, dir.file("old.plan"), "--yes")
+                #expect(refused.status == 1, "\(refused.stderr)")
+                #expect(refused.stderr.contains("plan format \(old) was written by another kaiten version") && refused.stderr.contains("make a new plan"), "\(refused.stderr)")
+            }
             let missing = try kaiten("show", "--home", home, dir.file("none.plan"))
             #expect(missing.status == 1 && missing.stderr.contains("none.plan"))
         }

@@ -285,7 +285,15 @@ final class ApplyOutput: @unchecked Sendable {
                 if let note { object["note"] = note }
                 emit(object)
             } else if !progressOnTerminal || action.action != .pull || note != nil {
-                let verb = action.path == ".stignore" ? "wrote" : ["pull": "pulled", "delete": "deleted", "mkdir": "created", "rmdir": "removed", "chmod": "set permissions of"][action.action.rawValue]!
+                let verb: String
+                switch action.action {
+                case .writeStIgnore: verb = "wrote"
+                case .pull: verb = "pulled"
+                case .delete: verb = "deleted"
+                case .mkdir: verb = "created"
+                case .rmdir: verb = "removed"
+                case .chmod: verb = "set permissions of"
+                }
                 let size = action.action == .pull || action.action == .delete ? " (\(Kaiten.Ls.human(action.size)))" : ""
                 clearProgress()
                 print("\(folder): \(verb) \(action.path)\(size)\(note.map { " — \($0)" } ?? "")")

@@ -182,6 +182,13 @@ enum PlanFile {
             throw ConfigError(
                 .invalidValue, file: path, "plan format \(header.format_version) is newer than this kaiten understands (1.x)")
         }
+        // A plan is made to be applied soon by the same kaiten: one from an older version may
+        // lack what this one checks (causes, renames), so it is made again rather than guessed at.
+        guard header.format_version == Plan.formatVersion else {
+            throw ConfigError(
+                .invalidValue, file: path,
+                "plan format \(header.format_version) was written by another kaiten version (this one writes \(Plan.formatVersion)): make a new plan with `kaiten plan --out`")
+        }
         do {
             return try JSONDecoder().decode(Plan.self, from: data)
         } catch {
@@ -210,6 +217,9 @@ enum PlanRenderer {
                 case .rmdir: Swift.print("  - rmdir       \(action.path)/")
                 case .chmod:
                     Swift.print("  ~ chmod       \(action.path)\(action.type == "directory" ? "/" : "") (\(action.reason))")
+                case .writeStIgnore:
+                    // Never in a plan's actions (the plan says it in `stignore`); shown as above.
+                    Swift.print("  ~ write       .stignore")
                 }
             }
             for conflict in folder.conflicts {
