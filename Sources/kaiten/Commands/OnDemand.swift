@@ -98,67 +98,28 @@ extension Kaiten {
         }
 
         func fetch(_ clean: String, opened: KaitenHome, files: RemoteFiles) async throws {
-            do {
-                let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
-                guard let g = log.index.global(clean), !g.file.isDeleted else {
-                    throw StreamError(.notFound, "\(folder)/\(clean): not in the global index\(log.index.global(clean) != nil ? " (deleted on every peer)" : "")")
-                }
-                let target = (output ?? (clean as NSString).lastPathComponent) as NSString
-                var absolute = target.isAbsolutePath ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
-                // Like cp: a file given an existing directory (or a path ending in '/') goes into
-                // it under its own name.
-                var isDirectory: ObjCBool = false
-                if g.file.type != .directory,
-                    output?.hasSuffix("/") == true
-                        || (FileManager.default.fileExists(atPath: absolute, isDirectory: &isDirectory) && isDirectory.boolValue)
-                {
-                    absolute = (absolute as NSString).appendingPathComponent((clean as NSString).lastPathComponent)
-                }
-                var wanted: [(remote: String, local: String)] = []
-                var root: String
-                if g.file.type == .directory {
-                    root = absolute
-                    try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-                    for entry in log.index.list(under: clean, recursive: true, includeDeleted: false) where entry.file.type == .file || entry.file.isSymlink || entry.file.type == .directory {
-                        wanted.append((entry.path, String(entry.path.dropFirst(clean.count + 1))))
-                    }
-                } else {
-                    root = (absolute as NSString).deletingLastPathComponent
-                    try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-                    wanted.append((clean, (absolute as NSString).lastPathComponent))
-                }
-                var failed = 0
-                var bytes: Int64 = 0
-                var localReads = 0
-                var fetched = 0
-                // Blocks this machine already holds (any file of the folder, per the scan cache)
-                // are read locally, verified like everything else; a stale cache only means a fetch.
-                let folderPath = opened.config.folders.first { $0.id == folder }!.path
-                let localBlocks = ScanCache.load(path: opened.home.scanCachePath(folderID: folder))
-                for (remote, local) in wanted {
-                    guard let entry = log.index.global(remote) else { continue }
-                    do {
-                        if entry.file.type == .directory {
-                            try SafePath.prepareParents(root: root, name: local + "/x")
-                            continue
-                        }
-                        let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
-                        let source = BlockSource(folderID: folder, root: folderPath, connections: try files.connections(), tree: localBlocks)
-                        let puller = FilePuller(root: root, ignorePermissions: false, source: source)
-                        _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: { _ in })
-                        bytes += entry.file.size
-                        localReads += source.statistics.copied
-                        fetched += source.statistics.fetched
-                        if wanted.count > 1 { print("fetched \(remote)") }
-                    } catch {
-                        failed += 1
-                        Terminal.error("\(folder)/\(remote): \((error as? ApplyError)?.hint ?? "\(error)")")
-                    }
-                }
-                let place = g.file.type == .directory ? "under \(root)" : "to \(absolute)"
-                print("\(wanted.count - failed) of \(wanted.count) written \(place) (\(Kaiten.Ls.human(bytes)); blocks: \(fetched) fetched from peers, \(localReads) read from local files)")
-                if failed > 0 { throw ExitCode(1) }
+            let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+            let isDirectory = log.index.global(clean)?.file.type == .directory
+            log.close()
+            let target = (output ?? (clean as NSString).lastPathComponent) as NSString
+            var absolute = target.isAbsolutePath ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
+            // Like cp: a file given an existing directory (or a path ending in '/') goes into it
+            // under its own name.
+            var existingDirectory: ObjCBool = false
+            if !isDirectory,
+                output?.hasSuffix("/") == true
+                    || (FileManager.default.fileExists(atPath: absolute, isDirectory: &existingDirectory) && existingDirectory.boolValue)
+            {
+                absolute = (absolute as NSString).appendingPathComponent((clean as NSString).lastPathComponent)
             }
+            let report = try await files.fetch(folder: folder, path: clean, to: absolute) { print("fetched \($0)") }
+            for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
+            let place = isDirectory ? "under \(absolute)" : "to \(absolute)"
+            let total = report.written + report.failed.count
+            print(
+                "\(report.written) of \(total) written \(place) (\(Kaiten.Ls.human(report.bytes)); blocks: \(report.blocksFetched) fetched from peers, \(report.blocksReadLocally) read from local files)"
+            )
+            if !report.failed.isEmpty { throw ExitCode(1) }
         }
     }
 

@@ -1,0 +1,73 @@
+import Foundation
+import KaitenApply
+import KaitenIndex
+import KaitenScan
+import KaitenSync
+
+/// `kaiten get`: copies a file or a directory tree of the global index to a place outside the
+/// folder, without selecting it. Every block verified; blocks this machine already holds (any
+/// file of the folder, per the scan cache) are read locally.
+public struct FetchReport: Sendable {
+    /// Entries written (files, links, directories), and those that failed (path, why).
+    public var written = 0
+    public var failed: [(path: String, why: String)] = []
+    public var bytes: Int64 = 0
+    public var blocksFetched = 0
+    public var blocksReadLocally = 0
+}
+
+extension RemoteFiles {
+    /// Writes `path` of `folder` (a file, or a directory and everything under it) to
+    /// `destination`: the file itself, or the directory that receives the tree.
+    /// - Parameter onFile: called after each file of a tree is written.
+    public func fetch(folder: String, path: String, to destination: String, onFile: (String) -> Void = { _ in }) async throws
+        -> FetchReport
+    {
+        let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+        defer { log.close() }
+        guard let g = log.index.global(path), !g.file.isDeleted else {
+            throw StreamError(
+                .notFound, "\(folder)/\(path): not in the global index\(log.index.global(path) != nil ? " (deleted on every peer)" : "")")
+        }
+        var wanted: [(remote: String, local: String)] = []
+        let root: String
+        if g.file.type == .directory {
+            root = destination
+            for entry in log.index.list(under: path, recursive: true, includeDeleted: false)
+            where entry.file.type == .file || entry.file.isSymlink || entry.file.type == .directory {
+                wanted.append((entry.path, String(entry.path.dropFirst(path.count + 1))))
+            }
+        } else {
+            root = (destination as NSString).deletingLastPathComponent
+            wanted.append((path, (destination as NSString).lastPathComponent))
+        }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        var report = FetchReport()
+        guard let folderPath = home.config.folders.first(where: { $0.id == folder })?.path else {
+            throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
+        }
+        let localBlocks = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
+        for (remote, local) in wanted {
+            guard let entry = log.index.global(remote) else { continue }
+            do {
+                if entry.file.type == .directory {
+                    try SafePath.prepareParents(root: root, name: local + "/x")
+                    report.written += 1
+                    continue
+                }
+                let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
+                let source = BlockSource(folderID: folder, root: folderPath, connections: try connections(), tree: localBlocks)
+                let puller = FilePuller(root: root, ignorePermissions: false, source: source)
+                _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: { _ in })
+                report.written += 1
+                report.bytes += entry.file.size
+                report.blocksReadLocally += source.statistics.copied
+                report.blocksFetched += source.statistics.fetched
+                if wanted.count > 1 { onFile(remote) }
+            } catch {
+                report.failed.append((remote, (error as? ApplyError)?.hint ?? "\(error)"))
+            }
+        }
+        return report
+    }
+}
