@@ -61,12 +61,21 @@ let package = Package(
             name: "KaitenReconcile",
             dependencies: ["KaitenProtocol", "KaitenIndex", "KaitenSelection", "KaitenScan", .product(name: "Crypto", package: "swift-crypto")]
         ),
-        // Apply: the puller (verified blocks, temp + fsync + rename), safe deletions, the lock,
-        // stale-plan and safety-brake checks.
+        // Transfers, used alike by apply, on demand and the block server: where blocks come
+        // from (verified), the puller (temp + fsync + rename), safe paths, answering requests.
+        .target(
+            name: "KaitenTransfer",
+            dependencies: [
+                "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // Apply: runs a plan (the order, deletions re-checked, the lock, stale-plan and
+        // safety-brake checks) with the transfers.
         .target(
             name: "KaitenApply",
             dependencies: [
-                "KaitenSync", "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -76,7 +85,7 @@ let package = Package(
         .target(
             name: "KaitenStream",
             dependencies: [
-                "KaitenApply", "KaitenSync", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                "KaitenTransfer", "KaitenSync", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -129,6 +138,7 @@ let package = Package(
                 "KaitenSelection",
                 "KaitenScan",
                 "KaitenReconcile",
+                "KaitenTransfer",
                 "KaitenApply",
                 "KaitenStream",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -149,13 +159,13 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenSync", "KaitenStream"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenStream"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection"]),
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTransfer", "KaitenTestSupport"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
@@ -179,7 +189,7 @@ let package = Package(
             name: "InteropTests",
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
-                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenStream",
+                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

@@ -1,4 +1,5 @@
 import Foundation
+import KaitenTransfer
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol

@@ -1,5 +1,5 @@
 import Foundation
-import KaitenApply
+import KaitenTransfer
 import KaitenIndex
 import KaitenScan
 import KaitenSync

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import KaitenApply
+import KaitenTransfer
 import KaitenConfig
 import KaitenIndex
 import KaitenPeer

@@ -1,5 +1,5 @@
 import Foundation
-import KaitenApply
+import KaitenTransfer
 import KaitenConfig
 import KaitenProtocol
 import Logging

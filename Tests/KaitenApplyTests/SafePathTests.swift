@@ -4,6 +4,8 @@ import KaitenTestSupport
 import Testing
 
 @testable import KaitenApply
+@testable import KaitenTransfer
+import KaitenTransfer
 
 struct SafePathTests {
     @Test(arguments: ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "..", "", "./a", ".stfolder", ".stignore",

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApply
+import KaitenTransfer
 import KaitenConfig
 import KaitenProtocol
 import KaitenReconcile

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApply
+import KaitenTransfer
 import Foundation
 import KaitenConfig
 import KaitenProtocol

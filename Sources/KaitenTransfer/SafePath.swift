@@ -87,7 +87,7 @@ public enum SafePath {
     }
 
     /// fsyncs a directory, so a rename or unlink in it is durable.
-    static func syncDirectory(_ path: String) {
+    public static func syncDirectory(_ path: String) {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 {
             fsync(fd)
@@ -101,7 +101,7 @@ extension SafePath {
     /// created.
     /// Deletes a file. In a directory without write permission, as syncthing does, the
     /// directory is made writable for the moment and its mode put back afterwards.
-    static func unlinkMakingWritable(_ full: String, name: String) throws(ApplyError) {
+    public static func unlinkMakingWritable(_ full: String, name: String) throws(ApplyError) {
         if unlink(full) == 0 || errno == ENOENT { return }
         let firstError = errno
         let directory = (full as NSString).deletingLastPathComponent
@@ -117,7 +117,7 @@ extension SafePath {
         guard removed else { throw ApplyError(.io, path: name, "cannot delete: \(String(cString: strerror(secondError)))") }
     }
 
-    static func prepareParentsExisting(root: String, name: String) throws(ApplyError) {
+    public static func prepareParentsExisting(root: String, name: String) throws(ApplyError) {
         var current = root
         for part in name.split(separator: "/").dropLast() {
             current += "/" + part

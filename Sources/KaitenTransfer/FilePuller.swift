@@ -247,10 +247,10 @@ public struct FilePuller: Sendable {
 
 /// Runs blocking file-system work on a concurrent dispatch queue instead of Swift's cooperative
 /// pool (one thread per core), which a few fsyncs would otherwise stall.
-enum Blocking {
+public enum Blocking {
     static let queue = DispatchQueue(label: "kaiten.apply.blocking", attributes: .concurrent)
 
-    static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ApplyError) -> T {
+    public static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ApplyError) -> T {
         let result: Result<T, ApplyError> = await withCheckedContinuation { continuation in
             queue.async {
                 do {
