@@ -186,13 +186,7 @@ public final class IndexLog {
         checkpointPayload.appendBigEndian(UInt64(bitPattern: maxSequence))
         Self.appendRecord(.checkpoint, checkpointPayload, to: &buffer)
 
-        let base = fileSize
-        try writeAll(buffer, at: base)
-        guard fsync(fd) == 0 else {
-            _ = ftruncate(fd, off_t(base))
-            throw IndexLogError(.io, file: path, "fsync failed: \(String(cString: strerror(errno)))")
-        }
-        fileSize = base + Int64(buffer.count)
+        let base = try appendDurably(buffer)
 
         // The batch is on disk; now the view.
         if isFullIndex { forget(device) }
@@ -216,6 +210,15 @@ public final class IndexLog {
         var payload = device.bytes
         payload.appendBigEndian(UInt64(0))
         Self.appendRecord(.replaced, payload, to: &buffer)
+        try appendDurably(buffer)
+        forget(device)
+        dropCheckpoint(device)
+    }
+
+    /// Writes `buffer` at the end and fsyncs it; on failure the file is cut back to where it
+    /// was. Returns the offset it was written at.
+    @discardableResult
+    private func appendDurably(_ buffer: [UInt8]) throws(IndexLogError) -> Int64 {
         let base = fileSize
         try writeAll(buffer, at: base)
         guard fsync(fd) == 0 else {
@@ -223,8 +226,7 @@ public final class IndexLog {
             throw IndexLogError(.io, file: path, "fsync failed: \(String(cString: strerror(errno)))")
         }
         fileSize = base + Int64(buffer.count)
-        forget(device)
-        dropCheckpoint(device)
+        return base
     }
 
     /// The block list of an entry, read from the log.
