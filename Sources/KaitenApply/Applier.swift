@@ -357,8 +357,10 @@ public enum Applier {
             let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: tree)
             let cachePath = home.home.scanCachePath(folderID: folderPlan.id)
             let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
+            let versioner = Versioner(folder: config)
             let puller = {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
+                puller.versioner = versioner
                 puller.journal = journal
                 puller.copyOwnershipFromParent = config.copyOwnershipFromParent
                 puller.stop = stop
@@ -395,7 +397,14 @@ public enum Applier {
                         }
                     }
                     try SafePath.prepareParentsExisting(root: root, name: action.path)
-                    try SafePath.unlinkMakingWritable(root + "/" + action.path, name: action.path)
+                    // What the peers deleted or replaced is kept as the folder's versioning says;
+                    // a deselected file (still on the peers) or a moved one (its content pulled
+                    // under the new name) is not.
+                    if let versioner, action.cause == .deletedOnPeers || action.cause == .replaced {
+                        try versioner.archive(root: root, name: action.path)
+                    } else {
+                        try SafePath.unlinkMakingWritable(root + "/" + action.path, name: action.path)
+                    }
                     SafePath.syncDirectory((root + "/" + action.path as NSString).deletingLastPathComponent)
                     tree[action.path] = nil
                     report.freedBytes += action.size

@@ -489,6 +489,12 @@ public final class ConfigFile {
             markerName: childText(element, "markerName").flatMap { $0.isEmpty ? nil : $0 } ?? ".stfolder",
             isPaused: childText(element, "paused") == "true")
         folder.copyOwnershipFromParent = childText(element, "copyOwnershipFromParent") == "true"
+        if let versioning {
+            for param in versioning.elements(forName: "param") {
+                if let key = attribute(param, "key") { folder.versioningParams[key] = attribute(param, "val") ?? "" }
+            }
+            folder.versioningPath = childText(versioning, "fsPath") ?? folder.versioningParams["versionsPath"] ?? ""
+        }
         if let minimum = element.elements(forName: "minDiskFree").first, let value = Double(minimum.stringValue ?? "") {
             folder.minDiskFree = MinDiskFree(value: value, unit: attribute(minimum, "unit") ?? "%")
         }

@@ -66,6 +66,10 @@ public struct FolderConfiguration: Sendable, Equatable {
     public var ignorePerms: Bool
     /// The versioning type; empty means no versioning.
     public var versioningType: String
+    /// The versioning's `<param key val>` entries (`command` for external, `cleanoutDays`, …).
+    public var versioningParams: [String: String] = [:]
+    /// Where versions go (`<fsPath>`); empty means `.stversions` inside the folder.
+    public var versioningPath = ""
     /// How many conflict copies syncthing keeps; 0 deletes conflicts, -1 keeps all.
     public var maxConflicts: Int
     public var markerName: String

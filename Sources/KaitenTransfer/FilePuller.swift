@@ -37,6 +37,8 @@ public struct FilePuller: Sendable {
     public var stop: StopSignal?
     /// Counts the bytes of every block in place (fetched, copied or resumed), for progress.
     public var progress: ByteCounter?
+    /// Keeps the file a pull replaces (the folder's versioning), just before the rename.
+    public var versioner: Versioner?
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
@@ -237,6 +239,10 @@ public struct FilePuller: Sendable {
             } catch {
                 throw ApplyError(.io, path: name, "\(error)")
             }
+        }
+        if let versioner {
+            var info = stat()
+            if lstat(target, &info) == 0, info.st_mode & S_IFMT == S_IFREG { try versioner.archive(root: root, name: name) }
         }
         guard rename(temp, target) == 0 else {
             throw ApplyError(.io, path: name, "cannot rename into place: \(String(cString: strerror(errno)))")

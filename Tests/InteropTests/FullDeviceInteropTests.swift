@@ -240,4 +240,74 @@ struct FullDeviceInteropTests {
             try await Self.waitCompletion(st, of: world.me, { percent, need in percent == 100 && need == 0 }, "the peer's view of Kaiten whole again")
         }
     }
+
+    /// What the peers delete or replace is kept as the folder's `<versioning>` says, written by
+    /// syncthing itself: trashcan keeps `.stversions/NAME`; simple keeps
+    /// `.stversions/NAME~YYYYMMDD-HHMMSS.EXT`; a deselected file (still on the peers) is not kept.
+    @Test func versioningKeepsWhatThePeersDeleteOrReplace() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-versions")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/gone.txt", "deleted on the peer\n")
+        try TestFiles.write(world.peerData + "/doc.txt", "version one\n")
+        try TestFiles.write(world.peerData + "/drop.txt", "deselected here\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 3)
+            #expect(try world.kaiten("select", Self.folder, "gone.txt", "doc.txt", "drop.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+
+            // Trashcan, as syncthing writes it in its own config.xml.
+            var folder = try #require(try await st.get("/rest/config/folders/\(Self.folder)") as? [String: Any])
+            folder["versioning"] = ["type": "trashcan", "params": ["cleanoutDays": "0"], "cleanupIntervalS": 3600, "fsPath": "", "fsType": "basic"]
+            _ = try await st.put("/rest/config/folders/\(Self.folder)", json: folder)
+            let peerConfig = String(decoding: try Data(contentsOf: URL(fileURLWithPath: st.home + "/config.xml")), as: UTF8.self)
+            let start = try #require(peerConfig.range(of: "<versioning type=\"trashcan\">"))
+            let end = try #require(peerConfig.range(of: "</versioning>", range: start.upperBound..<peerConfig.endIndex))
+            let element = String(peerConfig[start.lowerBound..<end.upperBound])
+            let configPath = world.home + "/config.xml"
+            var ours = String(decoding: try Data(contentsOf: URL(fileURLWithPath: configPath)), as: UTF8.self)
+            let ourStart = try #require(ours.range(of: "<versioning"))
+            let ourEnd = try #require(ours.range(of: "</versioning>", range: ourStart.upperBound..<ours.endIndex))
+            ours.replaceSubrange(ourStart.lowerBound..<ourEnd.upperBound, with: element)
+            try Data(ours.utf8).write(to: URL(fileURLWithPath: configPath))
+
+            try FileManager.default.removeItem(atPath: world.peerData + "/gone.txt")
+            try TestFiles.write(world.peerData + "/doc.txt", "version two\n")
+            try await ApplyInteropTests.rescan(st)
+            try await st.waitUntil("the peer saw both changes", timeout: 60) {
+                let gone = try await st.get("/rest/db/file?folder=\(Self.folder)&file=gone.txt") as? [String: Any]
+                return (gone?["global"] as? [String: Any])?["deleted"] as? Bool == true
+            }
+            let applied = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+            let versions = world.local + "/.stversions"
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/gone.txt"))
+            #expect(try String(contentsOfFile: versions + "/gone.txt", encoding: .utf8) == "deleted on the peer\n")
+            #expect(try String(contentsOfFile: world.local + "/doc.txt", encoding: .utf8) == "version two\n")
+            #expect(try String(contentsOfFile: versions + "/doc.txt", encoding: .utf8) == "version one\n")
+
+            // Simple: every version, tagged with the time.
+            ours = String(decoding: try Data(contentsOf: URL(fileURLWithPath: configPath)), as: UTF8.self)
+            try Data(ours.replacingOccurrences(of: "<versioning type=\"trashcan\">", with: "<versioning type=\"simple\">").utf8)
+                .write(to: URL(fileURLWithPath: configPath))
+            try TestFiles.write(world.peerData + "/doc.txt", "version three, longer\n")
+            try await ApplyInteropTests.rescan(st)
+            try await st.waitUntil("the peer saw the edit", timeout: 60) {
+                let doc = try await st.get("/rest/db/file?folder=\(Self.folder)&file=doc.txt") as? [String: Any]
+                return ((doc?["global"] as? [String: Any])?["size"] as? NSNumber)?.intValue == 22
+            }
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            let tagged = try FileManager.default.contentsOfDirectory(atPath: versions).filter { $0.hasPrefix("doc~") }
+            #expect(tagged.count == 1 && tagged.first.map { $0.range(of: #"^doc~\d{8}-\d{6}\.txt$"#, options: .regularExpression) != nil } == true, "\(tagged)")
+            #expect(tagged.first.map { try? String(contentsOfFile: versions + "/" + $0, encoding: .utf8) } == "version two\n")
+
+            // Deselected: deleted here (the peer keeps it), not versioned.
+            #expect(try world.kaiten("deselect", Self.folder, "drop.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes", "--max-delete", "100%").status == 0)
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/drop.txt"))
+            let kept = try FileManager.default.contentsOfDirectory(atPath: versions)
+            #expect(!kept.contains { $0.hasPrefix("drop") }, "\(kept)")
+        }
+    }
 }

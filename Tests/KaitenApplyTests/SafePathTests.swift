@@ -5,7 +5,6 @@ import Testing
 
 @testable import KaitenApply
 @testable import KaitenTransfer
-import KaitenTransfer
 
 struct SafePathTests {
     @Test(arguments: ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "..", "", "./a", ".stfolder", ".stignore",
@@ -83,5 +82,21 @@ struct LocalCheckTests {
         // Planned absent, now present.
         #expect(throws: ApplyError.self) { try Applier.checkUnchanged(root: dir.path, name: "a.txt", planned: nil) }
         try Applier.checkUnchanged(root: dir.path, name: "absent.txt", planned: nil)
+    }
+}
+
+/// syncthing's version names (lib/versioner TagFilename): the tag before the extension.
+struct VersionNameTests {
+    @Test func theTagGoesBeforeTheExtension() {
+        let date = Date(timeIntervalSince1970: 1_700_000_000)
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "yyyyMMdd-HHmmss"
+        let tag = formatter.string(from: date)
+        #expect(Versioner.versionName("a/b/photo.jpg", kind: .simple, at: date) == "a/b/photo~\(tag).jpg")
+        #expect(Versioner.versionName("archive.tar.gz", kind: .staggered, at: date) == "archive.tar~\(tag).gz")
+        #expect(Versioner.versionName("README", kind: .simple, at: date) == "README~\(tag)")
+        #expect(Versioner.versionName("d/.hidden", kind: .simple, at: date) == "d/.hidden~\(tag)")
+        #expect(Versioner.versionName("a/b/photo.jpg", kind: .trashcan, at: date) == "a/b/photo.jpg")
     }
 }

@@ -3,7 +3,6 @@ import Testing
 
 @testable import KaitenApply
 @testable import KaitenTransfer
-import KaitenTransfer
 
 /// A saved plan only ever does what a fresh plan from its baseline would (issue 10, item 2).
 struct SavedPlanTrustTests {
