@@ -124,6 +124,7 @@ let package = Package(
                 "KaitenPeer", "KaitenIndex", "KaitenConfig", "KaitenProtocol", "KaitenScan", "KaitenSelection",
                 "KaitenReconcile",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // The thin command line: parse, call one library function, render, exit.

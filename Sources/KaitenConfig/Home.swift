@@ -70,6 +70,9 @@ public struct Home: Sendable, Equatable {
     /// Where `kaiten plan` keeps the lineage stamped on every plan.
     public var lineagePath: String { (stateDirectory as NSString).appendingPathComponent("lineage") }
 
+    /// A folder ID as a file name (percent-encoding what a file name cannot hold).
+    public static func fileSafeName(_ name: String) -> String { fileSafe(name) }
+
     static func fileSafe(_ name: String) -> String {
         var out = ""
         for byte in name.utf8 {

@@ -58,15 +58,27 @@ public final class LocalIndex {
     /// - Parameter blocks: the block list of a valid file that changed (`desired` carries only
     ///   its content hash).
     public func update(_ desired: [BEPFileInfo], blocks: (String) throws -> [BEPBlockInfo]) throws -> [BEPFileInfo] {
+        try update(each: { body in for file in desired { try body(file) } }, blocks: blocks)
+    }
+
+    /// The same over entries produced one at a time (`each` calls its argument with every
+    /// desired entry): only the changed ones are kept, in name order.
+    public func update(
+        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo]
+    ) throws -> [BEPFileInfo] {
         var changed: [BEPFileInfo] = []
-        var next = maxSequence
-        for var file in desired where !Self.sameAnnouncement(file, announced(file.name)) {
-            next += 1
-            file.sequence = next
-            if file.type == .file && !file.deleted && !file.invalid && file.blocks.isEmpty { file.blocks = try blocks(file.name) }
-            changed.append(file)
+        try each { file in
+            if !Self.sameAnnouncement(file, announced(file.name)) { changed.append(file) }
         }
         guard !changed.isEmpty else { return [] }
+        changed.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        var next = maxSequence
+        for i in changed.indices {
+            next += 1
+            changed[i].sequence = next
+            let file = changed[i]
+            if file.type == .file && !file.deleted && !file.invalid && file.blocks.isEmpty { changed[i].blocks = try blocks(file.name) }
+        }
         try log.apply(device: me, indexID: indexID, files: changed, isFullIndex: false)
         return changed
     }

@@ -27,11 +27,22 @@ public enum Announcement {
         global: GlobalIndex, local: LocalTree, selection: Selection, announced: (String) -> FileEntry?
     ) -> [BEPFileInfo] {
         var out: [BEPFileInfo] = []
-        global.forEachGlobal { g in
+        forEachDesired(global: global, local: local, selection: selection, announced: announced) { out.append($0) }
+        out.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        return out
+    }
+
+    /// The same, one entry at a time and in no particular order, so that a caller keeping only
+    /// what changed never holds the announcement of a whole big folder at once.
+    public static func forEachDesired(
+        global: GlobalIndex, local: LocalTree, selection: Selection, announced: (String) -> FileEntry?,
+        _ body: (BEPFileInfo) throws -> Void
+    ) rethrows {
+        try global.forEachGlobal { g in
             let file = g.file
             let here = local[g.path]
             if file.isDeleted {
-                out.append(entry(file, invalid: here != nil && here?.kind != .directory, deleted: true))
+                try body(entry(file, invalid: here != nil && here?.kind != .directory, deleted: true))
                 return
             }
             let holds: Bool
@@ -44,20 +55,18 @@ public enum Announcement {
                 holds = here?.kind == .symlink && here?.symlinkTarget == file.symlinkTarget
             }
             if holds {
-                out.append(entry(file, invalid: false, deleted: false))
+                try body(entry(file, invalid: false, deleted: false))
             } else if file.type != .directory && selection.state(of: g.path) != .no {
                 // Wanted and missing: needed. Withdraw an earlier announcement, if any.
                 if let before = announced(g.path), !(before.isInvalid && before.version.counters.isEmpty) {
                     var withdrawn = entry(file, invalid: true, deleted: false)
                     withdrawn.version = BEPVector()
-                    out.append(withdrawn)
+                    try body(withdrawn)
                 }
             } else {
-                out.append(entry(file, invalid: true, deleted: false))
+                try body(entry(file, invalid: true, deleted: false))
             }
         }
-        out.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
-        return out
     }
 
     /// The global entry as this device announces it: the version vector, times, permissions

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import KaitenConfig
 import KaitenIndex
@@ -40,15 +41,40 @@ public final class LocalAnnouncer {
     @discardableResult
     public func refresh(folder: String, log: IndexLog) throws -> Int {
         guard let index = indexes[folder] else { return 0 }
+        // Nothing it depends on moved since the last refresh: nothing to compare (a big folder
+        // costs a walk of its whole global index otherwise, on every sync).
+        let basisPath = (home.home.stateDirectory as NSString).appendingPathComponent("announced-basis/\(Home.fileSafeName(folder))")
+        let basis = Self.basis(home: home.home, folder: folder, log: log, index: index)
+        if let recorded = FileManager.default.contents(atPath: basisPath), recorded == Data(basis.utf8) { return 0 }
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
         let selection = Selection(file, global: log.index)
-        let desired = Announcement.desired(global: log.index, local: local, selection: selection, announced: index.announced)
-        let changed = try index.update(desired) { name in
+        let changed = try index.update(
+            each: { body in
+                try Announcement.forEachDesired(global: log.index, local: local, selection: selection, announced: index.announced, body)
+            }
+        ) { name in
             guard let global = log.index.global(name) else { return [] }
             return try log.blocks(of: global.file)
         }
+        // Recorded only once the update is on disk: a failed refresh is redone next time.
+        try? FileManager.default.createDirectory(
+            atPath: (basisPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, log: log, index: index).utf8), to: basisPath, mode: 0o600)
         return changed.count
+    }
+
+    /// What a refresh depends on, in one line: the rules' version, the sizes of the global log
+    /// and the local index, the scan cache's size and mtime, the selection file's bytes.
+    static func basis(home: Home, folder: String, log: IndexLog, index: LocalIndex) -> String {
+        func stamp(_ path: String) -> String {
+            var info = stat()
+            guard stat(path, &info) == 0 else { return "-" }
+            return "\(info.st_size)@\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+        }
+        let selection = FileManager.default.contents(atPath: home.selectionPath(folderID: folder)) ?? Data()
+        let digest = SHA256.hash(data: selection).map { String(format: "%02x", $0) }.joined()
+        return "rules 1; global \(log.fileSize); local \(index.log.fileSize) \(index.indexID); scan \(stamp(home.scanCachePath(folderID: folder))); selection \(digest)\n"
     }
 
     /// Sends `connection` what it does not hold of each folder's local index, given what its

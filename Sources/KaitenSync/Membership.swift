@@ -37,6 +37,7 @@ public enum Membership {
         let records = [
             logPath, home.home.localIndexPath(folderID: folder), cache, SyncedJournal.path(forCache: cache),
             IndexCompleteness.path(home.home, folder: folder),
+            (home.home.stateDirectory as NSString).appendingPathComponent("announced-basis/\(Home.fileSafeName(folder))"),
         ]
         for path in records {
             unlink(path)
