@@ -14,6 +14,15 @@ public struct PeerAddress: Sendable, Equatable, CustomStringConvertible {
         self.port = port
     }
 
+    /// A listen address: as ``init(_:)``, and port 0 (the kernel picks a free port) too.
+    public static func listening(_ text: String) -> PeerAddress? {
+        if let address = PeerAddress(text) { return address }
+        guard let url = URL(string: text), ["tcp", "tcp4", "tcp6"].contains(url.scheme ?? ""), let host = url.host, !host.isEmpty,
+            url.port == 0
+        else { return nil }
+        return PeerAddress(host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: 0)
+    }
+
     public init(host: String, port: Int) {
         self.host = host
         self.port = port

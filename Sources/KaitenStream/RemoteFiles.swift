@@ -1,12 +1,12 @@
 import Crypto
 import Foundation
-import KaitenTransfer
 import KaitenConfig
 import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
 import KaitenScan
 import KaitenSync
+import KaitenTransfer
 import Logging
 import Synchronization
 
@@ -67,6 +67,10 @@ public final class RemoteFiles: @unchecked Sendable {
     private var session: PeerSession?
     private var logs: [String: IndexLog] = [:]
     private var locals: [String: LocalTree] = [:]
+    /// Connections peers started, by device.
+    private var accepted: [DeviceID: PeerConnection] = [:]
+    /// Accepted sessions one at a time: each holds the index logs for writing while it runs.
+    private let acceptQueue = SerialQueue()
     private let fetchedBlocks = Counter()
 
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
@@ -97,17 +101,86 @@ public final class RemoteFiles: @unchecked Sendable {
         await old?.close(reason: "reconnecting")
     }
 
-    /// The open peer connections.
+    /// The open peer connections: those dialled at `connect`, and those peers started.
     public func connections() throws -> [DeviceID: PeerConnection] {
-        withLock { session?.openConnections ?? [:] }
+        withLock {
+            var all = session?.openConnections ?? [:]
+            for (device, connection) in accepted where connection.isOpen && all[device] == nil { all[device] = connection }
+            return all
+        }
+    }
+
+    /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each
+    /// connection taken in by ``accept(_:warn:)``; only configured peers get past TLS. An address
+    /// that cannot be bound (a syncthing on the same machine has it) is said and skipped.
+    /// Returns the listeners and the addresses bound.
+    public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerListener], addresses: [String]) {
+        let me = home.identity.deviceID
+        let configured = Set(home.config.devices.map(\.id)).subtracting([me])
+        let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
+        var listeners: [PeerListener] = []
+        var addresses: [String] = []
+        for text in home.config.options.tcpListenAddresses {
+            guard let address = PeerAddress.listening(text) else { continue }
+            do {
+                let listener = try await PeerListener.bind(
+                    to: address, identity: home.identity, hello: hello, logger: logger, isAllowed: { configured.contains($0) },
+                    onRejected: { id, remote in warn("refused a connection from \(id?.description ?? "a device without a certificate") at \(remote): not a configured peer") },
+                    onConnection: { connection in await self.accept(connection, warn: warn) })
+                listeners.append(listener)
+                addresses.append("tcp://\(address.host.contains(":") ? "[\(address.host)]" : address.host):\(listener.localPort)")
+            } catch {
+                warn("cannot listen for peers at \(text): \(error); peers cannot dial this device")
+            }
+        }
+        return (listeners, addresses)
+    }
+
+    /// Takes in a connection a peer started (it dialled this device): its index goes into the
+    /// logs, this device's index goes to it, and its block requests are answered, as for a
+    /// connection Kaiten dialled. A second connection to a peer already connected is closed
+    /// ("already connected"), as syncthing closes it, so that exactly one stays.
+    public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
+        await acceptQueue.run {
+            let duplicate = self.withLock {
+                (self.session?.openConnections[connection.deviceID] ?? self.accepted[connection.deviceID])?.isOpen == true
+            }
+            if duplicate {
+                await connection.close(reason: "already connected")
+                return
+            }
+            // The logs this server reads are let go while the session writes them; the next
+            // request reopens them with what the peer sent.
+            self.withLock {
+                self.logs = [:]
+                self.locals = [:]
+            }
+            do {
+                let server = BlockServer(home: self.home)
+                let (reports, _) = try await IndexSync.accept(
+                    connection, home: self.home, timeout: self.timeout, serve: server.answer, warn: warn)
+                for r in reports where !r.ok { warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "")") }
+                self.withLock {
+                    self.accepted[connection.deviceID] = connection
+                    self.logs = [:]
+                }
+            } catch {
+                warn("\(connection.label): \(error)")
+                await connection.close(reason: "\(error)")
+            }
+        }
     }
 
     public func close() async {
-        let s = withLock { () -> PeerSession? in
-            defer { session = nil }
-            return session
+        let (s, others) = withLock { () -> (PeerSession?, [PeerConnection]) in
+            defer {
+                session = nil
+                accepted = [:]
+            }
+            return (session, Array(accepted.values))
         }
         await s?.close(reason: "done")
+        for connection in others { await connection.close(reason: "done") }
     }
 
     private func withLock<T>(_ body: () throws -> T) rethrows -> T {
@@ -245,5 +318,24 @@ public final class RemoteFiles: @unchecked Sendable {
             let to = Int(min(range.upperBound + 1, block.offset + Int64(block.size)) - block.offset)
             try await body(from == 0 && to == data.count ? data : data.subdata(in: from..<to))
         }
+    }
+}
+
+/// Runs async work one piece after another (an actor would interleave them at every await).
+final class SerialQueue: @unchecked Sendable {
+    private let lock = NSLock()
+    private var tail: Task<Void, Never>?
+
+    func run(_ work: @escaping @Sendable () async -> Void) async {
+        let task = lock.withLock { () -> Task<Void, Never> in
+            let previous = tail
+            let next = Task {
+                await previous?.value
+                await work()
+            }
+            tail = next
+            return next
+        }
+        await task.value
     }
 }

@@ -13,10 +13,13 @@ public final class StreamServer: Sendable {
     let files: RemoteFiles
     let signer: URLSigner
     let log: @Sendable (String) -> Void
+    /// Where this process listens for peers, recorded with the HTTP address.
+    let peerAddresses: [String]
 
-    public init(files: RemoteFiles, signer: URLSigner, log: @escaping @Sendable (String) -> Void) {
+    public init(files: RemoteFiles, signer: URLSigner, peerAddresses: [String] = [], log: @escaping @Sendable (String) -> Void) {
         self.files = files
         self.signer = signer
+        self.peerAddresses = peerAddresses
         self.log = log
     }
 
@@ -34,7 +37,7 @@ public final class StreamServer: Sendable {
         let bound = server.channel.localAddress?.port ?? port
         let shownHost = host.contains(":") ? "[\(host)]" : host
         let base = "http://\(shownHost):\(bound)"
-        try ServerRecord(baseURL: base, pid: getpid()).save(files.home.home)
+        try ServerRecord(baseURL: base, pid: getpid(), peerAddresses: peerAddresses).save(files.home.home)
         log("serving on \(base) (kaiten url FOLDER PATH prints a signed link)")
         let channel = server.channel
         stop { channel.close(promise: nil) }

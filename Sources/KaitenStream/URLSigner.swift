@@ -73,9 +73,11 @@ public struct URLSigner: Sendable {
 public struct ServerRecord: Codable, Sendable {
     public var baseURL: String
     public var pid: Int32
+    /// Where the server listens for peers (BEP), as `tcp://host:port`.
+    public var peerAddresses: [String]?
 
     enum CodingKeys: String, CodingKey {
-        case baseURL = "base_url", pid
+        case baseURL = "base_url", pid, peerAddresses = "peer_addresses"
     }
 
     static func path(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("serve.json") }

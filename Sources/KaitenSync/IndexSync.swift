@@ -160,71 +160,13 @@ public enum IndexSync {
             do {
                 let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
                 hellos[device.id] = connection.hello
-                if let serve {
-                    let peer = device.id
-                    await connection.setAsyncRequestHandler { request in await serve(request, peer) }
-                }
-                var since: [String: RemoteIndexState] = [:]
-                for folder in shared {
-                    if let checkpoint = logs[folder.id]?.checkpoints[device.id] {
-                        since[folder.id] = RemoteIndexState(indexID: checkpoint.indexID, maxSequence: checkpoint.maxSequence)
-                    }
-                }
-                try await connection.sendClusterConfig(
-                    ClusterConfigBuilder.make(
-                        folders: configured, devices: home.config.devices, me: me, peer: device.id,
-                        localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since))
-                var peerIndexIDs: [String: UInt64] = [:]
-                var theirViewOfUs: [String: RemoteIndexState] = [:]
-                let receiver = try await connection.receiveIndexes(
-                    wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
-                    onClusterConfig: { clusterConfig in
-                        for folder in shared {
-                            if let ours = clusterConfig.device(me, in: folder.id) {
-                                theirViewOfUs[folder.id] = RemoteIndexState(indexID: ours.indexID, maxSequence: ours.maxSequence)
-                            }
-                            if let theirs = clusterConfig.device(device.id, in: folder.id) {
-                                peerIndexIDs[folder.id] = theirs.indexID
-                                IndexCompleteness.expect(
-                                    home.home, folder: folder.id, device: device.id, indexID: theirs.indexID,
-                                    maxSequence: theirs.maxSequence)
-                            }
-                        }
-                    },
-                    onBatch: { folder, files, isFull in
-                        guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
-                        try log.apply(device: device.id, indexID: indexID, files: files, isFullIndex: isFull)
-                        perFolder[folder]?.filesReceived += files.count
-                        if isFull { perFolder[folder]?.fullIndex = true }
-                    })
-                // What this device holds, as the index just received moved the global view.
-                let sharedBoth = shared.map(\.id).filter { !receiver.notSharedByPeer.contains($0) }
-                for folder in sharedBoth {
-                    if let log = logs[folder] { try announcer.refresh(folder: folder, log: log) }
-                }
-                try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
-                announced[device.id] = announcer.state.filter { sharedBoth.contains($0.key) }
+                announced[device.id] = try await exchange(
+                    connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
+                    indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder)
                 if keepOpen {
                     kept[device.id] = connection
                 } else {
                     await connection.close(reason: "index sync done")
-                }
-                for folder in shared {
-                    if receiver.notSharedByPeer.contains(folder.id) {
-                        perFolder[folder.id]?.problem =
-                            "the peer does not share folder \"\(folder.id)\" with this device: on the peer, share it with "
-                            + "this device (its ID is `kaiten id`), with the same folder ID"
-                        continue
-                    }
-                    if receiver.folders[folder.id]?.isPaused == true {
-                        perFolder[folder.id]?.problem = "the peer has this folder paused"
-                    }
-                    let hasProblem = perFolder[folder.id]?.problem != nil
-                    perFolder[folder.id]?.ok = !hasProblem
-                    if let checkpoint = logs[folder.id]?.checkpoints[device.id] {
-                        perFolder[folder.id]?.indexID = String(checkpoint.indexID, radix: 16)
-                        perFolder[folder.id]?.sequence = checkpoint.maxSequence
-                    }
                 }
             } catch {
                 for folder in shared { perFolder[folder.id]?.problem = "\((error as? PeerError)?.reason ?? "\(error)")" }
@@ -234,6 +176,108 @@ public enum IndexSync {
         for (_, log) in logs where log.shouldCompact { try log.compact() }
         for (_, log) in logs { log.close() }
         return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports), announced: announced))
+    }
+
+    /// One peer's session once the handshake is done, whichever side dialled: Kaiten's
+    /// ClusterConfig, the peer's index taken into the logs, then what the peer lacks of this
+    /// device's own index sent. Fills `perFolder`; returns what the peer now holds of ours.
+    static func exchange(
+        _ connection: PeerConnection, device: DeviceConfiguration, shared: [FolderConfiguration], home: KaitenHome,
+        logs: [String: IndexLog], announcer: LocalAnnouncer, indexIDs: [String: UInt64], timeout: Double,
+        serve: RequestHandler?, perFolder: inout [String: Report]
+    ) async throws -> [String: RemoteIndexState] {
+        let me = home.identity.deviceID
+        if let serve {
+            let peer = device.id
+            await connection.setAsyncRequestHandler { request in await serve(request, peer) }
+        }
+        var since: [String: RemoteIndexState] = [:]
+        for folder in shared {
+            if let checkpoint = logs[folder.id]?.checkpoints[device.id] {
+                since[folder.id] = RemoteIndexState(indexID: checkpoint.indexID, maxSequence: checkpoint.maxSequence)
+            }
+        }
+        try await connection.sendClusterConfig(
+            ClusterConfigBuilder.make(
+                folders: home.config.folders, devices: home.config.devices, me: me, peer: device.id,
+                localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since))
+        var peerIndexIDs: [String: UInt64] = [:]
+        var theirViewOfUs: [String: RemoteIndexState] = [:]
+        var received = perFolder
+        let receiver = try await connection.receiveIndexes(
+            wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
+            onClusterConfig: { clusterConfig in
+                for folder in shared {
+                    if let ours = clusterConfig.device(me, in: folder.id) {
+                        theirViewOfUs[folder.id] = RemoteIndexState(indexID: ours.indexID, maxSequence: ours.maxSequence)
+                    }
+                    if let theirs = clusterConfig.device(device.id, in: folder.id) {
+                        peerIndexIDs[folder.id] = theirs.indexID
+                        IndexCompleteness.expect(
+                            home.home, folder: folder.id, device: device.id, indexID: theirs.indexID,
+                            maxSequence: theirs.maxSequence)
+                    }
+                }
+            },
+            onBatch: { folder, files, isFull in
+                guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
+                try log.apply(device: device.id, indexID: indexID, files: files, isFullIndex: isFull)
+                received[folder]?.filesReceived += files.count
+                if isFull { received[folder]?.fullIndex = true }
+            })
+        perFolder = received
+        // What this device holds, as the index just received moved the global view.
+        let sharedBoth = shared.map(\.id).filter { !receiver.notSharedByPeer.contains($0) }
+        for folder in sharedBoth {
+            if let log = logs[folder] { try announcer.refresh(folder: folder, log: log) }
+        }
+        try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
+        for folder in shared {
+            if receiver.notSharedByPeer.contains(folder.id) {
+                perFolder[folder.id]?.problem =
+                    "the peer does not share folder \"\(folder.id)\" with this device: on the peer, share it with "
+                    + "this device (its ID is `kaiten id`), with the same folder ID"
+                continue
+            }
+            if receiver.folders[folder.id]?.isPaused == true {
+                perFolder[folder.id]?.problem = "the peer has this folder paused"
+            }
+            let hasProblem = perFolder[folder.id]?.problem != nil
+            perFolder[folder.id]?.ok = !hasProblem
+            if let checkpoint = logs[folder.id]?.checkpoints[device.id] {
+                perFolder[folder.id]?.indexID = String(checkpoint.indexID, radix: 16)
+                perFolder[folder.id]?.sequence = checkpoint.maxSequence
+            }
+        }
+        return announcer.state.filter { sharedBoth.contains($0.key) }
+    }
+
+    /// A session a peer started (it dialled this device): the same exchange as a dialled one,
+    /// over every folder shared with it. The connection stays open.
+    public static func accept(
+        _ connection: PeerConnection, home: KaitenHome, timeout: Double = 120, serve: RequestHandler? = nil,
+        warn: (String) -> Void = { _ in }
+    ) async throws -> (reports: [Report], announced: [String: RemoteIndexState]) {
+        guard let device = home.config.device(id: connection.deviceID) else {
+            throw PeerError(.unknownDevice, peer: connection.deviceID.shortDescription, "not a configured peer")
+        }
+        let shared = home.config.folders.filter { $0.devices.contains(device.id) }
+        let logs = try openLogs(home: home, folders: shared.map(\.id), warn: warn)
+        defer { for (_, log) in logs { log.close() } }
+        let announcer = try LocalAnnouncer(home: home, folders: shared.map(\.id), warn: warn)
+        defer { announcer.close() }
+        for folder in shared {
+            if let log = logs[folder.id] { try announcer.refresh(folder: folder.id, log: log) }
+        }
+        var indexIDs = try LocalIndexIDs(home: home.home).ids(for: home.config.folders.map(\.id))
+        for (folder, state) in announcer.state { indexIDs[folder] = state.indexID }
+        PeerGenerations.record([device.id: connection.hello], home: home.home)
+        var perFolder = Dictionary(
+            uniqueKeysWithValues: shared.map { ($0.id, Report(folder: $0.id, deviceID: device.id.description, name: device.name, ok: false)) })
+        let announced = try await exchange(
+            connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer, indexIDs: indexIDs,
+            timeout: timeout, serve: serve, perFolder: &perFolder)
+        return (shared.compactMap { perFolder[$0.id] }, announced)
     }
 
     static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger) async throws

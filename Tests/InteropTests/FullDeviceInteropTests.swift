@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
+import KaitenStream
 import KaitenTestSupport
 import Testing
 
@@ -308,6 +309,71 @@ struct FullDeviceInteropTests {
             #expect(!FileManager.default.fileExists(atPath: world.local + "/drop.txt"))
             let kept = try FileManager.default.contentsOfDirectory(atPath: versions)
             #expect(!kept.contains { $0.hasPrefix("drop") }, "\(kept)")
+        }
+    }
+
+    /// A peer that dials Kaiten (while `kaiten serve` listens on the config's address) gets
+    /// the same session as one Kaiten dials: its index is taken in, Kaiten's is sent, and it
+    /// pulls the selected files from Kaiten. With both sides dialling, one connection stays.
+    @Test func aPeerThatDialsKaitenGetsTheSameSession() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-dialled")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        let dataB = dir.file("peer-b")
+        try TestFiles.write(dataB + "/from-b.txt", "B's own file\n")
+        try TestFiles.random(world.peerData + "/a.bin", size: 300_000)
+        try TestFiles.write(world.peerData + "/left-out.txt", "not selected on Kaiten\n")
+        try await withSyncthing(a) { a in
+            try await world.share(a, files: 2)
+            #expect(try world.kaiten("select", Self.folder, "a.bin").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+        }
+        try await withSyncthing(b) { b in
+            // Kaiten knows no address for B: only B can start the session.
+            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b").status == 0)
+            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            let record = try #require(ServerRecord.load(Home(path: world.home)))
+            let address = try #require(record.peerAddresses?.first, "serve records where it listens for peers")
+            // B settles its own folder first (Kaiten takes a peer's index in when the session
+            // starts), then learns where Kaiten listens and dials it.
+            try await b.addDevice(world.me, name: "k", addresses: ["dynamic"])
+            try await b.addFolder(id: Self.folder, path: dataB, devices: [world.me])
+            try await b.waitUntil("B scanned its own file", timeout: 60) {
+                let s = try await b.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 1
+            }
+            var kaitenOnB = try #require(try await b.get("/rest/config/devices/\(world.me)") as? [String: Any])
+            kaitenOnB["addresses"] = [address]
+            _ = try await b.put("/rest/config/devices/\(world.me)", json: kaitenOnB)
+            try await b.waitUntil("B pulled a.bin from Kaiten over the connection it dialled", timeout: 60) {
+                ApplyInteropTests.sha(dataB + "/a.bin") == ApplyInteropTests.sha(world.peerData + "/a.bin")
+            }
+            #expect(!FileManager.default.fileExists(atPath: dataB + "/left-out.txt"))
+            try await Self.waitCompletion(b, of: world.me, { percent, need in percent == 100 && need == 0 }, "B sees Kaiten complete")
+            try server.stop()
+            // Kaiten took B's index in over that connection (B's own file is in the global index).
+            let listing = try world.kaiten("ls", "-l", Self.folder)
+            #expect(listing.stdout.contains("from-b.txt  [b]"), "\(listing.stdout)\(listing.stderr)")
+
+            // Both sides dial: exactly one connection stays up.
+            #expect(try world.kaiten("peer", "edit", "b", "--address", b.address).status == 0)
+            let both = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve2.log"))
+            defer { if both.process.isRunning { kill(both.process.processIdentifier, SIGKILL) } }
+            func connected() async throws -> Bool {
+                let all = try await b.get("/rest/system/connections") as? [String: Any]
+                return ((all?["connections"] as? [String: Any])?[world.me.description] as? [String: Any])?["connected"] as? Bool == true
+            }
+            try await b.waitUntil("B connected to Kaiten", timeout: 30) { try await connected() }
+            let steady = Date().addingTimeInterval(5)
+            while Date() < steady {
+                #expect(try await connected(), "the surviving connection stays")
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            try both.stop()
         }
     }
 }

@@ -138,6 +138,11 @@ extension Kaiten {
                 Listens on loopback only, unless --allow-remote (links still need signatures). \
                 Logs one line per request to stderr. SIGTERM or SIGINT stop it cleanly.
 
+                While it runs, Kaiten is also a device peers can reach: it listens for them on \
+                config.xml's listen addresses, takes in the index of each peer that dials it, \
+                announces its own, and answers block requests for the files it holds (as for \
+                the peers it dials at start). A second connection to a connected peer is closed.
+
                 Examples:
                   kaiten serve &
                   mpv "$(kaiten url media film.mkv)"
@@ -169,12 +174,15 @@ extension Kaiten {
                 let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger)
                 try await files.connect(warn: { Terminal.error($0) })
                 let stamps = LockedISO8601()
-                let server = StreamServer(files: files, signer: signer, log: { line in
-                    FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8))
-                })
+                let log: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8)) }
+                // Peers may dial this device while it serves (the config's listen addresses).
+                let (listeners, peerAddresses) = await files.listen(warn: log)
+                if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
+                let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, log: log)
                 try await server.run(host: host, port: port) { stop in
                     SignalStop.install(stop)
                 }
+                for listener in listeners { await listener.close() }
                 await files.close()
                 FileHandle.standardError.write(Data("stopped\n".utf8))
             }
