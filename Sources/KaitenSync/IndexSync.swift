@@ -139,11 +139,8 @@ public enum IndexSync {
         // This device's own index of each folder, brought up to date before any peer hears of it.
         let announcer = try LocalAnnouncer(home: home, folders: folders.map(\.id), warn: warn)
         defer { announcer.close() }
-        for folder in folders {
-            if let log = logs[folder.id] { try announcer.refresh(folder: folder.id, log: log) }
-        }
-        var indexIDs = try LocalIndexIDs(home: home.home).ids(for: configured.map(\.id))
-        for (folder, state) in announcer.state { indexIDs[folder] = state.indexID }
+        try announcer.refresh(logs: logs)
+        let indexIDs = try announcer.indexIDs(for: configured.map(\.id))
         var announced: [DeviceID: [String: RemoteIndexState]] = [:]
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
 
@@ -266,11 +263,8 @@ public enum IndexSync {
         defer { for (_, log) in logs { log.close() } }
         let announcer = try LocalAnnouncer(home: home, folders: shared.map(\.id), warn: warn)
         defer { announcer.close() }
-        for folder in shared {
-            if let log = logs[folder.id] { try announcer.refresh(folder: folder.id, log: log) }
-        }
-        var indexIDs = try LocalIndexIDs(home: home.home).ids(for: home.config.folders.map(\.id))
-        for (folder, state) in announcer.state { indexIDs[folder] = state.indexID }
+        try announcer.refresh(logs: logs)
+        let indexIDs = try announcer.indexIDs(for: home.config.folders.map(\.id))
         PeerGenerations.record([device.id: connection.hello], home: home.home)
         var perFolder = Dictionary(
             uniqueKeysWithValues: shared.map { ($0.id, Report(folder: $0.id, deviceID: device.id.description, name: device.name, ok: false)) })

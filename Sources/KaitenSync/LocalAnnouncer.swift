@@ -31,6 +31,19 @@ public final class LocalAnnouncer {
         indexes = [:]
     }
 
+    /// Brings every folder's local index in line with its global log (`logs` by folder).
+    public func refresh(logs: [String: IndexLog]) throws {
+        for (folder, log) in logs where indexes[folder] != nil { try refresh(folder: folder, log: log) }
+    }
+
+    /// The local index ID of each of `folders` for a ClusterConfig: this announcer's for the
+    /// folders it holds, the stored one for the others.
+    public func indexIDs(for folders: [String]) throws -> [String: UInt64] {
+        var ids = try LocalIndexIDs(home: home.home).ids(for: folders)
+        for (folder, index) in indexes { ids[folder] = index.indexID }
+        return ids
+    }
+
     /// Per folder: the index ID and highest sequence, for the ClusterConfig.
     public var state: [String: RemoteIndexState] {
         indexes.mapValues { RemoteIndexState(indexID: $0.indexID, maxSequence: $0.maxSequence) }

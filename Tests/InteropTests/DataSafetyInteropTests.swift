@@ -160,13 +160,10 @@ struct ApplyPromiseInteropTests {
     static let folder = "f"
     typealias World = ApplyInteropTests.World
 
-    /// A deletion is re-checked the moment it runs: a file edited after the plan was shown (the
-    /// apply waiting at its prompt) is kept, and the action fails saying why.
-    @Test func aFileEditedBetweenPlanAndDeleteIsKept() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-recheck")
-        defer { dir.remove() }
-        let world = try World(dir)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+    /// The start both tests share: the peer holds doomed.txt and stays.txt, both applied here,
+    /// then doomed.txt deselected (not applied yet); `body` runs with the peer still up.
+    static func withDoomedFileDeselected(_ world: World, _ body: (SyncthingInstance) async throws -> Void) async throws {
+        let st = try SyncthingInstance.generate(in: world.dir.path, name: "a")
         try TestFiles.write(world.peerData + "/doomed.txt", "deselected later\n")
         try TestFiles.write(world.peerData + "/stays.txt", "selected\n")
         try await withSyncthing(st) { st in
@@ -174,6 +171,17 @@ struct ApplyPromiseInteropTests {
             #expect(try world.kaiten("select", Self.folder, "doomed.txt", "stays.txt").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
             #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)
+            try await body(st)
+        }
+    }
+
+    /// A deletion is re-checked the moment it runs: a file edited after the plan was shown (the
+    /// apply waiting at its prompt) is kept, and the action fails saying why.
+    @Test func aFileEditedBetweenPlanAndDeleteIsKept() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-recheck")
+        defer { dir.remove() }
+        let world = try World(dir)
+        try await Self.withDoomedFileDeselected(world) { st in
 
             // On a terminal apply shows the plan (delete doomed.txt) and waits.
             let apply = try await world.applyAtPrompt(st, ["--max-delete", "100%"], output: dir.file("out"))
@@ -330,14 +338,7 @@ struct ApplyPromiseInteropTests {
         let dir = try TemporaryDirectory(prefix: "kaiten-stignore-first")
         defer { dir.remove() }
         let world = try World(dir)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
-        try TestFiles.write(world.peerData + "/doomed.txt", "deselected later\n")
-        try TestFiles.write(world.peerData + "/stays.txt", "selected\n")
-        try await withSyncthing(st) { st in
-            try await world.share(st, files: 2)
-            #expect(try world.kaiten("select", Self.folder, "doomed.txt", "stays.txt").status == 0)
-            #expect(try world.kaiten("apply", "--yes").status == 0)
-            #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)
+        try await Self.withDoomedFileDeselected(world) { st in
 
             // Something in the way of the new .stignore: a directory under its name.
             try FileManager.default.removeItem(atPath: world.local + "/.stignore")

@@ -9,6 +9,14 @@ extension Kaiten {
         static let configuration = CommandConfiguration(
             abstract: "Add, share, unshare, remove and list folders.",
             subcommands: [Add.self, Share.self, Unshare.self, Remove.self, List.self])
+
+        /// The folder `id` of config.xml, or the error that says it is not configured.
+        static func configured(_ id: String, in config: ConfigFile) throws -> FolderConfiguration {
+            guard let folder = config.folder(id: id) else {
+                throw ConfigError(.unknownFolder, file: config.path, "folder \"\(id)\" is not configured")
+            }
+            return folder
+        }
     }
 }
 
@@ -130,9 +138,7 @@ extension Kaiten.Folder {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let id = try opened.config.resolveDevice(peer)
-                guard let folder = opened.config.folder(id: folderID) else {
-                    throw ConfigError(.unknownFolder, file: opened.config.path, "folder \"\(folderID)\" is not configured")
-                }
+                let folder = try Kaiten.Folder.configured(folderID, in: opened.config)
                 guard folder.devices.contains(id) else {
                     Terminal.note("folder \(folderID) is not shared with \(Kaiten.Peer.label(id, in: opened.config)); nothing to do")
                     return
@@ -167,9 +173,7 @@ extension Kaiten.Folder {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                guard let folder = opened.config.folder(id: folderID) else {
-                    throw ConfigError(.unknownFolder, file: opened.config.path, "folder \"\(folderID)\" is not configured")
-                }
+                let folder = try Kaiten.Folder.configured(folderID, in: opened.config)
                 try Membership.forgetFolder(folderID, home: opened) {
                     try opened.config.removeFolder(id: folderID)
                     try opened.config.write()

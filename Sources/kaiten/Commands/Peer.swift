@@ -10,6 +10,18 @@ extension Kaiten {
             abstract: "Add, remove and list the peers this device talks to.",
             subcommands: [Add.self, Edit.self, Remove.self, List.self, Check.self])
 
+        /// `--address` values: each `tcp://HOST:PORT` or `dynamic`. An argument, not config.xml,
+        /// is wrong: it says which, and exits 64.
+        static func checkAddresses(_ addresses: [String], config: ConfigFile) throws {
+            for address in addresses where address != "dynamic" {
+                do {
+                    try KaitenHome.validateListenAddress(address, file: config.path)
+                } catch {
+                    throw ArgumentError("--address \"\(address)\": want tcp://HOST:PORT (or dynamic), e.g. tcp://nas.local:22000")
+                }
+            }
+        }
+
         /// "nas (MFZWI3D)" or just the short ID, for messages.
         static func label(_ id: DeviceID, in config: ConfigFile) -> String {
             let name = config.device(id: id)?.name ?? ""
@@ -58,14 +70,7 @@ extension Kaiten.Peer {
                 guard let compressionValue = Compression(configValue: compression) else {
                     throw ValidationError("--compression must be metadata, never or always")
                 }
-                for address in addresses where address != "dynamic" {
-                    // An argument, not config.xml, is wrong: say which, and exit 64.
-                    do {
-                        try KaitenHome.validateListenAddress(address, file: opened.config.path)
-                    } catch {
-                        throw ArgumentError("--address \"\(address)\": want tcp://HOST:PORT (or dynamic), e.g. tcp://nas.local:22000")
-                    }
-                }
+                try Kaiten.Peer.checkAddresses(addresses, config: opened.config)
                 try opened.config.addDevice(
                     DeviceConfiguration(
                         id: id, name: name, addresses: addresses.isEmpty ? ["dynamic"] : addresses,
@@ -120,13 +125,7 @@ extension Kaiten.Peer {
                 guard id != opened.identity.deviceID else {
                     throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; see `kaiten init` for its name")
                 }
-                for address in addresses where address != "dynamic" {
-                    do {
-                        try KaitenHome.validateListenAddress(address, file: opened.config.path)
-                    } catch {
-                        throw ArgumentError("--address \"\(address)\": want tcp://HOST:PORT (or dynamic), e.g. tcp://nas.local:22000")
-                    }
-                }
+                try Kaiten.Peer.checkAddresses(addresses, config: opened.config)
                 try opened.config.editDevice(
                     id, name: name, addresses: addresses.isEmpty ? nil : addresses, compression: compression.flatMap(Compression.init(configValue:)))
                 try opened.config.write()
