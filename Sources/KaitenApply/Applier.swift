@@ -21,6 +21,22 @@ public enum ApplyEvent: Sendable {
     case removedTemporary(folder: String, path: String)
     /// A deletion not done because too few connected peers hold the file: a safety brake.
     case kept(folder: String, action: Action, reason: String)
+    /// A local copy that lost a conflict, moved aside before the winner was pulled.
+    case conflictCopy(folder: String, path: String, copy: String)
+    /// A sent change now held by enough peers (`peers`), or, when the wait ended without
+    /// them (`--send-timeout`), by too few.
+    case sendHeld(folder: String, path: String, peers: [String])
+    case sendNotHeld(folder: String, path: String, reason: String)
+    /// Waiting for the peers to take what was sent.
+    case awaitingPeers(held: Int, total: Int)
+}
+
+/// A change apply announced to the peers: the version they must come to hold.
+public struct SentChange: Sendable {
+    public var folder: String
+    public var path: String
+    public var version: BEPVector
+    public var deleted: Bool
 }
 
 /// The outcome of an apply.
@@ -45,6 +61,12 @@ public struct ApplyReport: Sendable {
     public var notDone = 0
     /// Deselected files kept because too few connected peers hold them (apply exits 4).
     public var keptForSafety: [(folder: String, path: String)] = []
+    /// Changes announced to the peers.
+    public var sent: [SentChange] = []
+    /// Sent changes fewer than `--require-peers` peers held when the wait ended (apply exits 5).
+    public var notHeld: [(folder: String, path: String)] = []
+    /// Local copies that lost a conflict, moved aside (`NAME.sync-conflict-…`).
+    public var conflictCopies: [(folder: String, path: String)] = []
 }
 
 /// `--max-delete`: a count, or a share of a folder's local files.
@@ -291,8 +313,17 @@ public enum Applier {
             // A file moved on the peers is pulled under its new name in the same apply: its
             // content stays here, so it does not count as a deletion.
             let deletions = folder.actions.filter { $0.action == .delete && $0.cause != .movedOnPeers }.count
-            guard deletions > 0 else { continue }
             let localFiles = states.first { $0.input.id == folder.id }?.input.local.entries.values.filter { $0.kind != .directory }.count ?? 0
+            // Deletions made here and sent delete the files on every peer: the same brake (a
+            // folder emptied by accident, an unmounted disk, must not empty the cluster).
+            let sentDeletions = folder.actions.filter { $0.action == .sendDelete && $0.type != "directory" }.count
+            if sentDeletions > 0 && !maxDelete.allows(sentDeletions, of: localFiles + sentDeletions) {
+                throw ApplyError(
+                    .brake, path: "",
+                    "\(folder.id): refusing to send the deletion of \(sentDeletions) of \(localFiles + sentDeletions) files to the peers "
+                        + "(--max-delete \(maxDelete)); nothing was changed. If they were deleted here on purpose, pass --max-delete "
+                        + "\(sentDeletions) or a higher share.")
+            }
             if !maxDelete.allows(deletions, of: localFiles) {
                 throw ApplyError(
                     .brake, path: "",
@@ -305,8 +336,10 @@ public enum Applier {
     /// Runs the plan's actions in order. Every failure is reported and the rest continues.
     /// - Parameter stop: SIGINT/SIGTERM: no new file or block is started once it is set; files
     ///   cut short keep their temp file (resumed by the next apply); nothing after the pulls runs.
+    /// - Parameter sendTimeout: how long, after announcing what was sent, to wait for
+    ///   `requirePeers` connected peers to hold each sent change (0: do not wait).
     public static func execute(
-        _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, stop: StopSignal? = nil,
+        _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, sendTimeout: Double = 0, stop: StopSignal? = nil,
         events: (ApplyEvent) -> Void
     ) async -> ApplyReport {
         var report = ApplyReport()
@@ -522,6 +555,24 @@ public enum Applier {
                         group.addTask { (action, .failure(ApplyError(.changedGlobally, path: action.path, "no longer available from any peer")), nil) }
                         return
                     }
+                    if action.cause == .conflictLost {
+                        // The local copy lost the conflict: moved aside first (never overwritten), so
+                        // that whatever happens to the pull its content stays here.
+                        do {
+                            let copy = try moveAsideForConflict(root: root, name: action.path, planned: planned[action.path], winner: global.file.modifiedBy)
+                            if var moved = tree[action.path] {
+                                moved.path = copy
+                                moved.synced = nil
+                                tree[copy] = moved
+                            }
+                            tree[action.path] = nil
+                            report.conflictCopies.append((folderPlan.id, copy))
+                            events(.conflictCopy(folder: folderPlan.id, path: action.path, copy: copy))
+                        } catch {
+                            group.addTask { (action, .failure(error), nil) }
+                            return
+                        }
+                    }
                     var blocks: [BEPBlockInfo] = []
                     if global.file.type == .file {
                         do {
@@ -671,11 +722,226 @@ public enum Applier {
                     events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                 }
             }
+            var sendActions = folderPlan.actions.filter { $0.action == .send || $0.action == .sendDelete }
+            // A copy moved aside after losing a conflict is a new file here: sent with the rest,
+            // as syncthing's scanner picks it up and announces it.
+            var local = state.input.local
+            for (folder, copy) in report.conflictCopies where folder == folderPlan.id {
+                guard let moved = tree[copy] else { continue }
+                local[copy] = moved
+                sendActions.append(
+                    Action(action: .send, path: copy, size: moved.size, reason: "the local copy that lost a conflict", type: "file", cause: .localChange))
+            }
+            if !sendActions.isEmpty && !stopping {
+                var sendState = state
+                sendState.input.local = local
+                report.sent += recordSends(
+                    sendActions, folder: folderPlan.id, state: sendState, config: config, home: home, tree: &tree, journal: journal,
+                    report: &report, events: events)
+            }
             if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
-        // The peers learn what this device holds now (their completion of it moves).
+        // The peers learn what this device holds now (their completion of it moves), and what
+        // it sends.
         await prepared.session.announceChanges(home: home, folders: plan.folders.map(\.id))
+        if !report.sent.isEmpty && sendTimeout > 0 {
+            report.notHeld = await awaitPeers(
+                holding: report.sent, watcher: watcher, session: prepared.session, requirePeers: requirePeers, timeout: sendTimeout,
+                stop: stop, events: events)
+        }
         return report
+    }
+
+    /// Moves a local copy that lost a conflict to syncthing's conflict name beside it, after
+    /// checking it is what the plan saw; returns the new name.
+    static func moveAsideForConflict(root: String, name: String, planned: LocalFile?, winner: UInt64) throws(ApplyError) -> String {
+        try SafePath.validate(name)
+        try SafePath.prepareParentsExisting(root: root, name: name)
+        try checkUnchanged(root: root, name: name, planned: planned)
+        var now = time(nil)
+        var parts = tm()
+        localtime_r(&now, &parts)
+        let copy = LocalChange.conflictCopyName(
+            name, year: Int(parts.tm_year) + 1900, month: Int(parts.tm_mon) + 1, day: Int(parts.tm_mday), hour: Int(parts.tm_hour),
+            minute: Int(parts.tm_min), second: Int(parts.tm_sec), winner: winner)
+        var info = stat()
+        guard lstat(root + "/" + copy, &info) != 0 else {
+            throw ApplyError(.changedLocally, path: name, "\(copy) exists already; kept as it is, apply again in a second")
+        }
+        guard rename(root + "/" + name, root + "/" + copy) == 0 else {
+            throw ApplyError(.io, path: name, "cannot move it aside as \(copy): \(String(cString: strerror(errno)))")
+        }
+        SafePath.syncDirectory((root + "/" + name as NSString).deletingLastPathComponent)
+        return copy
+    }
+
+    /// Records the folder's sends in this device's local index (announced on the open
+    /// connections right after) and, for files, in the synced record: each re-checked against
+    /// the disk and the plan first.
+    static func recordSends(
+        _ actions: [Action], folder: String, state: Planner.FolderState, config: FolderConfiguration, home: KaitenHome,
+        tree: inout LocalTree, journal: SyncedJournal?, report: inout ApplyReport, events: (ApplyEvent) -> Void
+    ) -> [SentChange] {
+        let me = home.identity.deviceID.shortID
+        let now = UInt64(max(0, time(nil)))
+        let log = state.log
+        var files: [BEPFileInfo] = []
+        var pending: [(Action, BEPFileInfo)] = []
+        for action in actions {
+            do {
+                try SafePath.validate(action.path)
+                let planned = state.input.local[action.path]
+                if let planned, planned.kind == .directory {
+                    // A directory's size and mtime move with what is inside: still a directory is enough.
+                    var info = stat()
+                    guard lstat(config.path + "/" + action.path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                        throw ApplyError(.changedLocally, path: action.path, "no longer a directory since the plan; left untouched")
+                    }
+                } else {
+                    try checkUnchanged(root: config.path, name: action.path, planned: planned)
+                }
+                let change = LocalChange.of(
+                    global: log.index.global(action.path)?.file, local: planned, announced: state.input.announced[action.path], me: me,
+                    rule: log.conflictRule)
+                let base: BEPVector
+                switch change {
+                case .send(let b)? where action.action == .send: base = b
+                case .sendWinningConflict(let b)? where action.action == .send: base = b
+                case .sendDelete(let b)? where action.action == .sendDelete: base = b
+                default: throw ApplyError(.changedGlobally, path: action.path, "no longer a change to send (the peers' index moved); the next plan says what to do")
+                }
+                guard base.descriptions == action.version else {
+                    throw ApplyError(.changedGlobally, path: action.path, "the version it replaces moved since the plan; the next plan says what to do")
+                }
+                let info = sentEntry(
+                    action: action, local: planned, announced: state.input.announced[action.path], version: base.updated(by: me, now: now),
+                    me: me, now: now, ignorePermissions: config.ignorePerms)
+                pending.append((action, info))
+                files.append(info)
+            } catch let error as ApplyError {
+                report.failed.append((folder, action.path, error.hint))
+                events(.failed(folder: folder, action: action, reason: error.hint))
+            } catch {
+                report.failed.append((folder, action.path, "\(error)"))
+                events(.failed(folder: folder, action: action, reason: "\(error)"))
+            }
+        }
+        guard !files.isEmpty else { return [] }
+        do {
+            // The synced record first: once announced, the new version is what this copy is.
+            for info in files where !info.deleted && info.type != .directory {
+                let hash = info.type == .symlink ? Reconciler.symlinkHash(info.symlinkTarget) : info.contentHash
+                try journal?.record(info.name, SyncedVersion(version: info.version, contentHash: hash))
+                tree[info.name]?.synced = SyncedVersion(version: info.version, contentHash: hash)
+            }
+            journal?.sync()
+            let announcer = try LocalAnnouncer(home: home, folders: [folder])
+            defer { announcer.close() }
+            try announcer.recordLocalChanges(folder: folder, files)
+        } catch {
+            for (action, _) in pending {
+                report.failed.append((folder, action.path, "cannot record it in the local index: \(error)"))
+                events(.failed(folder: folder, action: action, reason: "cannot record it in the local index: \(error)"))
+            }
+            return []
+        }
+        var sent: [SentChange] = []
+        for (action, info) in pending {
+            report.done += 1
+            events(.done(folder: folder, action: action, note: "announced as version \(info.version.descriptions.joined(separator: ","))"))
+            sent.append(SentChange(folder: folder, path: info.name, version: info.version, deleted: info.deleted))
+        }
+        return sent
+    }
+
+    /// The index entry that announces a local change, as syncthing's scanner makes it: the
+    /// file's blocks, size, mode and modification time; this device as the modifier.
+    static func sentEntry(
+        action: Action, local: LocalFile?, announced: FileEntry?, version: BEPVector, me: UInt64, now: UInt64, ignorePermissions: Bool
+    ) -> BEPFileInfo {
+        var info = BEPFileInfo()
+        info.name = action.path
+        info.version = version
+        info.modifiedBy = me
+        guard action.action == .send, let local else {
+            info.deleted = true
+            info.type = announced?.type ?? .file
+            info.modifiedS = Int64(now)
+            info.noPermissions = announced?.noPermissions ?? false
+            info.permissions = announced?.permissions ?? 0
+            return info
+        }
+        info.modifiedS = local.modifiedNs / 1_000_000_000
+        info.modifiedNs = Int32(local.modifiedNs % 1_000_000_000)
+        switch local.kind {
+        case .directory:
+            info.type = .directory
+            info.permissions = ignorePermissions ? 0o777 : local.permissions & 0o777
+            info.noPermissions = ignorePermissions
+        case .symlink:
+            info.type = .symlink
+            info.symlinkTarget = local.symlinkTarget
+            info.permissions = 0o777
+            info.noPermissions = true
+        case .file:
+            info.type = .file
+            info.permissions = ignorePermissions ? 0o666 : local.permissions & 0o777
+            info.noPermissions = ignorePermissions
+            info.size = local.size
+            info.blockSize = local.blockSize
+            var offset: Int64 = 0
+            info.blocks = local.blocks.map { block in
+                var b = BEPBlockInfo()
+                b.offset = offset
+                b.size = block.size
+                b.hash = Data(block.hash.bytes)
+                b.weakHash = block.weakHash
+                offset += Int64(block.size)
+                return b
+            }
+            info.blocksHash = Data(local.contentHash.bytes)
+        }
+        return info
+    }
+
+    /// Waits until `requirePeers` connected peers announce each sent change at its version (or
+    /// a newer one), the connections are gone, or `timeout` passes. Returns what is not held.
+    static func awaitPeers(
+        holding sent: [SentChange], watcher: UpdateWatcher, session: PeerSession, requirePeers: Int, timeout: Double,
+        stop: StopSignal?, events: (ApplyEvent) -> Void
+    ) async -> [(folder: String, path: String)] {
+        let deadline = Date().addingTimeInterval(timeout)
+        var held: [Int: [DeviceID]] = [:]
+        var lastCount = -1
+        while true {
+            for (i, change) in sent.enumerated() where held[i] == nil {
+                let holders = watcher.announcements(folder: change.folder, name: change.path).filter { _, file in
+                    guard !file.invalid, file.deleted == change.deleted else { return false }
+                    let order = file.version.compare(change.version)
+                    return order == .equal || order == .greater
+                }.map(\.key)
+                if holders.count >= requirePeers {
+                    held[i] = holders
+                    events(.sendHeld(folder: change.folder, path: change.path, peers: holders.map(\.description).sorted()))
+                }
+            }
+            if held.count != lastCount {
+                lastCount = held.count
+                events(.awaitingPeers(held: held.count, total: sent.count))
+            }
+            let open = session.openConnections.count
+            if held.count == sent.count || Date() >= deadline || open < requirePeers || stop?.isSet == true { break }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        var missing: [(folder: String, path: String)] = []
+        let why = session.openConnections.count < requirePeers
+            ? "fewer than \(requirePeers) peer\(requirePeers == 1 ? " is" : "s are") connected"
+            : "not held by \(requirePeers) peer\(requirePeers == 1 ? "" : "s") within --send-timeout \(Int(timeout))s"
+        for (i, change) in sent.enumerated() where held[i] == nil {
+            missing.append((change.folder, change.path))
+            events(.sendNotHeld(folder: change.folder, path: change.path, reason: why + "; it stays announced, and the peers take it when they next connect"))
+        }
+        return missing
     }
 
     /// Sets permission bits on a file or directory that is not a symlink (checked just before).

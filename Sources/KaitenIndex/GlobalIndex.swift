@@ -39,7 +39,7 @@ public struct GlobalIndex: Sendable {
     }
 
     /// Every (path, device, entry), for compaction.
-    func forEachEntry(_ body: (String, DeviceID, FileEntry) throws -> Void) rethrows {
+    public func forEachEntry(_ body: (String, DeviceID, FileEntry) throws -> Void) rethrows {
         for (path, list) in storage {
             for item in list { try body(path, devices[Int(item.device)], item.entry) }
         }

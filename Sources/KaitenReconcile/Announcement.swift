@@ -18,16 +18,29 @@ import KaitenScan
 ///   invalid with an empty version — needed, until an apply brings it;
 /// - a deletion: announced deleted at the global version when nothing is here (invalid when
 ///   a local copy stays, which syncthing must not count on);
-/// - a directory: valid when it exists here, else invalid at the global version.
+/// - a directory: valid when it exists here, else invalid at the global version;
+/// - in a folder that sends (``Sending``): a path with a local change the plan proposes to send
+///   keeps its announcement until apply sends it, and what this device sent keeps its own
+///   (newer) version while the disk still has it and the peers have not caught up.
 public enum Announcement {
+    /// How a folder that sends (`sendreceive`, `sendonly`) is announced.
+    public struct Sending: Sendable {
+        public var me: UInt64
+        public var rule: ConflictRule
+        public init(me: UInt64, rule: ConflictRule) {
+            self.me = me
+            self.rule = rule
+        }
+    }
+
     /// The announcement of every global path, without block lists (a valid file carries its
     /// content hash in `blocks_hash`; ``LocalIndex/update(_:blocks:)`` reads the blocks of
     /// those that changed).
     public static func desired(
-        global: GlobalIndex, local: LocalTree, selection: Selection, announced: (String) -> FileEntry?
+        global: GlobalIndex, local: LocalTree, selection: Selection, sending: Sending? = nil, announced: (String) -> FileEntry?
     ) -> [BEPFileInfo] {
         var out: [BEPFileInfo] = []
-        forEachDesired(global: global, local: local, selection: selection, announced: announced) { out.append($0) }
+        forEachDesired(global: global, local: local, selection: selection, sending: sending, announced: announced) { out.append($0) }
         out.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
         return out
     }
@@ -35,12 +48,27 @@ public enum Announcement {
     /// The same, one entry at a time and in no particular order, so that a caller keeping only
     /// what changed never holds the announcement of a whole big folder at once.
     public static func forEachDesired(
-        global: GlobalIndex, local: LocalTree, selection: Selection, announced: (String) -> FileEntry?,
+        global: GlobalIndex, local: LocalTree, selection: Selection, sending: Sending? = nil, announced: (String) -> FileEntry?,
         _ body: (BEPFileInfo) throws -> Void
     ) rethrows {
         try global.forEachGlobal { g in
             let file = g.file
             let here = local[g.path]
+            if let sending, let before = announced(g.path) {
+                // Sent by this device and not yet replaced by the peers: stays as sent while the
+                // disk has it.
+                if before.version.counters.contains(where: { $0.id == sending.me }), before.version.compare(file.version) != .equal,
+                    before.version.compare(file.version) != .lesser, Self.diskHas(before, here)
+                {
+                    return
+                }
+                // A change the plan proposes to send: announced once apply sends it.
+                if selection.isSelected(g.path),
+                    LocalChange.of(global: file, local: here, announced: before, me: sending.me, rule: sending.rule) != nil
+                {
+                    return
+                }
+            }
             if file.isDeleted {
                 try body(entry(file, invalid: here != nil && here?.kind != .directory, deleted: true))
                 return
@@ -66,6 +94,18 @@ public enum Announcement {
             } else {
                 try body(entry(file, invalid: true, deleted: false))
             }
+        }
+    }
+
+    /// Whether the disk holds what `entry` announces: a deletion nothing here, a directory a
+    /// directory, a file its content, a symlink its target.
+    static func diskHas(_ entry: FileEntry, _ here: LocalFile?) -> Bool {
+        if entry.isDeleted { return here == nil }
+        guard let here else { return false }
+        switch entry.type {
+        case .directory: return here.kind == .directory
+        case .file: return here.kind == .file && here.contentHash == entry.contentHash
+        default: return here.kind == .symlink && here.symlinkTarget == entry.symlinkTarget
         }
     }
 

@@ -10,6 +10,9 @@ struct Builder {
     var deletes: [Action] = []
     var mkdirs: [String: Action] = [:]
     var chmods: [Action] = []
+    /// Local changes announced to the peers (folders that send).
+    var sends: [Action] = []
+    var sendDeletes: [Action] = []
     /// Local files the peers replaced by a directory (deleted before the pulls).
     var replacedFiles: Set<String> = []
     /// Local directories where the global index has a file now: the pull that replaces each.
@@ -89,8 +92,69 @@ struct Builder {
         input.global.forEachGlobal { g in
             classify(global: g, local: local[g.path])
         }
-        for (path, file) in local.entries where file.kind != .directory {
-            if input.global.global(path) == nil { classifyLocalOnly(file, reason: "not in the global index") }
+        for (path, file) in local.entries where input.global.global(path) == nil {
+            if input.sends && selection.isSelected(path) && !isJunk(path),
+                let change = LocalChange.of(global: nil, local: file, announced: input.announced[path], me: input.me, rule: input.global.conflictRule)
+            {
+                addLocalChange(change, path: path, global: nil, local: file)
+                if file.kind != .directory && Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
+            } else if file.kind != .directory {
+                classifyLocalOnly(file, reason: "not in the global index")
+            }
+        }
+        if input.sends {
+            // Announced here, never announced by a peer, and gone from disk: deleted here.
+            for (path, entry) in input.announced where local[path] == nil && input.global.global(path) == nil && selection.isSelected(path) {
+                if let change = LocalChange.of(global: nil, local: nil, announced: entry, me: input.me, rule: input.global.conflictRule) {
+                    addLocalChange(change, path: path, global: nil, local: nil)
+                }
+            }
+        }
+    }
+
+    static func isConflictCopy(_ path: String) -> Bool {
+        (path.split(separator: "/").last.map(String.init) ?? path).contains(".sync-conflict-")
+    }
+
+    private func isJunk(_ path: String) -> Bool {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        return Reconciler.junkNames.contains(name) || selection.isGloballyIgnored(path)
+    }
+
+    /// A change made here, as the plan proposes it (``LocalChange``).
+    private mutating func addLocalChange(_ change: LocalChange, path: String, global: GlobalEntry?, local: LocalFile?) {
+        switch change {
+        case .send(let base), .sendWinningConflict(let base):
+            let won: Bool
+            if case .sendWinningConflict = change { won = true } else { won = false }
+            let what: String
+            if won {
+                what = "changed here and on the peers; this change is newer, so it is sent and the peers keep theirs as a conflict copy"
+            } else if global == nil || global!.file.isDeleted {
+                what = global == nil ? "new here" : "created here again after the peers deleted it"
+            } else {
+                what = "changed here"
+            }
+            sends.append(
+                Action(
+                    action: .send, path: path, size: local?.kind == .file ? local!.size : 0, reason: what,
+                    type: Self.kindName(local?.kind ?? .file), version: describe(base), cause: won ? .conflictWon : .localChange))
+        case .sendDelete(let base):
+            let announced = input.announced[path]
+            let type = announced.map { $0.type == .directory ? "directory" : $0.isSymlink ? "symlink" : "file" } ?? "file"
+            sendDeletes.append(Action(action: .sendDelete, path: path, reason: "deleted here", type: type, version: describe(base), cause: .localChange))
+        case .losesConflict:
+            guard let global else { return }
+            if !input.receives {
+                addConflict(Conflict(kind: .concurrent, path: path, reason: "changed here and on the peers, and theirs is newer; this folder is sendonly, so nothing is pulled", choices: Self.concurrentChoices))
+                return
+            }
+            let conflictName = "NAME.sync-conflict-DATE-TIME-\(DeviceID.shortIDString(global.file.modifiedBy))"
+            pulls.append(
+                Action(
+                    action: .pull, path: path, size: global.file.size,
+                    reason: "changed here and on the peers, and theirs is newer: the local copy is kept as \(conflictName) and sent, theirs pulled",
+                    type: Self.typeName(global.file), version: describe(global.file.version), peers: names(global.holders), cause: .conflictLost))
         }
     }
 
@@ -103,6 +167,16 @@ struct Builder {
             if selected && l == nil && !file.isDeleted {
                 warnings.append("\(path): selected, but no peer holds a valid copy")
             }
+            return
+        }
+        if let l, l.kind == .file, selected, Self.isConflictCopy(path), !file.isDeleted {
+            // A conflict copy synced like any file (made here or by a peer): listed for the user.
+            addConflict(Conflict(kind: .conflictCopy, path: path, reason: "a conflict copy: the losing side of a change made on two devices at once", choices: Self.deletedGloballyChoices))
+        }
+        if input.sends && selected && !isJunk(path),
+            let change = LocalChange.of(global: file, local: l, announced: input.announced[path], me: input.me, rule: input.global.conflictRule)
+        {
+            addLocalChange(change, path: path, global: g, local: l)
             return
         }
         if file.isDeleted {
@@ -163,6 +237,8 @@ struct Builder {
                     return
                 case .greater:
                     pulls.append(Action(action: .pull, path: path, size: file.size, reason: "changed on peers; the local copy is unchanged since Kaiten synced it", type: type, version: describe(file.version), peers: peers, cause: .changedOnPeers))
+                case .lesser where input.sends && input.announced[path]?.version == l.synced!.version:
+                    return  // sent by this device; the peers have not taken it yet
                 case .lesser:
                     warnings.append("\(path): the local copy (\(describe(l.synced!.version).joined(separator: ","))) is newer than any version the peers announce (\(describe(file.version).joined(separator: ","))); kept, not rolled back")
                 case .concurrentGreater, .concurrentLesser:
@@ -360,8 +436,19 @@ struct Builder {
         let depth: (Action) -> Int = { $0.path.utf8.reduce(0) { $0 + ($1 == UInt8(ascii: "/") ? 1 : 0) } }
         let mkdirList = mkdirs.values.sorted { (depth($0), $0.path) < (depth($1), $1.path) }
         let rmdirList = rmdirs.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
-        return mkdirList + keptPulls.sorted(by: byPath) + chmods.sorted(by: byPath) + deletes.sorted(by: byPath) + rmdirList
+        var actions = mkdirList + keptPulls.sorted(by: byPath) + chmods.sorted(by: byPath) + deletes.sorted(by: byPath) + rmdirList
             + replacingRmdirs.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
+        if !input.receives {
+            // sendonly, as syncthing has it: what the peers changed is not taken. Deselecting
+            // still frees space (the peers keep those files).
+            let held = actions.filter { !($0.cause == .deselected || ($0.action == .rmdir && $0.cause == .emptied)) }
+            if !held.isEmpty {
+                warnings.append("sendonly folder: \(held.count) change\(held.count == 1 ? "" : "s") on the peers not taken here (pulls, deletions, directories); this device only sends")
+            }
+            actions.removeAll { !($0.cause == .deselected || ($0.action == .rmdir && $0.cause == .emptied)) }
+        }
+        return actions + sends.sorted { (depth($0), $0.path) < (depth($1), $1.path) }
+            + sendDeletes.sorted { (depth($0), $1.path) > (depth($1), $0.path) }
     }
 
     static func typeName(_ file: FileEntry) -> String {

@@ -3,7 +3,7 @@
 /// Its JSON form is the plan file: keys in snake_case, `format_version` under Terraform's rules
 /// (a minor bump only adds fields; a consumer refuses an unknown major version).
 public struct Plan: Codable, Sendable, Equatable {
-    public static let formatVersion = "1.2"
+    public static let formatVersion = "1.3"
 
     public var formatVersion: String
     /// Stamped on every plan a home makes (Terraform's lineage), so a plan from another home
@@ -99,6 +99,11 @@ public struct Plan: Codable, Sendable, Equatable {
         public var rmdir: Int
         /// Mode-only changes (format 1.1).
         public var chmod: Int
+        /// Local changes announced to the peers, and their bytes (format 1.3).
+        public var send: Int
+        public var sendBytes: Int64
+        /// Local deletions announced to the peers (format 1.3).
+        public var sendDelete: Int
         public var conflicts: Int
         public var stignoreChanges: Int
         public var hasChanges: Bool
@@ -115,6 +120,9 @@ public struct Plan: Codable, Sendable, Equatable {
             mkdir = actions.filter { $0.action == .mkdir }.count
             rmdir = actions.filter { $0.action == .rmdir }.count
             chmod = actions.filter { $0.action == .chmod }.count
+            send = actions.filter { $0.action == .send }.count
+            sendBytes = actions.filter { $0.action == .send }.reduce(0) { $0 + $1.size }
+            sendDelete = actions.filter { $0.action == .sendDelete }.count
             conflicts = folders.reduce(0) { $0 + $1.conflicts.count }
             stignoreChanges = folders.filter(\.stignore.changed).count
             hasChanges = !actions.isEmpty || stignoreChanges > 0
@@ -130,6 +138,9 @@ public struct Plan: Codable, Sendable, Equatable {
             mkdir = try c.decode(Int.self, forKey: .mkdir)
             rmdir = try c.decode(Int.self, forKey: .rmdir)
             chmod = try c.decodeIfPresent(Int.self, forKey: .chmod) ?? 0
+            send = try c.decodeIfPresent(Int.self, forKey: .send) ?? 0
+            sendBytes = try c.decodeIfPresent(Int64.self, forKey: .sendBytes) ?? 0
+            sendDelete = try c.decodeIfPresent(Int.self, forKey: .sendDelete) ?? 0
             conflicts = try c.decode(Int.self, forKey: .conflicts)
             stignoreChanges = try c.decode(Int.self, forKey: .stignoreChanges)
             hasChanges = try c.decode(Bool.self, forKey: .hasChanges)
@@ -141,6 +152,7 @@ public struct Plan: Codable, Sendable, Equatable {
 
         enum CodingKeys: String, CodingKey {
             case pull, pullBytes = "pull_bytes", delete, deleteBytes = "delete_bytes", mkdir, rmdir, chmod, conflicts
+            case send, sendBytes = "send_bytes", sendDelete = "send_delete"
             case stignoreChanges = "stignore_changes", hasChanges = "has_changes", notApplied = "not_applied"
         }
     }
@@ -151,7 +163,8 @@ public struct FolderPlan: Codable, Sendable, Equatable {
     public var id: String
     public var path: String
     public var stignore: StIgnoreChange
-    /// In the order apply runs them: mkdir (parents first), pull, chmod, delete, rmdir (children first).
+    /// In the order apply runs them: mkdir (parents first), pull, chmod, delete, rmdir (children
+    /// first), send (parents first), send-delete (children first).
     public var actions: [Action]
     public var conflicts: [Conflict]
     /// Local files with junk names (`.DS_Store`, `Thumbs.db`, …) or matching a `(?d)` line:
@@ -212,6 +225,11 @@ public struct Action: Codable, Sendable, Equatable {
         /// The folder's `.stignore` is written (apply's first step; its own kind in events and
         /// `--json`, never dressed as a mkdir). Added in 1.2.
         case writeStIgnore = "write-stignore"
+        /// A change made here (new, edited, a new directory) announced to the peers as a new
+        /// version by this device; they pull it from here (format 1.3).
+        case send
+        /// A deletion made here announced to the peers (format 1.3).
+        case sendDelete = "send-delete"
     }
 
     public var action: Kind
@@ -251,6 +269,14 @@ public struct Action: Codable, Sendable, Equatable {
         /// delete or rmdir before the pulls: the peers replaced a file by a directory, or a
         /// directory by a file, and the local one is what Kaiten synced.
         case replaced
+        /// send / send-delete: changed here inside a selected path of a folder that sends (1.3).
+        case localChange = "local-change"
+        /// send: changed here and on the peers at once, and this edit wins syncthing's rule
+        /// (the newer modification); the peers keep theirs as a conflict copy (1.3).
+        case conflictWon = "conflict-won"
+        /// pull: changed here and on the peers at once, and theirs wins; the local copy is
+        /// first moved aside as `NAME.sync-conflict-DATE-TIME-ID.EXT` (1.3).
+        case conflictLost = "conflict-lost"
     }
     /// For chmod (and mkdir): the permission bits to set, from the global version.
     public var mode: UInt32?

@@ -29,6 +29,17 @@ public struct FolderInput: Sendable {
     public var connectedPeers: Set<DeviceID>?
     /// The folder's `ignorePerms`: permission bits are then neither compared nor set.
     public var ignorePermissions = false
+    /// `sendreceive` and `sendonly`: changes made here inside selected paths are sent
+    /// (``LocalChange``). False for `receiveonly`: they are conflicts.
+    public var sends = false
+    /// False for `sendonly`: nothing the peers change is pulled or deleted here.
+    public var receives = true
+    /// This device's short ID (the counter a send bumps).
+    public var me: UInt64 = 0
+    /// This device's own announcements (its local index), by path: what it told the peers it
+    /// holds. Read only where ``sends`` is set (a local deletion is a path announced as held
+    /// and gone from disk).
+    public var announced: [String: FileEntry] = [:]
 
     public init(
         id: String, path: String, selection: SelectionFile, selectionBytes: [UInt8]?, stignore: String?, global: GlobalIndex,

@@ -57,14 +57,16 @@ public final class LocalAnnouncer {
         // Nothing it depends on moved since the last refresh: nothing to compare (a big folder
         // costs a walk of its whole global index otherwise, on every sync).
         let basisPath = (home.home.stateDirectory as NSString).appendingPathComponent("announced-basis/\(Home.fileSafeName(folder))")
-        let basis = Self.basis(home: home.home, folder: folder, log: log, index: index)
+        let basis = Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index)
         if let recorded = FileManager.default.contents(atPath: basisPath), recorded == Data(basis.utf8) { return 0 }
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
         let selection = Selection(file, global: log.index)
+        let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
         let changed = try index.update(
             each: { body in
-                try Announcement.forEachDesired(global: log.index, local: local, selection: selection, announced: index.announced, body)
+                try Announcement.forEachDesired(
+                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, body)
             }
         ) { name in
             guard let global = log.index.global(name) else { return [] }
@@ -73,13 +75,33 @@ public final class LocalAnnouncer {
         // Recorded only once the update is on disk: a failed refresh is redone next time.
         try? FileManager.default.createDirectory(
             atPath: (basisPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, log: log, index: index).utf8), to: basisPath, mode: 0o600)
+        try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index).utf8), to: basisPath, mode: 0o600)
         return changed.count
     }
 
-    /// What a refresh depends on, in one line: the rules' version, the sizes of the global log
+    /// How a folder that sends is announced; nil for `receiveonly`.
+    static func sending(home: KaitenHome, folder: String, rule: ConflictRule) -> Announcement.Sending? {
+        guard let type = home.config.folder(id: folder)?.type, type == .sendreceive || type == .sendonly else { return nil }
+        return Announcement.Sending(me: home.identity.deviceID.shortID, rule: rule)
+    }
+
+    /// Records changes made on this machine (apply's sends: each entry complete, with its
+    /// blocks and a version this device made) in a folder's local index, durably; the next
+    /// ``send(to:folders:theirView:)`` announces them. Returns the recorded entries.
+    @discardableResult
+    public func recordLocalChanges(folder: String, _ files: [BEPFileInfo]) throws -> [BEPFileInfo] {
+        guard let index = indexes[folder], !files.isEmpty else { return [] }
+        return try index.update(files) { _ in [] }
+    }
+
+    /// What this device announces for `path` of `folder` now.
+    public func announced(folder: String, path: String) -> FileEntry? {
+        indexes[folder]?.announced(path)
+    }
+
+    /// What a refresh depends on, in one line: the rules' version and the folder type, the sizes of the global log
     /// and the local index, the scan cache's size and mtime, the selection file's bytes.
-    static func basis(home: Home, folder: String, log: IndexLog, index: LocalIndex) -> String {
+    static func basis(home: Home, folder: String, type: String, log: IndexLog, index: LocalIndex) -> String {
         func stamp(_ path: String) -> String {
             var info = stat()
             guard stat(path, &info) == 0 else { return "-" }
@@ -87,7 +109,7 @@ public final class LocalAnnouncer {
         }
         let selection = FileManager.default.contents(atPath: home.selectionPath(folderID: folder)) ?? Data()
         let digest = SHA256.hash(data: selection).map { String(format: "%02x", $0) }.joined()
-        return "rules 1; global \(log.fileSize); local \(index.log.fileSize) \(index.indexID); scan \(stamp(home.scanCachePath(folderID: folder))); selection \(digest)\n"
+        return "rules 2 \(type); global \(log.fileSize); local \(index.log.fileSize) \(index.indexID); scan \(stamp(home.scanCachePath(folderID: folder))); selection \(digest)\n"
     }
 
     /// Sends `connection` what it does not hold of each folder's local index, given what its

@@ -51,7 +51,28 @@ public enum Planner {
         input.kept = KeptFiles.load(home.home, folderID: folder.id)
         for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn("warning: \(warning)") }
         input.ignorePermissions = folder.ignorePerms
+        if folder.type == .sendreceive || folder.type == .sendonly {
+            input.sends = true
+            input.receives = folder.type == .sendreceive
+            input.me = home.identity.deviceID.shortID
+            input.announced = try ownAnnouncements(home: home, folder: folder.id, warn: warn)
+        }
         return FolderState(input: input, log: log, scanStatistics: statistics)
+    }
+
+    /// What this device announces for a folder (its local index), by path: valid entries and
+    /// deletions (an invalid one claims nothing).
+    static func ownAnnouncements(home: KaitenHome, folder: String, warn: (String) -> Void) throws -> [String: FileEntry] {
+        let path = home.home.localIndexPath(folderID: folder)
+        guard FileManager.default.fileExists(atPath: path) else { return [:] }
+        let log = try IndexLog.open(path: path, folderID: folder, readOnly: true, warn: warn)
+        defer { log.close() }
+        let me = home.identity.deviceID
+        var announced: [String: FileEntry] = [:]
+        log.index.forEachEntry { name, owner, entry in
+            if owner == me && !entry.isInvalid { announced[name] = entry }
+        }
+        return announced
     }
 
     /// The selection file of a folder; a missing one selects nothing.

@@ -47,11 +47,12 @@ struct ApplyInteropTests {
 
         /// The usual start: the peer shares `folder` (its data in `peerData`) with this home and
         /// has scanned `files` files; the folder is added here, shared with it, and the index synced.
-        func share(_ st: SyncthingInstance, files: Int) async throws {
+        /// - Parameter type: the folder type here (`kaiten folder add --type`); sendreceive when nil.
+        func share(_ st: SyncthingInstance, files: Int, type: String? = nil) async throws {
             try await connect(st)
             try await st.addFolder(id: ApplyInteropTests.folder, path: peerData, devices: [me])
             try await ApplyInteropTests.waitScanned(st, files: files)
-            try addFolder(sharedWith: [st.deviceID])
+            try addFolder(sharedWith: [st.deviceID], type: type)
             #expect(try kaiten("index", "sync").status == 0)
         }
 
@@ -73,8 +74,9 @@ struct ApplyInteropTests {
             return prompted
         }
 
-        func addFolder(sharedWith peers: [DeviceID]) throws {
+        func addFolder(sharedWith peers: [DeviceID], type: String? = nil) throws {
             var args = ["folder", "add", "--home", home, ApplyInteropTests.folder, "--path", local]
+            if let type { args += ["--type", type] }
             for p in peers { args += ["--share", p.description] }
             let r = try KaitenCLI.run(args)
             #expect(r.status == 0, "\(r.stderr)")
@@ -477,7 +479,9 @@ struct ApplyInteropTests {
             }
         }
         try await withSyncthing(st) { st in
-            try await world.share(st, files: expected.count)
+            // Each round empties the local folder so that it pulls again: receiveonly, where
+            // that is not a deletion made here to send to the peer.
+            try await world.share(st, files: expected.count, type: "receiveonly")
             #expect(try world.kaiten("select", Self.folder, "d0", "d1", "d2", "d3", "d4", "d5").status == 0)
 
             func checkInvariant(_ round: Int) throws {

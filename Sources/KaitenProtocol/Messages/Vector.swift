@@ -54,3 +54,38 @@ extension BEPVector {
     /// The text form the REST API uses: `SHORTID:value` per counter.
     public var descriptions: [String] { counters.map { "\(DeviceID.shortIDString($0.id)):\($0.value)" } }
 }
+
+extension BEPVector {
+    /// The counter-wise maximum of both (syncthing's `Vector.Merge`): a version that has seen
+    /// both histories.
+    public func merged(with other: BEPVector) -> BEPVector {
+        var values: [UInt64: UInt64] = [:]
+        for counter in counters { values[counter.id] = max(values[counter.id] ?? 0, counter.value) }
+        for counter in other.counters { values[counter.id] = max(values[counter.id] ?? 0, counter.value) }
+        var out = BEPVector()
+        out.counters = values.keys.sorted().map {
+            var counter = BEPCounter()
+            counter.id = $0
+            counter.value = values[$0]!
+            return counter
+        }
+        return out
+    }
+
+    /// This version changed by the device with `shortID` (syncthing's `Vector.Update`): its
+    /// counter becomes the larger of its value + 1 and the time in seconds, so that a device
+    /// whose history was lost still counts above what it announced before.
+    public func updated(by shortID: UInt64, now: UInt64) -> BEPVector {
+        var out = self
+        if let i = out.counters.firstIndex(where: { $0.id == shortID }) {
+            out.counters[i].value = max(out.counters[i].value + 1, now)
+        } else {
+            var counter = BEPCounter()
+            counter.id = shortID
+            counter.value = now
+            out.counters.append(counter)
+            out.counters.sort { $0.id < $1.id }
+        }
+        return out
+    }
+}

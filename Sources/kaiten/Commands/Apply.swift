@@ -27,15 +27,21 @@ extension Kaiten {
                 SHA-256-verified, written to .syncthing.NAME.tmp, fsynced, renamed into place), \
                 then deletions (each re-checked as it runs: still the content the plan saw, still \
                 held by --require-peers peers connected right now: a peer that is offline holds nothing \
-                as far as a deletion is concerned), then empty directories. Conflicts are reported, \
-                never resolved: see `kaiten conflicts` and `kaiten resolve`.
+                as far as a deletion is concerned), then empty directories, then what changed here \
+                (sendreceive and sendonly folders, inside selected paths): announced as new versions \
+                by this device, and apply stays connected — serving the blocks — until \
+                --require-peers peers hold each of them or --send-timeout passes. Conflicts are \
+                reported, never resolved, except a change made here and on the peers at once: \
+                syncthing's rule (the newer modification wins) decides, and the losing copy is kept \
+                as NAME.sync-conflict-DATE-TIME-ID.EXT on the device that held it. See `kaiten \
+                conflicts` and `kaiten resolve`.
 
                 Exit codes: 0 everything applied; 1 error before anything changed; 2 conflicts \
                 left open (with --fail-on-conflict); 3 stale plan; 4 refused by a safety brake \
                 (--max-delete, another apply running, a deselected file kept because fewer than \
                 --require-peers connected peers hold it, a folder whose .stignore Kaiten cannot \
                 manage); 5 partial: some actions failed, the rest \
-                are done.
+                are done, or something sent is not yet held by --require-peers peers.
 
                 Examples:
                   kaiten apply
@@ -65,8 +71,11 @@ extension Kaiten {
         @Option(help: "Refuse the whole apply if a folder would lose more local files than N, or N% of them.")
         var maxDelete: String = "50%"
 
-        @Option(help: "Delete a deselected file only while at least this many peers hold it in full.")
+        @Option(help: "Delete a deselected file only while at least this many connected peers hold it in full; wait for this many peers to hold what is sent.")
         var requirePeers: Int = 1
+
+        @Option(help: "Seconds to stay connected, after sending local changes, until --require-peers peers hold each of them (exit 5 if they do not).")
+        var sendTimeout: Double = 300
 
         @Flag(help: "When a selected file was renamed on the peers (same content, new unselected name), select the new name in the selection file first. Not with a saved plan.")
         var followRenames = false
@@ -85,6 +94,7 @@ extension Kaiten {
         func validate() throws {
             guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
             guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
+            guard sendTimeout >= 0 else { throw ValidationError("--send-timeout takes seconds, 0 or more") }
         }
 
         func run() async throws {
@@ -174,13 +184,13 @@ extension Kaiten {
                     stop.install()
                     let report = await Applier.execute(
                         plan, prepared: prepared, home: opened, requirePeers: max(requirePeers, plan.requirePeers ?? 1),
-                        stop: stop, events: output.handle)
+                        sendTimeout: sendTimeout, stop: stop, events: output.handle)
                     if report.interruptedBy == nil { Applier.markApplied(plan, home: opened.home) }
                     await session.close(reason: report.interruptedBy == nil ? "apply done" : "interrupted")
                     output.summary(report, plan: plan)
                     // 128 + the signal, as a shell reports a command a signal stopped.
                     if let signal = report.interruptedBy { throw ExitCode(128 + signal) }
-                    if !report.failed.isEmpty { throw ExitCode(5) }
+                    if !report.failed.isEmpty || !report.notHeld.isEmpty { throw ExitCode(5) }
                     // A folder left alone for safety (no marker), or a deselected file kept because
                     // its holders are offline, is a brake, even if everything else went through.
                     if !prepared.skipped.isEmpty || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0
@@ -294,8 +304,10 @@ final class ApplyOutput: @unchecked Sendable {
                 case .mkdir: verb = "created"
                 case .rmdir: verb = "removed"
                 case .chmod: verb = "set permissions of"
+                case .send: verb = "sent"
+                case .sendDelete: verb = "sent the deletion of"
                 }
-                let size = action.action == .pull || action.action == .delete ? " (\(Kaiten.Ls.human(action.size)))" : ""
+                let size = action.action == .pull || action.action == .delete || (action.action == .send && action.type == "file") ? " (\(Kaiten.Ls.human(action.size)))" : ""
                 clearProgress()
                 print("\(folder): \(verb) \(action.path)\(size)\(note.map { " — \($0)" } ?? "")")
             }
@@ -312,6 +324,31 @@ final class ApplyOutput: @unchecked Sendable {
             } else {
                 clearProgress()
                 Terminal.error("\(folder): \(action.action.rawValue) \(action.path) NOT DONE: \(reason)")
+            }
+        case .conflictCopy(let folder, let path, let copy):
+            if json {
+                emit(["type": "conflict_copy", "folder": folder, "path": path, "copy": copy])
+            } else {
+                clearProgress()
+                print("\(folder): \(path) changed here and on the peers; theirs is newer: the local copy is now \(copy)")
+            }
+        case .sendHeld(let folder, let path, let peers):
+            if json {
+                emit(["type": "send_held", "folder": folder, "path": path, "peers": peers.joined(separator: ",")])
+            } else {
+                print("\(folder): \(path) is held by \(peers.map { String($0.prefix(7)) }.joined(separator: ", "))")
+            }
+        case .sendNotHeld(let folder, let path, let reason):
+            if json {
+                emit(["type": "send_not_held", "folder": folder, "path": path, "reason": reason])
+            } else {
+                Terminal.error("\(folder): \(path) NOT YET HELD: \(reason)")
+            }
+        case .awaitingPeers(let held, let total):
+            if json {
+                emit(["type": "awaiting_peers", "held": held, "total": total])
+            } else if progressOnTerminal && held < total {
+                FileHandle.standardError.write(Data("\r\u{1B}[Kwaiting for the peers to take what was sent: \(held)/\(total)".utf8))
             }
         case .removedTemporary(let folder, let path):
             if json { emit(["type": "action_done", "folder": folder, "action": "remove_temporary", "path": path]) }
@@ -332,6 +369,7 @@ final class ApplyOutput: @unchecked Sendable {
                 "blocks_rejected": report.blocksRejected, "blocks_refused": report.blocksRefused, "blocks_lost": report.blocksLost,
                 "not_applied": plan.summary.notApplied, "plan_id": plan.planID, "not_done": report.notDone,
                 "interrupted_by": report.interruptedBy.map { Int($0) } ?? 0, "kept_for_safety": report.keptForSafety.count,
+                "sent": report.sent.count, "not_held": report.notHeld.count, "conflict_copies": report.conflictCopies.count,
             ])
             return
         }
@@ -342,6 +380,10 @@ final class ApplyOutput: @unchecked Sendable {
                     + "blocks already fetched in their temp files; the next apply resumes them.")
         }
         var line = "Applied: \(report.done) action\(report.done == 1 ? "" : "s") (\(Kaiten.Ls.human(report.pulledBytes)) pulled, \(Kaiten.Ls.human(report.freedBytes)) freed)"
+        if !report.sent.isEmpty {
+            line += ", \(report.sent.count) change\(report.sent.count == 1 ? "" : "s") sent"
+            if !report.notHeld.isEmpty { line += " (\(report.notHeld.count) not yet held by the peers)" }
+        }
         if !report.failed.isEmpty { line += ", \(report.failed.count) failed" }
         if !report.keptForSafety.isEmpty { line += ", \(report.keptForSafety.count) deletion\(report.keptForSafety.count == 1 ? "" : "s") held back (too few connected peers hold the file)" }
         line += ", \(report.conflicts) conflict\(report.conflicts == 1 ? "" : "s") open."

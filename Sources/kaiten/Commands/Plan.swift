@@ -221,7 +221,12 @@ enum PlanRenderer {
                 case .writeStIgnore:
                     // Never in a plan's actions (the plan says it in `stignore`); shown as above.
                     Swift.print("  ~ write       .stignore")
+                case .send:
+                    let what = action.type == "directory" ? "/" : action.type == "symlink" ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))"
+                    Swift.print("  + send        \(action.path)\(what)\(action.cause == .conflictWon ? " (wins a conflict: \(action.reason))" : "")")
+                case .sendDelete: Swift.print("  - send-delete \(action.path)\(action.type == "directory" ? "/" : "")")
                 }
+                if action.action == .pull && action.cause == .conflictLost { Swift.print("                (\(action.reason))") }
             }
             for conflict in folder.conflicts {
                 let kind = conflict.kind.rawValue.padding(toLength: max(11, conflict.kind.rawValue.count), withPad: " ", startingAt: 0)
@@ -243,6 +248,9 @@ enum PlanRenderer {
             if !s.hasChanges && s.conflicts == 0 { return }
         }
         var parts = ["\(s.pull) to pull (\(Kaiten.Ls.human(s.pullBytes)))", "\(s.delete) to delete (\(Kaiten.Ls.human(s.deleteBytes)) freed)"]
+        if s.send + s.sendDelete > 0 {
+            parts.append("\(s.send) to send (\(Kaiten.Ls.human(s.sendBytes))), \(s.sendDelete) deletion\(s.sendDelete == 1 ? "" : "s") to send")
+        }
         if s.chmod > 0 { parts.append("\(s.chmod) permission change\(s.chmod == 1 ? "" : "s")") }
         if s.mkdir + s.rmdir > 0 { parts.append("\(s.mkdir) director\(s.mkdir == 1 ? "y" : "ies") to create, \(s.rmdir) to remove") }
         parts.append("\(s.conflicts) conflict\(s.conflicts == 1 ? "" : "s")")
