@@ -8,6 +8,8 @@
 //   kaiten-bench plan [--paths N] [--local N]  plan over an N-path global index with N local files
 //   kaiten-bench apply [--mib M] [--files N]   kaiten apply vs a syncthing receiver pulling the same
 //                                       folder: 4 random files of M/4 MiB, then N files of 4 KiB
+//   kaiten-bench serve [--mib M] [--files N] [--runs R]  a syncthing receiver pulling from kaiten
+//                                       serve vs from a syncthing source: medians of R runs
 //   kaiten-bench stream [--mib M]       time to first byte of a mid-file range through kaiten serve,
 //                                       streaming the whole file, kaiten get, a syncthing pull
 //
@@ -340,10 +342,15 @@ do {
     case "stream":
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         try await runStreamBench(mib: mib)
+    case "serve":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 20_000
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try await runServeBench(mib: mib, files: files, runs: runs)
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R]")
         exit(64)
     }
 } catch {

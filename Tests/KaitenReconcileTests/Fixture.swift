@@ -21,6 +21,12 @@ struct Fixture {
     /// Peers reached just now; nil for an offline plan.
     var connected: Set<DeviceID>? = nil
     var ignorePermissions = false
+    /// A folder that sends (sendreceive, or sendonly with `receives` false); this device's
+    /// short ID is `me`, its own announcements `announced`.
+    var sends = false
+    var receives = true
+    static let me: UInt64 = 2
+    var announced: [String: FileEntry] = [:]
 
     /// A content hash standing for a file's bytes.
     static func content(_ text: String) -> ContentHash { ContentHash(SHA256.hash(data: Array(text.utf8))) }
@@ -74,6 +80,10 @@ struct Fixture {
             global: global, checkpoints: checkpoints, local: local, requirePeers: requirePeers)
         input.connectedPeers = connected
         input.ignorePermissions = ignorePermissions
+        input.sends = sends
+        input.receives = receives
+        input.me = Self.me
+        input.announced = announced
         return Reconciler.planFolder(input).0
     }
 

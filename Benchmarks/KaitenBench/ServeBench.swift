@@ -1,0 +1,145 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenStream
+import KaitenTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Kaiten as a source (issue 11): a fresh syncthing pulling a folder from `kaiten serve`, next to
+/// a fresh syncthing pulling the same folder from a syncthing that holds it, in the same run;
+/// `runs` times each, reported as medians with the spread. The sender's CPU is what is compared.
+func runServeBench(mib: Int, files: Int, runs: Int) async throws {
+    if mib > 0 {
+        try await serveComparison(label: "\(mib) MiB as 4 random files", expectedFiles: 4, runs: runs) { data in
+            for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
+        }
+    }
+    if files > 0 {
+        try await serveComparison(label: "\(files) files of 4 KiB in \(max(1, files / 100)) directories", expectedFiles: files, runs: runs) { data in
+            var content = [UInt8](repeating: 0, count: 4096)
+            let directories = max(1, files / 100)
+            for i in 0..<files {
+                let dir = "\(data)/d\(i % directories)"
+                if i < directories { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+                withUnsafeBytes(of: UInt64(i)) { raw in for (j, b) in raw.enumerated() { content[j] = b } }
+                FileManager.default.createFile(atPath: "\(dir)/f\(i).bin", contents: Data(content))
+            }
+        }
+    }
+}
+
+private struct SenderRun {
+    var seconds: Double
+    var senderCPU: Double
+}
+
+private func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+
+func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String) throws -> Void) async throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-servebench")
+    defer { dir.remove() }
+    log("work dir \(dir.path): \(label)")
+    let data = dir.file("data")
+    try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+    try make(data)
+    let totalBytes = Double(directorySize(data))
+    let source = try SyncthingInstance.generate(in: dir.path, name: "source")
+    let home = dir.file("kaiten")
+    let kaitenData = dir.file("kaiten-data")
+    let folderID = "bench"
+    func kaiten(_ args: [String]) throws -> ProcessResult {
+        let result = try KaitenCLI.run(args + ["--home", home])
+        guard result.status == 0 else { throw HarnessError("kaiten \(args.joined(separator: " ")) failed: \(result.stderr)") }
+        return result
+    }
+    let created = try KaitenCLI.run(["init", "--home", home, "--name", "kaiten", "--listen", "tcp://127.0.0.1:0"])
+    let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    let done: ([String: Any]) -> Bool = { s in
+        (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+    }
+
+    var ours: [SenderRun] = []
+    var theirs: [SenderRun] = []
+    try await withSyncthing(source) { a in
+        try await a.addDevice(me, name: "kaiten")
+        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [me])
+        try await a.waitUntil("source scanned", timeout: 1800) {
+            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == expectedFiles
+        }
+        // Kaiten takes the whole folder first (not measured).
+        _ = try kaiten(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
+        _ = try kaiten(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
+        _ = try kaiten(["index", "sync"])
+        let top = try FileManager.default.contentsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }
+        _ = try kaiten(["select", folderID] + top)
+        _ = try kaiten(["apply", "--yes"])
+        guard let sourcePID = pidOf(home: a.home) else { throw HarnessError("no source pid") }
+
+        for run in 1...runs {
+            // A fresh syncthing pulling from kaiten serve alone.
+            let fromKaiten = try SyncthingInstance.generate(in: dir.path, name: "from-kaiten-\(run)")
+            try await withSyncthing(fromKaiten) { r in
+                try await r.addDevice(me, name: "kaiten")
+                // The folder first: serve's session shares what the peer shares when it connects.
+                try await r.addFolder(id: folderID, path: dir.file("from-kaiten-\(run)-data"), type: "receiveonly", devices: [me])
+                _ = try kaiten(["peer", "add", r.deviceID.description, "--name", "r\(run)", "--address", r.address])
+                _ = try kaiten(["folder", "share", folderID, "r\(run)"])
+                let port = try FreePort.next()
+                let server = Process()
+                server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+                server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
+                server.standardError = FileHandle.nullDevice
+                server.standardOutput = FileHandle.nullDevice
+                let start = now()
+                try server.run()
+                defer {
+                    kill(server.processIdentifier, SIGTERM)
+                    server.waitUntilExit()
+                }
+                try await r.waitUntil("receiver done from kaiten", timeout: 1800) {
+                    done(try await r.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
+                }
+                let seconds = now() - start
+                ours.append(SenderRun(seconds: seconds, senderCPU: ProcStat.cpuSeconds(pid: server.processIdentifier)))
+                _ = try kaiten(["folder", "unshare", folderID, "r\(run)"])
+                _ = try kaiten(["peer", "rm", r.deviceID.description])
+            }
+            log(String(format: "run %d: kaiten serve %.2f s, %.2f CPU-s", run, ours.last!.seconds, ours.last!.senderCPU))
+
+            // A fresh syncthing pulling the same folder from the syncthing source.
+            let fromSyncthing = try SyncthingInstance.generate(in: dir.path, name: "from-syncthing-\(run)")
+            try await a.addDevice(fromSyncthing.deviceID, name: "r\(run)", addresses: [fromSyncthing.address])
+            try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [me, fromSyncthing.deviceID])
+            let cpu0 = ProcStat.cpuSeconds(pid: sourcePID)
+            let pulled = try await withSyncthing(fromSyncthing) { b in
+                try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("from-syncthing-\(run)-data"), until: done)
+            }
+            theirs.append(SenderRun(seconds: pulled.seconds, senderCPU: ProcStat.cpuSeconds(pid: sourcePID) - cpu0))
+            log(String(format: "run %d: syncthing source %.2f s, %.2f CPU-s", run, theirs.last!.seconds, theirs.last!.senderCPU))
+            try? FileManager.default.removeItem(atPath: dir.file("from-kaiten-\(run)-data"))
+            try? FileManager.default.removeItem(atPath: dir.file("from-syncthing-\(run)-data"))
+        }
+    }
+    func row(_ name: String, _ runs: [SenderRun]) -> String {
+        let seconds = runs.map(\.seconds)
+        let cpu = runs.map(\.senderCPU)
+        return String(
+            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %8.0f files/s  sender %5.2f CPU-s (%.2f–%.2f)",
+            name.padding(toLength: 28, withPad: " ", startingAt: 0) as NSString, median(seconds), seconds.min()!, seconds.max()!,
+            totalBytes / median(seconds) / 1e6, Double(expectedFiles) / median(seconds), median(cpu), cpu.min()!, cpu.max()!)
+    }
+    print("")
+    print("== a syncthing receiver pulling \(label) (\(String(format: "%.0f", totalBytes / 1_048_576)) MiB), median of \(runs) ==")
+    print(row("from kaiten serve:", ours))
+    print(row("from a syncthing source:", theirs))
+    print(
+        String(
+            format: "ratio kaiten/syncthing: throughput %.2f×, sender CPU %.2f×",
+            median(theirs.map(\.seconds)) / median(ours.map(\.seconds)),
+            median(ours.map(\.senderCPU)) / max(median(theirs.map(\.senderCPU)), 0.001)))
+    print("(kaiten: from starting serve, connection included; syncthing: from adding the folder on a connected receiver)")
+}
