@@ -2,6 +2,9 @@ import Crypto
 import KaitenProtocol
 import Logging
 import NIOConcurrencyHelpers
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOCore
 import NIOSSL
 
@@ -142,6 +145,11 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             drop(.disconnected("TLS: \(sslError)"))
         case let boring as BoringSSLError:
             drop(.disconnected("TLS: \(boring)"))
+        case let io as IOError:
+            // In words, not as NIO's internals (issue 10, item 7). The session was up, so a reset
+            // is the peer going away (restarted, stopped, or replacing this connection).
+            let code = io.errnoCode
+            drop(.disconnected(code == ECONNRESET || code == EPIPE ? "the peer reset the connection" : String(cString: strerror(code))))
         default:
             drop(.disconnected("\(error)"))
         }

@@ -10,6 +10,9 @@ public struct PeerError: Error, Sendable, CustomStringConvertible {
         case helloTimeout
         case protocolError
         case closedByPeer
+        /// The peer closed the connection after the handshake without sending its ClusterConfig:
+        /// it does not know this device, or it still counts an earlier connection as alive.
+        case closedBeforeClusterConfig
         case closed
         case requestFailed
         case hashMismatch

@@ -123,7 +123,7 @@ extension PeerConnection {
                 }
                 if !sawClusterConfig {
                     throw PeerError(
-                        .closed, peer: label,
+                        .closedBeforeClusterConfig, peer: label,
                         "\(reason) before sending its ClusterConfig; does the peer know this device? (add our device ID there)"
                     )
                 }

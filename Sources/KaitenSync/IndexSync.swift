@@ -154,19 +154,28 @@ public enum IndexSync {
                 uniqueKeysWithValues: shared.map {
                     ($0.id, Report(folder: $0.id, deviceID: device.id.description, name: device.name, ok: false))
                 })
-            do {
-                let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
-                hellos[device.id] = connection.hello
-                announced[device.id] = try await exchange(
-                    connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
-                    indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder)
-                if keepOpen {
-                    kept[device.id] = connection
-                } else {
-                    await connection.close(reason: "index sync done")
+            // A peer that still counts a connection of ours as alive (its predecessor was killed a
+            // moment ago) accepts a new one and closes it before its ClusterConfig, until it
+            // notices: asked again a few times, as syncthing redials, before that is a failure.
+            for delay in [0, 500, 1000, 2000, 3000] {
+                if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
+                do {
+                    let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
+                    hellos[device.id] = connection.hello
+                    announced[device.id] = try await exchange(
+                        connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
+                        indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder)
+                    if keepOpen {
+                        kept[device.id] = connection
+                    } else {
+                        await connection.close(reason: "index sync done")
+                    }
+                } catch let error as PeerError where error.code == .closedBeforeClusterConfig && delay < 3000 {
+                    continue
+                } catch {
+                    for folder in shared { perFolder[folder.id]?.problem = "\((error as? PeerError)?.reason ?? "\(error)")" }
                 }
-            } catch {
-                for folder in shared { perFolder[folder.id]?.problem = "\((error as? PeerError)?.reason ?? "\(error)")" }
+                break
             }
             reports += shared.compactMap { perFolder[$0.id] }
         }
@@ -194,10 +203,16 @@ public enum IndexSync {
                 since[folder.id] = RemoteIndexState(indexID: checkpoint.indexID, maxSequence: checkpoint.maxSequence)
             }
         }
-        try await connection.sendClusterConfig(
-            ClusterConfigBuilder.make(
-                folders: home.config.folders, devices: home.config.devices, me: me, peer: device.id,
-                localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since))
+        do {
+            try await connection.sendClusterConfig(
+                ClusterConfigBuilder.make(
+                    folders: home.config.folders, devices: home.config.devices, me: me, peer: device.id,
+                    localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since))
+        } catch let error as PeerError where error.code == .closed {
+            // Closed by the peer right after the handshake: the same as closing before its
+            // ClusterConfig (it may still count a predecessor's connection as alive; dialled again).
+            throw PeerError(.closedBeforeClusterConfig, peer: error.peer, "\(error.reason) before sending its ClusterConfig")
+        }
         var peerIndexIDs: [String: UInt64] = [:]
         var theirViewOfUs: [String: RemoteIndexState] = [:]
         var received = perFolder
