@@ -88,8 +88,12 @@ public final class IndexLog {
     /// Opens (or creates) the log and replays it.
     /// - Parameter warn: told about a torn tail that was cut off.
     /// - Throws: ``IndexLogError`` naming the file and offset of damage that is not a torn tail.
-    /// - Parameter readOnly: open for reading only (`ls`, `status`): no file is created, a torn
-    ///   tail is skipped rather than cut, and writers are only waited for, not blocked out.
+    /// - Parameter readOnly: open for reading only (`ls`, `status`, a server's view): no file is
+    ///   created, a torn tail is skipped rather than cut, a writer is never waited for, and the
+    ///   shared lock (taken when free) is let go once the log is read: a long-lived reader
+    ///   (`kaiten serve`) never keeps a writer (`index sync`, `apply`) out. Its view stays whole
+    ///   after that: a writer only appends past it, and a compaction renames a new file over the
+    ///   path while the reader keeps the old one open.
     public static func open(
         path: String, folderID: String, readOnly: Bool = false, warn: (String) -> Void = { _ in }
     ) throws(IndexLogError) -> IndexLog {
@@ -102,18 +106,25 @@ public final class IndexLog {
         guard fd >= 0 else { throw IndexLogError(.io, file: path, "cannot open: \(String(cString: strerror(errno)))") }
         log.fd = fd
         // One writer per log: a second `kaiten index sync` on the same folder must not interleave.
-        guard readOnly ? flock(fd, LOCK_SH) == 0 : lockExclusively(fd) else {
+        // A reader never waits: while a writer appends (another process, or this one's own
+        // announcer while a peer's requests are being served) it reads without the lock — the
+        // log is append-only with a CRC per record, so what it reads is whole up to a record a
+        // writer may be in the middle of, which it skips as a torn tail (never cut: readOnly).
+        guard readOnly ? (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno == EWOULDBLOCK) : lockExclusively(fd) else {
             throw IndexLogError(.io, file: path, "in use by another kaiten process (try again when it has finished)")
         }
         var info = stat()
         fstat(fd, &info)
-        if info.st_size == 0 {
+        if info.st_size == 0 && readOnly {
+            // Created a moment ago by a writer that has not written its header yet: empty.
+        } else if info.st_size == 0 {
             try log.writeHeader()
         } else {
             try log.replay(size: Int64(info.st_size), warn: warn)
             // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's.
             if log.fileFormat == 1 && !readOnly { try log.compact(rewritingRecords: true) }
         }
+        if readOnly { flock(fd, LOCK_UN) }
         return log
     }
 
@@ -122,7 +133,9 @@ public final class IndexLog {
     /// such a child's copy of our own earlier descriptor, so a short wait tells it apart from a
     /// second kaiten process, which holds the lock for a whole sync.
     private static func lockExclusively(_ fd: Int32) -> Bool {
-        for _ in 0..<100 {
+        // Up to 10 s: long enough for a reader to finish reading a big log (it holds the shared
+        // lock only that long), short of a whole sync by another writer.
+        for _ in 0..<500 {
             if flock(fd, LOCK_EX | LOCK_NB) == 0 { return true }
             guard errno == EWOULDBLOCK else { return false }
             usleep(20_000)
@@ -369,11 +382,17 @@ public final class IndexLog {
     // MARK: - Replay
 
     private func replay(size: Int64, warn: (String) -> Void) throws(IndexLogError) {
+        // Mapped through the open descriptor, not the path: a compaction renaming a new file
+        // over the path meanwhile must not give this view bytes of another file than the one
+        // its block reads go to.
         let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)
-        } catch {
-            throw IndexLogError(.io, file: path, "cannot read: \(error.localizedDescription)")
+        if size == 0 {
+            data = Data()
+        } else {
+            guard let base = mmap(nil, Int(size), PROT_READ, MAP_PRIVATE, fd, 0), base != MAP_FAILED else {
+                throw IndexLogError(.io, file: path, "cannot read: \(String(cString: strerror(errno)))")
+            }
+            data = Data(bytesNoCopy: base, count: Int(size), deallocator: .custom { pointer, count in munmap(pointer, count) })
         }
         do {
             try replay(data: data, warn: warn)

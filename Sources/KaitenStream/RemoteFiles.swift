@@ -204,6 +204,11 @@ public final class RemoteFiles: @unchecked Sendable {
         public var etag: String { "\"\(global.contentHash.hex.prefix(32))\"" }
     }
 
+    static func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : -1
+    }
+
     /// Looks a path up. Errors say why in words: not in the index, deleted, a directory, no peer.
     public func entry(folder: String, path: String) throws(StreamError) -> Entry {
         guard let config = home.config.folders.first(where: { $0.id == folder }) else {
@@ -212,6 +217,14 @@ public final class RemoteFiles: @unchecked Sendable {
         let (log, local, connections): (IndexLog, LocalTree, [DeviceID: PeerConnection])
         do {
             (log, local, connections) = try withLock {
+                // Another kaiten process (a timer's `index sync`, an `apply`) may have appended
+                // since: the log is read again when it grew, so what is served is current.
+                let onDisk = Self.fileSize(home.home.indexLogPath(folderID: folder))
+                if let open = logs[folder], open.fileSize != onDisk {
+                    // Not closed here: a request still reading blocks through it keeps it open
+                    // until it is done (the log closes when the last reference goes).
+                    logs[folder] = nil
+                }
                 if logs[folder] == nil {
                     logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
                     locals[folder] = ScanCache.load(path: home.home.scanCachePath(folderID: folder))

@@ -99,11 +99,12 @@ public final class BlockServer: Sendable {
         let path = home.localIndexPath(folderID: folder)
         let me = self.me
         do {
-            let found = try logs.with(path: path, folder: folder) { log throws -> BEPBlockInfo? in
+            let found = try logs.with(path: path, folder: folder) { log, blocksOf throws -> BEPBlockInfo? in
                 guard let entry = log.index.entry(name, from: me), entry.type == .file, !entry.isDeleted, !entry.isInvalid else {
                     return nil
                 }
-                return try log.blocks(of: entry).first { $0.offset == offset && $0.size == size }
+                guard let block = try blocksOf(entry)[offset], block.size == size else { return nil }
+                return block
             }
             guard let found else { return .failure(.invalid("\(name): no such announced block (offset \(offset), size \(size))")) }
             return .success(found)
@@ -113,20 +114,34 @@ public final class BlockServer: Sendable {
     }
 }
 
-/// Read-only local index logs, reopened when the file grew (the announcer appended).
+/// Read-only local index logs, reopened when the file grew (the announcer appended), and the
+/// block lists of the files being served, by offset: a peer pulling a 256 MiB file asks for its
+/// 2,048 blocks one by one, and decoding the whole list from the log for each would cost more
+/// than reading and hashing the block itself.
 private final class LogCache: @unchecked Sendable {
     private let lock = NSLock()
     private var open: [String: (log: IndexLog, size: Int64)] = [:]
+    /// Per log path: block lists by the record that holds them (a few files at a time).
+    private var lists: [String: [Int64: [Int64: BEPBlockInfo]]] = [:]
 
-    func with<T>(path: String, folder: String, _ body: (IndexLog) throws -> T) throws -> T {
+    func with<T>(path: String, folder: String, _ body: (IndexLog, (FileEntry) throws -> [Int64: BEPBlockInfo]) throws -> T) throws -> T {
         try lock.withLock {
             var info = stat()
             let size = stat(path, &info) == 0 ? Int64(info.st_size) : 0
-            if let cached = open[path], cached.size == size { return try body(cached.log) }
-            open[path]?.log.close()
-            let log = try IndexLog.open(path: path, folderID: folder, readOnly: true)
-            open[path] = (log, size)
-            return try body(log)
+            if open[path] == nil || open[path]!.size != size {
+                open[path]?.log.close()
+                open[path] = (try IndexLog.open(path: path, folderID: folder, readOnly: true), size)
+                lists[path] = [:]
+            }
+            let log = open[path]!.log
+            return try body(log) { entry in
+                if let list = self.lists[path]?[entry.recordOffset] { return list }
+                var list: [Int64: BEPBlockInfo] = [:]
+                for block in try log.blocks(of: entry) { list[block.offset] = block }
+                if (self.lists[path]?.count ?? 0) >= 16 { self.lists[path] = [:] }
+                self.lists[path, default: [:]][entry.recordOffset] = list
+                return list
+            }
         }
     }
 }

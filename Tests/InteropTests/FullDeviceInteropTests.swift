@@ -331,6 +331,51 @@ struct FullDeviceInteropTests {
         }
     }
 
+    /// A device pulling thousands of files from `kaiten serve` while serve is still sending it
+    /// the index gets every one: a request that arrives while serve's own announcer writes the
+    /// local index is answered (it once waited for that writer's lock forever, and with it every
+    /// later request). The verbs that only read (`ls`, `status`, `conflicts`, `plan --offline`,
+    /// `select`) work beside serve meanwhile.
+    @Test func aPeerPullsThousandsOfFilesFromServeWhileItAnnounces() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-serve-many")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        let dataB = dir.file("peer-b")
+        try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
+        let count = 6000
+        for d in 0..<60 {
+            let sub = "\(world.peerData)/d\(d)"
+            try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+            for i in 0..<(count / 60) { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)\n".utf8)) }
+        }
+        try await withSyncthing(a) { a in
+            try await world.share(a, files: count)
+            #expect(try world.kaiten("select", Self.folder, "d*").status == 0)
+            let apply = try world.kaiten("apply", "--yes")
+            #expect(apply.status == 0, "\(apply.stderr)")
+        }
+        try await withSyncthing(b) { b in
+            try await b.addDevice(world.me, name: "k")
+            try await b.addFolder(id: Self.folder, path: dataB, type: "receiveonly", devices: [world.me])
+            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
+            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            for args in [["ls", Self.folder], ["status"], ["conflicts"], ["plan", "--offline"], ["select", Self.folder, "d0/f0.txt"]] {
+                let result = try KaitenCLI.run(args + ["--home", world.home])
+                #expect(result.status == 0 || (args[0] == "plan" && result.status == 2), "\(args): \(result.stdout)\(result.stderr)")
+            }
+            try await b.waitUntil("B has every file", timeout: 180) {
+                let status = try await b.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
+                return status?["localFiles"] as? Int == count && status?["needFiles"] as? Int == 0
+            }
+            #expect(ApplyInteropTests.sha(dataB + "/d59/f99.txt") == ApplyInteropTests.sha(world.peerData + "/d59/f99.txt"))
+            try server.stop()
+        }
+    }
+
     /// What the peers delete or replace is kept as the folder's `<versioning>` says, written by
     /// syncthing itself: trashcan keeps `.stversions/NAME`; simple keeps
     /// `.stversions/NAME~YYYYMMDD-HHMMSS.EXT`; a deselected file (still on the peers) is not kept.
