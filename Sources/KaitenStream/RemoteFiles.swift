@@ -71,6 +71,25 @@ public final class RemoteFiles: @unchecked Sendable {
     private var accepted: [DeviceID: PeerConnection] = [:]
     /// Accepted sessions one at a time: each holds the index logs for writing while it runs.
     private let acceptQueue = SerialQueue()
+    /// What peers announced on the open connections after their first exchange, by folder,
+    /// path and device: what is served follows a peer's change at once, without waiting for
+    /// the next index sync to put it in the log (which the peer then sends again).
+    private var updates: [String: [String: [DeviceID: BEPFileInfo]]] = [:]
+    private var watchers: [Task<Void, Never>] = []
+
+    /// Takes in the index updates `connection` carries from now on (it is past its exchange).
+    private func watchUpdates(_ connection: PeerConnection) {
+        let device = connection.deviceID
+        let task = Task { [weak self] in
+            for await event in connection.events {
+                guard case .index(let folder, let files, _) = event, let self else { continue }
+                self.withLock {
+                    for file in files { self.updates[folder, default: [:]][file.name, default: [:]][device] = file }
+                }
+            }
+        }
+        withLock { watchers.append(task) }
+    }
     private let fetchedBlocks = Counter()
 
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
@@ -99,6 +118,7 @@ public final class RemoteFiles: @unchecked Sendable {
             return old
         }
         await old?.close(reason: "reconnecting")
+        for connection in fresh.connections.values { watchUpdates(connection) }
     }
 
     /// The open peer connections: those dialled at `connect`, and those peers started.
@@ -164,6 +184,7 @@ public final class RemoteFiles: @unchecked Sendable {
                     self.accepted[connection.deviceID] = connection
                     self.logs = [:]
                 }
+                self.watchUpdates(connection)
             } catch {
                 warn("\(connection.label): \(error)")
                 await connection.close(reason: "\(error)")
@@ -176,6 +197,8 @@ public final class RemoteFiles: @unchecked Sendable {
             defer {
                 session = nil
                 accepted = [:]
+                for task in watchers { task.cancel() }
+                watchers = []
             }
             return (session, Array(accepted.values))
         }
@@ -214,9 +237,9 @@ public final class RemoteFiles: @unchecked Sendable {
         guard let config = home.config.folders.first(where: { $0.id == folder }) else {
             throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
         }
-        let (log, local, connections): (IndexLog, LocalTree, [DeviceID: PeerConnection])
+        let (log, local, connections, fresh): (IndexLog, LocalTree, [DeviceID: PeerConnection], [DeviceID: BEPFileInfo])
         do {
-            (log, local, connections) = try withLock {
+            (log, local, connections, fresh) = try withLock {
                 // Another kaiten process (a timer's `index sync`, an `apply`) may have appended
                 // since: the log is read again when it grew, so what is served is current.
                 let onDisk = Self.fileSize(home.home.indexLogPath(folderID: folder))
@@ -229,12 +252,26 @@ public final class RemoteFiles: @unchecked Sendable {
                     logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
                     locals[folder] = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
                 }
-                return (logs[folder]!, locals[folder]!, session?.openConnections ?? [:])
+                var open = session?.openConnections ?? [:]
+                for (device, connection) in accepted where connection.isOpen && open[device] == nil { open[device] = connection }
+                return (logs[folder]!, locals[folder]!, open, updates[folder]?[path] ?? [:])
             }
         } catch {
             throw StreamError(.unavailable, "\(folder): cannot read the index: \(error)")
         }
-        guard let g = log.index.global(path) else {
+        var announcedNow: BEPFileInfo?
+        var found = log.index.global(path)
+        if !fresh.isEmpty {
+            // The log's view with what the peers announced since: syncthing's rule picks again.
+            var versions: [DeviceID: FileEntry] = [:]
+            for device in log.checkpoints.keys { if let entry = log.index.entry(path, from: device) { versions[device] = entry } }
+            for (device, file) in fresh { versions[device] = FileEntry(announced: file) }
+            if let winner = GlobalIndex.winner(path, versions, rule: log.conflictRule), winner.file.version != found?.file.version {
+                found = winner
+                announcedNow = winner.holders.lazy.compactMap { fresh[$0] }.first
+            }
+        }
+        guard let g = found else {
             throw StreamError(.notFound, "\(folder)/\(path): not in the global index")
         }
         guard !g.file.isDeleted else { throw StreamError(.notFound, "\(folder)/\(path): deleted on every peer") }
@@ -253,7 +290,7 @@ public final class RemoteFiles: @unchecked Sendable {
         }
         let blocks: [BEPBlockInfo]
         do {
-            blocks = try log.blocks(of: g.file)
+            blocks = try announcedNow?.blocks ?? log.blocks(of: g.file)
         } catch {
             throw StreamError(.unavailable, "\(folder)/\(path): \(error)")
         }

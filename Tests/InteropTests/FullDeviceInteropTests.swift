@@ -118,6 +118,14 @@ struct FullDeviceInteropTests {
             let status = try await b.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
             #expect(status?["needFiles"] as? Int == 0, "B needs nothing it could get: \(String(describing: status))")
             #expect(!FileManager.default.fileExists(atPath: dataB + "/left-out.txt"))
+            // What B's GUI shows for Kaiten: connected, its client and version, bytes it sent,
+            // and Kaiten at 100 % of what it holds.
+            let connections = try await b.get("/rest/system/connections") as? [String: Any]
+            let kaiten = (connections?["connections"] as? [String: Any])?[world.me.description] as? [String: Any]
+            #expect(kaiten?["connected"] as? Bool == true, "\(String(describing: kaiten))")
+            #expect((kaiten?["clientVersion"] as? String)?.contains("v0.1") == true, "\(String(describing: kaiten))")
+            #expect((kaiten?["inBytesTotal"] as? Int ?? 0) > 700_000, "B received a.bin from Kaiten: \(String(describing: kaiten))")
+            try await Self.waitCompletion(b, of: world.me, { $0 == 100 && $1 == 0 }, "B sees Kaiten at 100 %")
             try server.stop()
         }
     }

@@ -276,6 +276,42 @@ struct StreamInteropTests {
         return info.st_mode & 0o7777
     }
 
+    /// `kaiten serve` follows a peer's change as it is announced on its open connection (issue
+    /// 12: it used to keep sending the old bytes with the old ETag until restarted): the new
+    /// version is served with a new ETag, no index sync needed, and every answer meanwhile is
+    /// one whole version, never a truncated body.
+    @Test func serveFollowsAPeersChangeAtOnce() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-serve-live")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let first = Data("first version\n".utf8)
+        let second = Data(String(repeating: "second version, longer\n", count: 5000).utf8)
+        try TestFiles.write(world.peerData + "/docs/a.txt", "first version\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            let link = try world.kaiten("url", ApplyInteropTests.folder, "docs/a.txt").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let before = try Self.curl(link)
+            #expect(before.status == 200 && before.body == first)
+            try TestFiles.write(world.peerData + "/docs/a.txt", String(decoding: second, as: UTF8.self))
+            try await ApplyInteropTests.rescan(st)
+            var seen: [Fetched] = []
+            try await st.waitUntil("serve sends the new version", timeout: 30) {
+                let now = try Self.curl(link)
+                seen.append(now)
+                return now.body == second
+            }
+            for answer in seen {
+                #expect(answer.status == 200 && (answer.body == first || answer.body == second), "a whole version, never cut: \(answer.status) \(answer.body.count) bytes")
+                #expect(answer.headers["content-length"] == String(answer.body.count))
+            }
+            #expect(seen.last?.headers["etag"] != before.headers["etag"], "a new version, a new ETag")
+            try server.stop()
+        }
+    }
+
     /// What the server promises beyond serving bytes (issue 18, item 6): 503 while no peer
     /// holding the file is connected; 404 for an unknown folder, a file deleted on the peers
     /// and a directory; the signature never in its log; the URL key private (0600) and kept
