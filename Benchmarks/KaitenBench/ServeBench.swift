@@ -77,9 +77,11 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
         let top = try FileManager.default.contentsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }
         _ = try kaiten(["select", folderID] + top)
         _ = try kaiten(["apply", "--yes"])
-        guard let sourcePID = pidOf(home: a.home) else { throw HarnessError("no source pid") }
 
         for run in 1...runs {
+            // The source is stopped while kaiten serves: serve then dials nobody else, and the
+            // receiver can get the folder from kaiten alone.
+            a.stop()
             // A fresh syncthing pulling from kaiten serve alone.
             let fromKaiten = try SyncthingInstance.generate(in: dir.path, name: "from-kaiten-\(run)")
             try await withSyncthing(fromKaiten) { r in
@@ -109,6 +111,12 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 _ = try kaiten(["peer", "rm", r.deviceID.description])
             }
             log(String(format: "run %d: kaiten serve %.2f s, %.2f CPU-s", run, ours.last!.seconds, ours.last!.senderCPU))
+            try await a.start()
+            guard let sourcePID = pidOf(home: a.home) else { throw HarnessError("no source pid") }
+            try await a.waitUntil("source idle", timeout: 600) {
+                let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+                return s?["state"] as? String == "idle"
+            }
 
             // A fresh syncthing pulling the same folder from the syncthing source.
             let fromSyncthing = try SyncthingInstance.generate(in: dir.path, name: "from-syncthing-\(run)")
@@ -141,5 +149,6 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             format: "ratio kaiten/syncthing: throughput %.2f×, sender CPU %.2f×",
             median(theirs.map(\.seconds)) / median(ours.map(\.seconds)),
             median(ours.map(\.senderCPU)) / max(median(theirs.map(\.senderCPU)), 0.001)))
-    print("(kaiten: from starting serve, connection included; syncthing: from adding the folder on a connected receiver)")
+    print("(kaiten: from starting serve, its connection and index exchange included, the source stopped; syncthing: from adding")
+    print(" the folder on a receiver already connected to the source; sender CPU: the serving process only)")
 }

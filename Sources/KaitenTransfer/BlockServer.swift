@@ -84,9 +84,15 @@ public final class BlockServer: Sendable {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .failure(.noSuchFile("\(name): not a regular file")) }
-        var data = Data(count: Int(request.size))
-        let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(request.size), off_t(request.offset)) }
-        guard n == Int(request.size) else { return .failure(.noSuchFile("\(name): shorter than announced")) }
+        // Read into memory that is not zeroed first (Data(count:) would clear every block).
+        let count = Int(request.size)
+        guard let buffer = malloc(count) else { return .failure(.generic("out of memory")) }
+        let n = pread(fd, buffer, count, off_t(request.offset))
+        guard n == count else {
+            free(buffer)
+            return .failure(.noSuchFile("\(name): shorter than announced"))
+        }
+        let data = Data(bytesNoCopy: buffer, count: count, deallocator: .free)
         let hash = Data(SHA256.hash(data: data))
         guard hash == block.hash, request.hash.isEmpty || request.hash == hash else {
             return .failure(.noSuchFile("\(name): changed on disk since it was announced"))

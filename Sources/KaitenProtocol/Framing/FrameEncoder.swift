@@ -35,6 +35,10 @@ public struct FrameEncoder: MessageToByteEncoder {
 
     /// Appends one message frame to `out`.
     public static func encode(_ message: BEPMessage, compressMetadata: Bool = false, into out: inout ByteBuffer) throws {
+        if case .response(let response) = message {
+            try encodeResponse(response, into: &out)
+            return
+        }
         var body = try message.serializedBody()
         var header = BEPHeader()
         header.type = message.type
@@ -51,5 +55,56 @@ public struct FrameEncoder: MessageToByteEncoder {
         out.writeBytes(headerBytes)
         out.writeInteger(UInt32(body.count))
         out.writeBytes(body)
+    }
+
+    /// A Response, the bulk of what a serving device writes, encoded straight into `out`: the
+    /// block's bytes are copied once (protobuf's own encoding would copy them into a zeroed
+    /// buffer first, then into the frame). The same bytes as the generic path (a test checks):
+    /// `id` (1, varint), `data` (2, length-delimited), `code` (3, varint, left out when 0).
+    static func encodeResponse(_ response: BEPResponse, into out: inout ByteBuffer) throws {
+        var header = BEPHeader()
+        header.type = .response
+        let headerBytes: [UInt8] = try header.serializedBytes()
+        func varintSize(_ value: UInt64) -> Int {
+            var n = 1
+            var v = value >> 7
+            while v != 0 {
+                n += 1
+                v >>= 7
+            }
+            return n
+        }
+        func writeVarint(_ value: UInt64) {
+            var v = value
+            while v >= 0x80 {
+                out.writeInteger(UInt8(truncatingIfNeeded: v) | 0x80)
+                v >>= 7
+            }
+            out.writeInteger(UInt8(v))
+        }
+        // int32 fields are sign-extended to 64 bits on the wire, as protobuf does.
+        let id = UInt64(bitPattern: Int64(response.id))
+        let code = UInt64(bitPattern: Int64(response.code.rawValue))
+        var bodyLength = 0
+        if id != 0 { bodyLength += 1 + varintSize(id) }
+        if !response.data.isEmpty { bodyLength += 1 + varintSize(UInt64(response.data.count)) + response.data.count }
+        if code != 0 { bodyLength += 1 + varintSize(code) }
+        out.reserveCapacity(minimumWritableBytes: 2 + headerBytes.count + 4 + bodyLength)
+        out.writeInteger(UInt16(headerBytes.count))
+        out.writeBytes(headerBytes)
+        out.writeInteger(UInt32(bodyLength))
+        if id != 0 {
+            out.writeInteger(UInt8(0x08))
+            writeVarint(id)
+        }
+        if !response.data.isEmpty {
+            out.writeInteger(UInt8(0x12))
+            writeVarint(UInt64(response.data.count))
+            out.writeBytes(response.data)
+        }
+        if code != 0 {
+            out.writeInteger(UInt8(0x18))
+            writeVarint(code)
+        }
     }
 }
