@@ -46,16 +46,12 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
     let totalBytes = Double(directorySize(data))
     let source = try SyncthingInstance.generate(in: dir.path, name: "source")
     let receiver = try SyncthingInstance.generate(in: dir.path, name: "receiver")
-    let kaitenHome = dir.file("kaiten")
     let kaitenData = dir.file("kaiten-data")
     let folderID = "bench"
-    func kaiten(_ args: [String]) throws -> ProcessResult {
-        let result = try KaitenCLI.run(args + ["--home", kaitenHome])
-        guard result.status == 0 else { throw HarnessError("kaiten \(args.joined(separator: " ")) failed: \(result.stderr)") }
-        return result
-    }
-    let created = try KaitenCLI.run(["init", "--home", kaitenHome, "--name", "kaiten", "--listen", "tcp://127.0.0.1:0"])
-    let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    let bench = try BenchKaiten(home: dir.file("kaiten"))
+    let kaitenHome = bench.home
+    let me = bench.me
+    func kaiten(_ args: [String]) throws -> ProcessResult { try bench.run(args) }
 
     try await withSyncthing(source) { a in
         try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])

@@ -47,16 +47,11 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
     try make(data)
     let totalBytes = Double(directorySize(data))
     let source = try SyncthingInstance.generate(in: dir.path, name: "source")
-    let home = dir.file("kaiten")
     let kaitenData = dir.file("kaiten-data")
     let folderID = "bench"
-    func kaiten(_ args: [String]) throws -> ProcessResult {
-        let result = try KaitenCLI.run(args + ["--home", home])
-        guard result.status == 0 else { throw HarnessError("kaiten \(args.joined(separator: " ")) failed: \(result.stderr)") }
-        return result
-    }
-    let created = try KaitenCLI.run(["init", "--home", home, "--name", "kaiten", "--listen", "tcp://127.0.0.1:0"])
-    let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    let bench = try BenchKaiten(home: dir.file("kaiten"))
+    let me = bench.me
+    func kaiten(_ args: [String]) throws { try bench.run(args) }
     let done: ([String: Any]) -> Bool = { s in
         (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
     }
@@ -71,12 +66,12 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == expectedFiles
         }
         // Kaiten takes the whole folder first (not measured).
-        _ = try kaiten(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
-        _ = try kaiten(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
-        _ = try kaiten(["index", "sync"])
+        try kaiten(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
+        try kaiten(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
+        try kaiten(["index", "sync"])
         let top = try FileManager.default.contentsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }
-        _ = try kaiten(["select", folderID] + top)
-        _ = try kaiten(["apply", "--yes"])
+        try kaiten(["select", folderID] + top)
+        try kaiten(["apply", "--yes"])
 
         for run in 1...runs {
             // The source is stopped while kaiten serves: serve then dials nobody else, and the
@@ -88,27 +83,18 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 try await r.addDevice(me, name: "kaiten")
                 // The folder first: serve's session shares what the peer shares when it connects.
                 try await r.addFolder(id: folderID, path: dir.file("from-kaiten-\(run)-data"), type: "receiveonly", devices: [me])
-                _ = try kaiten(["peer", "add", r.deviceID.description, "--name", "r\(run)", "--address", r.address])
-                _ = try kaiten(["folder", "share", folderID, "r\(run)"])
-                let port = try FreePort.next()
-                let server = Process()
-                server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-                server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
-                server.standardError = FileHandle.nullDevice
-                server.standardOutput = FileHandle.nullDevice
+                try kaiten(["peer", "add", r.deviceID.description, "--name", "r\(run)", "--address", r.address])
+                try kaiten(["folder", "share", folderID, "r\(run)"])
                 let start = now()
-                try server.run()
-                defer {
-                    kill(server.processIdentifier, SIGTERM)
-                    server.waitUntilExit()
-                }
+                let (server, _) = try bench.startServe()
+                defer { bench.stop(server) }
                 try await r.waitUntil("receiver done from kaiten", timeout: 1800) {
                     done(try await r.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
                 }
                 let seconds = now() - start
                 ours.append(SenderRun(seconds: seconds, senderCPU: ProcStat.cpuSeconds(pid: server.processIdentifier)))
-                _ = try kaiten(["folder", "unshare", folderID, "r\(run)"])
-                _ = try kaiten(["peer", "rm", r.deviceID.description])
+                try kaiten(["folder", "unshare", folderID, "r\(run)"])
+                try kaiten(["peer", "rm", r.deviceID.description])
             }
             log(String(format: "run %d: kaiten serve %.2f s, %.2f CPU-s", run, ours.last!.seconds, ours.last!.senderCPU))
             try await a.start()

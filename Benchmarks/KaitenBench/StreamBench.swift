@@ -20,14 +20,10 @@ func runStreamBench(mib: Int) async throws {
     let size = Int64(mib) << 20
     let source = try SyncthingInstance.generate(in: dir.path, name: "source")
     let receiver = try SyncthingInstance.generate(in: dir.path, name: "receiver")
-    let home = dir.file("kaiten")
-    let created = try KaitenCLI.run(["init", "--home", home, "--name", "kaiten", "--listen", "tcp://127.0.0.1:0"])
-    let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
-    func kaiten(_ args: [String]) throws -> ProcessResult {
-        let result = try KaitenCLI.run(args + ["--home", home])
-        guard result.status == 0 else { throw HarnessError("kaiten \(args.joined(separator: " ")) failed: \(result.stderr)") }
-        return result
-    }
+    let bench = try BenchKaiten(home: dir.file("kaiten"))
+    let home = bench.home
+    let me = bench.me
+    func kaiten(_ args: [String]) throws -> ProcessResult { try bench.run(args) }
     let curl = ProcessRunner.which("curl") ?? "/usr/bin/curl"
     func curlTimes(_ url: String, range: String?) throws -> (ttfb: Double, total: Double) {
         var args = ["-s", "-o", "/dev/null", "-w", "%{time_starttransfer} %{time_total}"]
@@ -55,14 +51,8 @@ func runStreamBench(mib: Int) async throws {
         try? FileManager.default.removeItem(atPath: dir.file("got.bin"))
 
         // kaiten serve.
-        let port = try FreePort.next()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-        server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
-        server.standardError = FileHandle.nullDevice
-        server.standardOutput = FileHandle.nullDevice
-        try server.run()
-        defer { kill(server.processIdentifier, SIGTERM); server.waitUntilExit() }
+        let (server, _) = try bench.startServe()
+        defer { bench.stop(server) }
         try await a.waitUntil("kaiten serve is up", timeout: 60) { ServerRecord.load(Home(path: home)) != nil }
         let url = try kaiten(["url", "bench", "movie.bin"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         // Warm the connection with a tiny range at the start of the file.

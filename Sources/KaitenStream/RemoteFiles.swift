@@ -121,6 +121,59 @@ public final class RemoteFiles: @unchecked Sendable {
         for connection in fresh.connections.values { watchUpdates(connection) }
     }
 
+    /// Redials, with backoff (2 s doubling to 60 s), every configured peer that shares a folder,
+    /// has a tcp:// address and has no open connection — one that restarted, a connection cut —
+    /// so that a long-running `serve` stays useful. Cancel the task to stop.
+    public func keepConnected(warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
+        let home = self.home
+        let me = home.identity.deviceID
+        let wanted = home.config.devices.filter { device in
+            device.id != me && !device.addresses.compactMap(PeerAddress.init).isEmpty
+                && home.config.folders.contains { $0.devices.contains(device.id) }
+        }.map(\.id)
+        return Task {
+            var delay: [DeviceID: Int] = [:]
+            var due: [DeviceID: ContinuousClock.Instant] = [:]
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                let open = (try? self.connections()) ?? [:]
+                let now = ContinuousClock.now
+                let missing = Set(wanted.filter { open[$0] == nil && (due[$0].map { $0 <= now } ?? true) })
+                guard !missing.isEmpty, !Task.isCancelled else { continue }
+                let reached = ReachedPeers()
+                // In turn with accepted sessions: each writes the index logs.
+                await acceptQueue.run {
+                    // A peer may have dialled in while this waited its turn.
+                    let current = (try? self.connections()) ?? [:]
+                    let still = missing.filter { current[$0] == nil }
+                    reached.set(missing.subtracting(still))
+                    guard !still.isEmpty else { return }
+                    let server = BlockServer(home: self.home)
+                    guard let (_, fresh) = try? await IndexSync.runKeepingConnections(
+                        home: self.home, folders: [], timeout: self.timeout, logger: self.logger, serve: server.answer, only: still)
+                    else { return }
+                    self.withLock {
+                        for (device, connection) in fresh.connections where connection.isOpen { self.accepted[device] = connection }
+                        self.logs = [:]
+                    }
+                    for connection in fresh.connections.values { self.watchUpdates(connection) }
+                    reached.set(missing.subtracting(still).union(fresh.connections.keys))
+                }
+                for device in missing {
+                    if reached.value.contains(device) {
+                        if delay[device] != nil { warn("reconnected to \(device.shortDescription)") }
+                        delay[device] = nil
+                        due[device] = nil
+                    } else {
+                        let next = min(60, (delay[device] ?? 1) * 2)
+                        delay[device] = next
+                        due[device] = now + .seconds(next)
+                    }
+                }
+            }
+        }
+    }
+
     /// The open peer connections: those dialled at `connect`, and those peers started.
     public func connections() throws -> [DeviceID: PeerConnection] {
         withLock {
@@ -372,6 +425,14 @@ public final class RemoteFiles: @unchecked Sendable {
 }
 
 /// Runs async work one piece after another (an actor would interleave them at every await).
+/// The peers one redial round reached (written inside the serial queue, read after it).
+private final class ReachedPeers: @unchecked Sendable {
+    private let lock = NSLock()
+    private var reached: Set<DeviceID> = []
+    func set(_ value: Set<DeviceID>) { lock.withLock { reached = value } }
+    var value: Set<DeviceID> { lock.withLock { reached } }
+}
+
 final class SerialQueue: @unchecked Sendable {
     private let lock = NSLock()
     private var tail: Task<Void, Never>?

@@ -114,11 +114,13 @@ public enum IndexSync {
     /// Close the session when done.
     /// - Parameter serve: answers the peers' block requests on the kept connections (the
     ///   block server); without it they get NO_SUCH_FILE.
+    /// - Parameter only: dial only these peers (a service redialling the ones it lost); all when nil.
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
-        logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, warn: (String) -> Void = { _ in }
+        logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
+        warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
-        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, warn: warn)
+        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only, warn: warn)
     }
 
     /// Answers one block request from a peer.
@@ -126,7 +128,7 @@ public enum IndexSync {
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        serve: RequestHandler? = nil, warn: (String) -> Void
+        serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
@@ -147,7 +149,7 @@ public enum IndexSync {
         var reports: [Report] = []
         var hellos: [DeviceID: BEPHello] = [:]
         defer { PeerGenerations.record(hellos, home: home.home) }
-        for device in home.config.devices where device.id != me {
+        for device in home.config.devices where device.id != me && only.map({ $0.contains(device.id) }) ?? true {
             let shared = folders.filter { $0.devices.contains(device.id) }
             guard !shared.isEmpty else { continue }
             var perFolder = Dictionary(

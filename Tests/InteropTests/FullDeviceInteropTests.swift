@@ -25,6 +25,23 @@ struct FullDeviceInteropTests {
         }
     }
 
+    /// A second syncthing device `b` that shares the folder with Kaiten only (its data in
+    /// `path`), and Kaiten sharing it back: what b gets, it gets from Kaiten.
+    static func shareWithKaitenOnly(_ b: SyncthingInstance, world: World, path: String, type: String = "sendreceive") async throws {
+        try await b.addFolder(id: folder, path: path, type: type, devices: [world.me])
+        #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
+        #expect(try world.kaiten("folder", "share", folder, "b").status == 0)
+    }
+
+    /// `directories` directories `d0`… under `root`, each with `perDirectory` small files `fN.txt`.
+    static func smallFiles(_ root: String, directories: Int, perDirectory: Int) throws {
+        for d in 0..<directories {
+            let sub = "\(root)/d\(d)"
+            try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+            for i in 0..<perDirectory { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
+        }
+    }
+
     /// The peer reports Kaiten at 100 % once it holds every selected file (the rest announced
     /// as "not wanted here", invalid at the global version); a newly selected file, and a new
     /// file on the peer, bring it below 100 % until Kaiten has taken them in.
@@ -106,9 +123,7 @@ struct FullDeviceInteropTests {
         }
         try await withSyncthing(b) { b in
             try await b.addDevice(world.me, name: "k")
-            try await b.addFolder(id: Self.folder, path: dataB, devices: [world.me])
-            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
-            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            try await Self.shareWithKaitenOnly(b, world: world, path: dataB)
             let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             try await b.waitUntil("B has what Kaiten holds", timeout: 60) {
@@ -202,11 +217,7 @@ struct FullDeviceInteropTests {
         defer { dir.remove() }
         let world = try World(dir)
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
-        for d in 0..<40 {
-            let sub = "\(world.peerData)/d\(d)"
-            try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
-            for i in 0..<250 { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
-        }
+        try Self.smallFiles(world.peerData, directories: 40, perDirectory: 250)
         let localPath = Home(path: world.home).localIndexPath(folderID: Self.folder)
         func localState() throws -> (indexID: UInt64, max: Int64, sequences: [Int64]) {
             let log = try IndexLog.open(path: localPath, folderID: Self.folder, readOnly: true)
@@ -282,9 +293,7 @@ struct FullDeviceInteropTests {
             options["limitBandwidthInLan"] = true
             _ = try await b.put("/rest/config/options", json: options)
             try await b.put("/rest/config/devices/\(world.me)", json: ["deviceID": world.me.description, "name": "k", "addresses": ["dynamic"], "maxRecvKbps": 1000])
-            try await b.addFolder(id: Self.folder, path: dataB, devices: [world.me])
-            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
-            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            try await Self.shareWithKaitenOnly(b, world: world, path: dataB)
             var server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             do {
@@ -353,11 +362,7 @@ struct FullDeviceInteropTests {
         let dataB = dir.file("peer-b")
         try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
         let count = 6000
-        for d in 0..<60 {
-            let sub = "\(world.peerData)/d\(d)"
-            try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
-            for i in 0..<(count / 60) { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)\n".utf8)) }
-        }
+        try Self.smallFiles(world.peerData, directories: 60, perDirectory: count / 60)
         try await withSyncthing(a) { a in
             try await world.share(a, files: count)
             #expect(try world.kaiten("select", Self.folder, "d*").status == 0)
@@ -366,9 +371,7 @@ struct FullDeviceInteropTests {
         }
         try await withSyncthing(b) { b in
             try await b.addDevice(world.me, name: "k")
-            try await b.addFolder(id: Self.folder, path: dataB, type: "receiveonly", devices: [world.me])
-            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
-            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            try await Self.shareWithKaitenOnly(b, world: world, path: dataB, type: "receiveonly")
             let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             for args in [["ls", Self.folder], ["status"], ["conflicts"], ["plan", "--offline"], ["select", Self.folder, "d0/f0.txt"]] {

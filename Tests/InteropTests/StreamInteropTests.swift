@@ -276,6 +276,41 @@ struct StreamInteropTests {
         return info.st_mode & 0o7777
     }
 
+    /// A peer that restarts while `kaiten serve` runs is dialled again (issue 12, item 4, for
+    /// serve): 503 while it is away, the file again once it is back, with no restart of serve.
+    @Test func serveRedialsAPeerThatRestarted() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-serve-redial")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.random(world.peerData + "/remote.bin", size: 300_000)
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            let link = try world.kaiten("url", ApplyInteropTests.folder, "remote.bin").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let whole = FileManager.default.contents(atPath: world.peerData + "/remote.bin")
+            #expect(try Self.curl(link).body == whole)
+            st.stop()
+            // Once serve has seen the connection go: 503, no peer holds it now.
+            let deadline = Date().addingTimeInterval(15)
+            var away = try Self.curl(link)
+            while away.status != 503 && Date() < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+                away = try Self.curl(link)
+            }
+            #expect(away.status == 503, "\(away.status)")
+            try await st.start()
+            try await st.waitUntil("serve reaches the peer again", timeout: 60) {
+                let again = try Self.curl(link)
+                return again.status == 200 && again.body == whole
+            }
+            let log = (try? String(contentsOfFile: dir.file("serve.log"), encoding: .utf8)) ?? ""
+            #expect(log.contains("reconnected to \(st.deviceID.shortDescription)"), "\(log)")
+            try server.stop()
+        }
+    }
+
     /// `kaiten serve` follows a peer's change as it is announced on its open connection (issue
     /// 12: it used to keep sending the old bytes with the old ETag until restarted): the new
     /// version is served with a new ETag, no index sync needed, and every answer meanwhile is

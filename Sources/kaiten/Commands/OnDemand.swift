@@ -141,7 +141,12 @@ extension Kaiten {
                 While it runs, Kaiten is also a device peers can reach: it listens for them on \
                 config.xml's listen addresses, takes in the index of each peer that dials it, \
                 announces its own, and answers block requests for the files it holds (as for \
-                the peers it dials at start). A second connection to a connected peer is closed.
+                the peers it dials at start). A second connection to a connected peer is closed. \
+                A peer that goes away (restarted, a cut connection) is dialled again, after 2 s, \
+                then waiting twice as long each time up to 60 s. What peers announce on the open \
+                connections is served at once. Verbs that only read (ls, status, plan --offline) \
+                work beside it; those that need the peers (index sync, apply, cat, get) do not \
+                yet: syncthing accepts one connection per device.
 
                 Examples:
                   kaiten serve &
@@ -178,6 +183,9 @@ extension Kaiten {
                 // Peers may dial this device while it serves (the config's listen addresses).
                 let (listeners, peerAddresses) = await files.listen(warn: log)
                 if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
+                // A peer that goes away (restarted, a cut connection) is dialled again.
+                let redial = files.keepConnected(warn: log)
+                defer { redial.cancel() }
                 let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, log: log)
                 try await server.run(host: host, port: port) { stop in
                     SignalStop.install(stop)
