@@ -98,6 +98,11 @@ struct Builder {
             {
                 addLocalChange(change, path: path, global: nil, local: file)
                 if file.kind != .directory && Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
+            } else if input.sends && selection.isSelected(path), let mine = input.announced[path], !mine.isDeleted,
+                Announcement.diskHas(mine, file)
+            {
+                // Sent by this device, not announced by any peer yet: nothing to do, no conflict.
+                if Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
             } else if file.kind != .directory {
                 classifyLocalOnly(file, reason: "not in the global index")
             }

@@ -161,7 +161,7 @@ public final class RemoteFiles: @unchecked Sendable {
                 }
                 for device in missing {
                     if reached.value.contains(device) {
-                        if delay[device] != nil { warn("reconnected to \(device.shortDescription)") }
+                        warn("reconnected to \(device.shortDescription)")
                         delay[device] = nil
                         due[device] = nil
                     } else {

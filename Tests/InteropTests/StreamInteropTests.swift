@@ -277,7 +277,8 @@ struct StreamInteropTests {
     }
 
     /// A peer that restarts while `kaiten serve` runs is dialled again (issue 12, item 4, for
-    /// serve): 503 while it is away, the file again once it is back, with no restart of serve.
+    /// serve): 503 while it is away, the file again once it is back — fetched from the peer
+    /// anew (no block cache) — with no restart of serve.
     @Test func serveRedialsAPeerThatRestarted() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-serve-redial")
         defer { dir.remove() }
@@ -286,7 +287,7 @@ struct StreamInteropTests {
         try TestFiles.random(world.peerData + "/remote.bin", size: 300_000)
         try await withSyncthing(st) { st in
             try await world.share(st, files: 1)
-            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"))
+            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"), extra: ["--cache-mib", "0"])
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             let link = try world.kaiten("url", ApplyInteropTests.folder, "remote.bin").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let whole = FileManager.default.contents(atPath: world.peerData + "/remote.bin")
@@ -307,6 +308,8 @@ struct StreamInteropTests {
             }
             let log = (try? String(contentsOfFile: dir.file("serve.log"), encoding: .utf8)) ?? ""
             #expect(log.contains("reconnected to \(st.deviceID.shortDescription)"), "\(log)")
+            let last = log.split(separator: "\n").last { $0.contains("path=remote.bin 200") }
+            #expect(last?.contains("blocks_fetched=3 ") == true, "fetched from the peer again: \(log)")
             try server.stop()
         }
     }

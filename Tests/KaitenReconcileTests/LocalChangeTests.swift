@@ -52,6 +52,33 @@ struct LocalChangeTests {
         #expect(Plan.Summary([plan]).send == 3 && Plan.Summary([plan]).sendDelete == 1)
     }
 
+    /// A new file this device sent, that no peer has announced yet: neither sent again nor
+    /// reported as an unknown (extraneous) file.
+    @Test func aNewFileSentAndNotYetTakenIsQuiet() throws {
+        var f = Fixture()
+        f.sends = true
+        f.selection = "docs\n"
+        f.announce("docs", type: .directory)
+        f.onDisk("docs", kind: .directory)
+        f.onDisk("docs/new.txt", "n")
+        var sent = BEPFileInfo()
+        sent.name = "docs/new.txt"
+        sent.type = .file
+        sent.version = BEPVector().updated(by: Fixture.me, now: 50)
+        sent.blocksHash = Data(Fixture.content("n").bytes)
+        f.local["docs/new.txt"]?.synced = SyncedVersion(version: sent.version, contentHash: Fixture.content("n"))
+        f.announced["docs/new.txt"] = FileEntry(announced: sent)
+        let plan = try f.plan()
+        #expect(plan.actions.isEmpty, "\(actions(plan))")
+        #expect(plan.conflicts.isEmpty, "\(plan.conflicts)")
+        // Edited again since: sent again, as a new version of what was sent.
+        f.onDisk("docs/new.txt", "n2", synced: nil)
+        f.local["docs/new.txt"]?.synced = SyncedVersion(version: sent.version, contentHash: Fixture.content("n"))
+        let again = try f.plan()
+        #expect(actions(again) == ["send docs/new.txt local-change"])
+        #expect(again.actions.first?.version == sent.version.descriptions)
+    }
+
     @Test func aReceiveOnlyFolderKeepsReportingLocalChangesAsConflicts() throws {
         var f = Fixture()
         f.selection = "docs\n"
