@@ -799,6 +799,12 @@ public enum Applier {
                     }
                 } else {
                     try checkUnchanged(root: config.path, name: action.path, planned: planned)
+                    // checkUnchanged lets a vanished file pass (a pull writes it anyway); a send
+                    // of it would announce blocks nobody has.
+                    var info = stat()
+                    if action.action == .send, planned != nil, lstat(config.path + "/" + action.path, &info) != 0 {
+                        throw ApplyError(.changedLocally, path: action.path, "gone since the plan; the next plan sends its deletion")
+                    }
                 }
                 let change = LocalChange.of(
                     global: log.index.global(action.path)?.file, local: planned, announced: state.input.announced[action.path], me: me,
@@ -828,16 +834,19 @@ public enum Applier {
         }
         guard !files.isEmpty else { return [] }
         do {
-            // The synced record first: once announced, the new version is what this copy is.
+            // The local index first, then the synced record. The other order, interrupted in
+            // between, would leave a copy recorded as the new version that nobody was told of,
+            // and no later plan would send it; this one leaves an announced version the synced
+            // record does not know yet, which the next plan sends again (a new version, harmless).
+            let announcer = try LocalAnnouncer(home: home, folders: [folder])
+            defer { announcer.close() }
+            try announcer.recordLocalChanges(folder: folder, files)
             for info in files where !info.deleted && info.type != .directory {
                 let hash = info.type == .symlink ? Reconciler.symlinkHash(info.symlinkTarget) : info.contentHash
                 try journal?.record(info.name, SyncedVersion(version: info.version, contentHash: hash))
                 tree[info.name]?.synced = SyncedVersion(version: info.version, contentHash: hash)
             }
             journal?.sync()
-            let announcer = try LocalAnnouncer(home: home, folders: [folder])
-            defer { announcer.close() }
-            try announcer.recordLocalChanges(folder: folder, files)
         } catch {
             for (action, _) in pending {
                 report.failed.append((folder, action.path, "cannot record it in the local index: \(error)"))

@@ -29,6 +29,12 @@ import Glibc
 /// most the batch being written; the checkpoint on disk never claims more than the records
 /// before it, so the next sync asks for everything after it again. On open, a torn last
 /// record is cut off with a warning; damage anywhere else is an error naming the byte offset.
+///
+/// Sharing: any number of processes may hold a log open for writing. A writer takes the
+/// exclusive lock for one batch at a time (``exclusively(_:)``): it first reads what others
+/// appended since (or the whole file again, after another writer's compaction renamed a new
+/// one over the path), then appends, then lets go. A long-running writer (`kaiten run`) so
+/// keeps nobody out for longer than a batch, and the one-shot verbs beside it write safely.
 public final class IndexLog {
     public static let magic: [UInt8] = Array("KAITENIX".utf8)
     public static let formatVersion: UInt32 = 2
@@ -64,6 +70,10 @@ public final class IndexLog {
 
     private var fd: Int32 = -1
     private var isReadOnly = false
+    /// A reader that did not get the shared lock in time: it reads a copy, up to the last batch.
+    private var readsUnlocked = false
+    /// How deep in ``exclusively(_:)`` this writer is: it holds the lock while above 0.
+    private var lockDepth = 0
     private var headerLength: Int64 = 0
     private var checkpointRecordLength: [DeviceID: Int64] = [:]
 
@@ -89,30 +99,34 @@ public final class IndexLog {
     /// - Parameter warn: told about a torn tail that was cut off.
     /// - Throws: ``IndexLogError`` naming the file and offset of damage that is not a torn tail.
     /// - Parameter readOnly: open for reading only (`ls`, `status`, a server's view): no file is
-    ///   created, a torn tail is skipped rather than cut, a writer is never waited for, and the
-    ///   shared lock (taken when free) is let go once the log is read: a long-lived reader
-    ///   (`kaiten serve`) never keeps a writer (`index sync`, `apply`) out. Its view stays whole
-    ///   after that: a writer only appends past it, and a compaction renames a new file over the
-    ///   path while the reader keeps the old one open.
+    ///   created, a torn tail is skipped rather than cut, and the shared lock is held only
+    ///   while the log is read: a long-lived reader (`kaiten serve`) never keeps a writer out.
+    ///   Its view stays whole after that: a writer only appends past it, and a compaction
+    ///   renames a new file over the path while the reader keeps the old one open.
     public static func open(
         path: String, folderID: String, readOnly: Bool = false, warn: (String) -> Void = { _ in }
     ) throws(IndexLogError) -> IndexLog {
         let log = IndexLog(path: path, folderID: folderID)
         log.isReadOnly = readOnly
         if readOnly && !FileManager.default.fileExists(atPath: path) { return log }
-        // A compaction that did not reach its rename leaves its temporary file: the old log is whole.
-        if !readOnly { unlink(path + ".compact") }
         let fd = Glibc.open(path, (readOnly ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw IndexLogError(.io, file: path, "cannot open: \(String(cString: strerror(errno)))") }
         log.fd = fd
-        // One writer per log: a second `kaiten index sync` on the same folder must not interleave.
-        // A reader never waits: while a writer appends (another process, or this one's own
-        // announcer while a peer's requests are being served) it reads without the lock — the
-        // log is append-only with a CRC per record, so what it reads is whole up to a record a
-        // writer may be in the middle of, which it skips as a torn tail (never cut: readOnly).
-        guard readOnly ? (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno == EWOULDBLOCK) : lockExclusively(fd) else {
-            throw IndexLogError(.io, file: path, "in use by another kaiten process (try again when it has finished)")
+        // A writer reads the log under the exclusive lock (it may cut a torn tail, which only a
+        // writer that was killed mid-batch leaves) and lets it go after, as after each batch.
+        // A reader takes the shared lock, so that it never sees half a batch (a full index's
+        // "replaced" record without the entries after it) nor a tail a writer cuts back. Writers
+        // hold the lock one batch at a time, so this is a short wait; a writer that holds it for
+        // longer (compacting a very big log) is not waited for: the reader copies the file and
+        // reads it up to its last whole batch.
+        let locked = readOnly ? lockShared(fd) : lockExclusively(fd)
+        guard locked || readOnly else {
+            throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
         }
+        log.readsUnlocked = !locked
+        // A compaction that did not reach its rename leaves its temporary file: the old log is
+        // whole. Only under the lock: another writer's compaction may be writing it right now.
+        if !readOnly { unlink(path + ".compact") }
         var info = stat()
         fstat(fd, &info)
         if info.st_size == 0 && readOnly {
@@ -124,8 +138,108 @@ public final class IndexLog {
             // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's.
             if log.fileFormat == 1 && !readOnly { try log.compact(rewritingRecords: true) }
         }
-        if readOnly { flock(fd, LOCK_UN) }
+        flock(log.fd, LOCK_UN)
         return log
+    }
+
+    /// Runs `body` holding the exclusive lock, with the view first brought up to what other
+    /// writers appended: appends made in `body` (``apply(device:indexID:files:isFullIndex:)``)
+    /// and the decisions they depend on (this device's next sequence number) see the whole log.
+    /// Nested calls take the lock once.
+    public func exclusively<T>(_ body: () throws -> T) throws -> T {
+        let took = try lockForBatch()
+        defer { if took { unlockAfterBatch() } }
+        return try body()
+    }
+
+    /// Brings a writer's view up to what other writers appended (it moves on its own only at
+    /// this writer's batches).
+    public func catchUp() throws(IndexLogError) {
+        let took = try lockForBatch()
+        if took { unlockAfterBatch() }
+    }
+
+    /// Takes the lock and catches up, unless already held; returns whether it took it.
+    private func lockForBatch() throws(IndexLogError) -> Bool {
+        precondition(!isReadOnly, "writing to a read-only index log")
+        if lockDepth > 0 {
+            lockDepth += 1
+            return false
+        }
+        guard fd >= 0 else { throw IndexLogError(.io, file: path, "the log was closed") }
+        guard Self.lockExclusively(fd) else {
+            throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+        }
+        lockDepth = 1
+        do {
+            try catchUpHoldingLock()
+        } catch {
+            unlockAfterBatch()
+            throw error
+        }
+        return true
+    }
+
+    private func unlockAfterBatch() {
+        lockDepth = 0
+        if fd >= 0 { flock(fd, LOCK_UN) }
+    }
+
+    /// Under the lock: reads what other writers appended since this view was made, or reads
+    /// the file at the path afresh when it is another one than the view's (a compaction
+    /// renamed a new file over it, `index rebuild` removed it) or it shrank.
+    private func catchUpHoldingLock() throws(IndexLogError) {
+        var held = stat()
+        var current = stat()
+        fstat(fd, &held)
+        let samePath = stat(path, &current) == 0 && current.st_ino == held.st_ino && current.st_dev == held.st_dev
+        if samePath && Int64(held.st_size) == fileSize { return }
+        if samePath && Int64(held.st_size) > fileSize {
+            try replay(size: Int64(held.st_size), from: fileSize, warn: { _ in })
+            return
+        }
+        // Another file, or this one cut back: read the one at the path from the start.
+        while true {
+            let fresh = try IndexLog.open(path: path, folderID: folderID)
+            Glibc.close(fd)
+            adopt(fresh)
+            guard Self.lockExclusively(fd) else {
+                throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+            }
+            // Between that open and this lock another writer may have appended again.
+            fstat(fd, &held)
+            guard stat(path, &current) == 0, current.st_ino == held.st_ino else {
+                flock(fd, LOCK_UN)
+                continue
+            }
+            if Int64(held.st_size) > fileSize { try replay(size: Int64(held.st_size), from: fileSize, warn: { _ in }) }
+            return
+        }
+    }
+
+    /// Up to 2 s; a writer holds the lock for one batch.
+    private static func lockShared(_ fd: Int32) -> Bool {
+        for _ in 0..<100 {
+            if flock(fd, LOCK_SH | LOCK_NB) == 0 { return true }
+            guard errno == EWOULDBLOCK else { return false }
+            usleep(20_000)
+        }
+        return false
+    }
+
+    /// Takes over the descriptor and view of a log just opened on the same path.
+    private func adopt(_ fresh: IndexLog) {
+        fd = fresh.fd
+        fresh.fd = -1
+        let rule = index.conflictRule
+        index = fresh.index
+        index.conflictRule = rule
+        checkpoints = fresh.checkpoints
+        fileSize = fresh.fileSize
+        liveBytes = fresh.liveBytes
+        checkpointRecordLength = fresh.checkpointRecordLength
+        headerLength = fresh.headerLength
+        fileFormat = fresh.fileFormat
     }
 
     /// A flock belongs to the open file description, which a child forked by this process
@@ -151,6 +265,8 @@ public final class IndexLog {
     ///   - isFullIndex: an `Index` message: everything earlier from this device is void.
     public func apply(device: DeviceID, indexID: UInt64, files: [BEPFileInfo], isFullIndex: Bool) throws(IndexLogError) {
         precondition(!isReadOnly, "apply on a read-only index log")
+        let took = try lockForBatch()
+        defer { if took { unlockAfterBatch() } }
         var buffer: [UInt8] = []
         buffer.reserveCapacity(files.count * 256)
         var recordStarts: [(offset: Int, length: Int)] = []
@@ -218,6 +334,8 @@ public final class IndexLog {
     /// counting in the global view, and a later sync with it starts from a full index.
     public func removeDevice(_ device: DeviceID) throws(IndexLogError) {
         precondition(!isReadOnly, "removeDevice on a read-only index log")
+        let took = try lockForBatch()
+        defer { if took { unlockAfterBatch() } }
         guard checkpoints[device] != nil || index.hasEntries(from: device) else { return }
         var buffer: [UInt8] = []
         var payload = device.bytes
@@ -295,6 +413,8 @@ public final class IndexLog {
     /// Rewrites the log with only live records: a new file, fsynced, renamed over the old one.
     /// A crash at any moment leaves either the old log or the new one, whole.
     public func compact() throws(IndexLogError) {
+        let took = try lockForBatch()
+        defer { if took { unlockAfterBatch() } }
         try compact(rewritingRecords: false)
     }
 
@@ -362,32 +482,35 @@ public final class IndexLog {
             fsync(dirFD)
             Glibc.close(dirFD)
         }
-        // Re-read the new file so every entry points at its new offset (closing drops our lock on
-        // the old inode; the fresh open locks the new one).
+        // Re-read the new file so every entry points at its new offset. Closing drops the lock
+        // on the old inode (a writer waiting on it then finds the path moved on); a batch in
+        // progress takes the new one's and reads what another writer appended in between.
         Glibc.close(fd)
         fd = -1
-        let fresh = try IndexLog.open(path: path, folderID: folderID)
-        fd = fresh.fd
-        fresh.fd = -1
-        let rule = index.conflictRule
-        index = fresh.index
-        index.conflictRule = rule
-        checkpoints = fresh.checkpoints
-        fileSize = fresh.fileSize
-        liveBytes = fresh.liveBytes
-        checkpointRecordLength = fresh.checkpointRecordLength
-        headerLength = fresh.headerLength
+        adopt(try IndexLog.open(path: path, folderID: folderID))
+        if lockDepth > 0 {
+            guard Self.lockExclusively(fd) else {
+                throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+            }
+            try catchUpHoldingLock()
+        }
     }
 
     // MARK: - Replay
 
-    private func replay(size: Int64, warn: (String) -> Void) throws(IndexLogError) {
+    private func replay(size: Int64, from start: Int64 = 0, warn: (String) -> Void) throws(IndexLogError) {
         // Mapped through the open descriptor, not the path: a compaction renaming a new file
         // over the path meanwhile must not give this view bytes of another file than the one
         // its block reads go to.
         let data: Data
         if size == 0 {
             data = Data()
+        } else if readsUnlocked {
+            // Not mapped: a writer may cut the file back under a mapping (a signal on access).
+            var copy = Data(count: Int(size))
+            let n = copy.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+            guard n >= 0 else { throw IndexLogError(.io, file: path, "cannot read: \(String(cString: strerror(errno)))") }
+            data = copy.prefix(n)
         } else {
             guard let base = mmap(nil, Int(size), PROT_READ, MAP_PRIVATE, fd, 0), base != MAP_FAILED else {
                 throw IndexLogError(.io, file: path, "cannot read: \(String(cString: strerror(errno)))")
@@ -395,7 +518,7 @@ public final class IndexLog {
             data = Data(bytesNoCopy: base, count: Int(size), deallocator: .custom { pointer, count in munmap(pointer, count) })
         }
         do {
-            try replay(data: data, warn: warn)
+            try replay(data: data, from: Int(start), warn: warn)
         } catch let error as IndexLogError {
             throw error
         } catch {
@@ -403,13 +526,18 @@ public final class IndexLog {
         }
     }
 
-    private func replay(data: Data, warn: (String) -> Void) throws {
+    /// Replays the records from `start` (the header and everything after it when 0).
+    private func replay(data: Data, from start: Int, warn: (String) -> Void) throws {
         try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) throws in
             let bytes = raw.bindMemory(to: UInt8.self)
-            try readHeader(bytes)
-            var offset = Int(headerLength)
-            liveBytes = headerLength
-            while offset < bytes.count {
+            var offset = start
+            if start == 0 {
+                try readHeader(bytes)
+                offset = Int(headerLength)
+                liveBytes = headerLength
+            }
+            let end = readsUnlocked ? Self.endOfLastBatch(in: bytes, from: offset) : bytes.count
+            while offset < end {
                 let remaining = bytes.count - offset
                 if remaining < 9 {
                     try cutTornTail(at: offset, warn: warn, why: "a record header is incomplete")
@@ -441,6 +569,20 @@ public final class IndexLog {
             }
             fileSize = Int64(offset)
         }
+    }
+
+    /// Where the last whole batch ends (each ends with its checkpoint record): a reader without
+    /// the lock stops there rather than take half of a batch a writer is appending.
+    static func endOfLastBatch(in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        var offset = start
+        var end = start
+        while offset + 9 <= bytes.count {
+            let length = Int(bytes.readBE32(at: offset))
+            guard offset + 9 + length <= bytes.count else { break }
+            if bytes[offset + 8] == Kind.checkpoint.rawValue { end = offset + 9 + length }
+            offset += 9 + length
+        }
+        return end
     }
 
     /// The offset of the first complete, checksummed checkpoint record that starts after

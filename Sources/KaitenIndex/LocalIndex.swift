@@ -33,13 +33,16 @@ public final class LocalIndex {
     ) throws -> LocalIndex {
         let log = try IndexLog.open(path: path, folderID: folderID, warn: warn)
         var id = indexID
-        if let checkpoint = log.checkpoints[me] {
-            if checkpoint.indexID != indexID { id = checkpoint.indexID }
-        } else if !log.index.hasEntries(from: me) {
-            // Nothing announced under this log yet: whatever peers may remember under the stored
-            // ID (a log deleted since) must not meet sequence numbers that start again at 1.
-            id = try renewIndexID()
-            try log.apply(device: me, indexID: id, files: [], isFullIndex: true)
+        // Under the lock: two processes opening a new log must not both start it.
+        try log.exclusively {
+            if let checkpoint = log.checkpoints[me] {
+                if checkpoint.indexID != indexID { id = checkpoint.indexID }
+            } else if !log.index.hasEntries(from: me) {
+                // Nothing announced under this log yet: whatever peers may remember under the stored
+                // ID (a log deleted since) must not meet sequence numbers that start again at 1.
+                id = try renewIndexID()
+                try log.apply(device: me, indexID: id, files: [], isFullIndex: true)
+            }
         }
         return LocalIndex(log: log, me: me, indexID: id)
     }
@@ -64,6 +67,14 @@ public final class LocalIndex {
     /// The same over entries produced one at a time (`each` calls its argument with every
     /// desired entry): only the changed ones are kept, in name order.
     public func update(
+        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo]
+    ) throws -> [BEPFileInfo] {
+        // Under the lock, so that what is compared and the next sequence number include what
+        // another process (a one-shot `apply` beside `kaiten run`) recorded a moment ago.
+        try log.exclusively { try updateHoldingLock(each: each, blocks: blocks) }
+    }
+
+    private func updateHoldingLock(
         each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo]
     ) throws -> [BEPFileInfo] {
         var changed: [BEPFileInfo] = []

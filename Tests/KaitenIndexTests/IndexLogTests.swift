@@ -5,6 +5,14 @@ import Testing
 
 @testable import KaitenIndex
 
+/// A duration one thread sets and another reads.
+final class NIOLockedDuration: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: TimeInterval?
+    var value: TimeInterval? { lock.withLock { stored } }
+    func set(_ value: TimeInterval) { lock.withLock { stored = value } }
+}
+
 struct IndexLogTests {
     static let peerA = try! DeviceID(bytes: Array(repeating: 0xA0, count: 32))
     static let peerB = try! DeviceID(bytes: Array(repeating: 0xB0, count: 32))
@@ -184,13 +192,53 @@ struct IndexLogTests {
         }
     }
 
-    @Test func aSecondWriterIsRefusedWhileTheFirstHoldsTheLog() throws {
+    /// Two writers (a running service and a one-shot verb) share the log batch by batch: each
+    /// batch sees what the other appended, a compaction by one is followed by the other, and a
+    /// writer in the middle of a batch makes the other wait for it, not fail.
+    @Test func twoWritersShareTheLogBatchByBatch() throws {
         try withLog { path in
-            let first = try IndexLog.open(path: path, folderID: "photos")
-            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") }
-            #expect(error?.description.contains("in use") == true)
-            first.close()
-            try IndexLog.open(path: path, folderID: "photos").close()
+            let service = try IndexLog.open(path: path, folderID: "photos")
+            let oneShot = try IndexLog.open(path: path, folderID: "photos")
+            try service.apply(device: Self.peerA, indexID: 1, files: [Self.file("a.jpg", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            try oneShot.apply(device: Self.peerB, indexID: 2, files: [Self.file("b.jpg", sequence: 1, version: [(2, 1)])], isFullIndex: true)
+            #expect(oneShot.index.global("a.jpg") != nil, "the second writer read the first one's batch before appending")
+            try service.apply(device: Self.peerA, indexID: 1, files: [Self.file("a.jpg", size: 30, sequence: 2, version: [(1, 2)])], isFullIndex: false)
+            #expect(service.index.global("b.jpg") != nil)
+            #expect(service.checkpoints[Self.peerB]?.maxSequence == 1 && service.checkpoints[Self.peerA]?.maxSequence == 2)
+
+            // The one-shot writer compacts (a new file renamed over the path); the service follows.
+            try oneShot.compact()
+            try service.apply(device: Self.peerA, indexID: 1, files: [Self.file("c.jpg", sequence: 3, version: [(1, 3)])], isFullIndex: false)
+            try oneShot.apply(device: Self.peerB, indexID: 2, files: [Self.file("d.jpg", sequence: 2, version: [(2, 2)])], isFullIndex: false)
+            for log in [service, oneShot] {
+                try log.catchUp()  // a writer's view moves at its batches, or when asked
+                #expect(Set(["a.jpg", "b.jpg", "c.jpg", "d.jpg"]).allSatisfy { log.index.global($0) != nil })
+                #expect(log.index.global("a.jpg")?.file.size == 30)
+                let a = try #require(log.index.global("a.jpg")?.file)
+                #expect(try log.blocks(of: a).first?.size == 30, "entries point into the file the writer holds")
+            }
+
+            // A batch in progress holds the other writer back until it ends.
+            let waited = NIOLockedDuration()
+            let other = Thread {
+                let start = Date()
+                guard let third = try? IndexLog.open(path: path, folderID: "photos") else { return }
+                defer { third.close() }
+                try? third.apply(device: Self.peerB, indexID: 2, files: [Self.file("e.jpg", sequence: 3, version: [(2, 3)])], isFullIndex: false)
+                waited.set(Date().timeIntervalSince(start))
+            }
+            try service.exclusively {
+                other.start()
+                Thread.sleep(forTimeInterval: 0.4)
+            }
+            while waited.value == nil { Thread.sleep(forTimeInterval: 0.01) }
+            #expect((waited.value ?? 0) >= 0.3, "it waited for the batch")
+            service.close()
+            oneShot.close()
+            let reopened = try IndexLog.open(path: path, folderID: "photos")
+            #expect(Set(["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"]).allSatisfy { reopened.index.global($0) != nil })
+            #expect(reopened.checkpoints[Self.peerB]?.maxSequence == 3 && reopened.checkpoints[Self.peerA]?.maxSequence == 3)
+            reopened.close()
         }
     }
 
@@ -310,5 +358,24 @@ struct LocalIndexTests {
         let fresh = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 77, renewIndexID: { renewed += 1; return 123 })
         #expect(fresh.indexID == 123 && fresh.maxSequence == 0)
         fresh.close()
+    }
+
+    /// Two processes recording this device's changes (a service and a one-shot apply beside
+    /// it) never give two entries one sequence number.
+    @Test func twoWritersOfTheLocalIndexNeverShareASequence() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-local-index")
+        defer { dir.remove() }
+        let path = dir.file("f.local")
+        let service = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 5, renewIndexID: { 41 })
+        let oneShot = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 41, renewIndexID: { 42 })
+        #expect(oneShot.indexID == 41, "the second open found the first one's index")
+        #expect(try service.update([Self.entry("a", version: 1)]) { _ in [] }.map(\.sequence) == [1])
+        #expect(try oneShot.update([Self.entry("b", version: 1)]) { _ in [] }.map(\.sequence) == [2])
+        #expect(try service.update([Self.entry("b", version: 1), Self.entry("c", version: 1)]) { _ in [] }.map(\.sequence) == [3],
+            "b is already announced as the other writer recorded it")
+        try oneShot.log.catchUp()
+        #expect(try oneShot.entries(after: 0).map(\.sequence) == [1, 2, 3])
+        service.close()
+        oneShot.close()
     }
 }
