@@ -348,7 +348,7 @@ public enum Applier {
         events(.start(actions: plan.folders.reduce(0) { $0 + $1.actions.count }, pullBytes: totalBytes))
         var filesDone = 0
         let bytesMoved = ByteCounter()
-        let watcher = UpdateWatcher(connections: prepared.session.connections)
+        let watcher = UpdateWatcher(updates: prepared.session.updates())
         defer { watcher.stop() }
         for folderPlan in plan.folders {
             guard let state = prepared.states.first(where: { $0.input.id == folderPlan.id }),

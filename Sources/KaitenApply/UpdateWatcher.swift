@@ -1,5 +1,6 @@
 import KaitenIndex
 import KaitenPeer
+import KaitenSync
 import KaitenProtocol
 import Synchronization
 
@@ -9,19 +10,13 @@ import Synchronization
 final class UpdateWatcher: Sendable {
     private let tasks: [Task<Void, Never>]
 
-    init(connections: [DeviceID: PeerConnection]) {
-        var tasks: [Task<Void, Never>] = []
+    init(updates: AsyncStream<IndexUpdate>) {
         let store = Store()
-        for (device, connection) in connections {
-            tasks.append(
-                Task {
-                    for await event in connection.events {
-                        guard case .index(let folder, let files, _) = event else { continue }
-                        store.record(folder: folder, device: device, files: files)
-                    }
-                })
-        }
-        self.tasks = tasks
+        tasks = [
+            Task {
+                for await update in updates { store.record(folder: update.folder, device: update.device, files: update.files) }
+            }
+        ]
         self.store = store
     }
 

@@ -63,200 +63,42 @@ public final class RemoteFiles: @unchecked Sendable {
     let logger: Logger
     let timeout: Double
     let cache: BlockCache
+    /// The peer connections, their index intake and this device's announcements.
+    public let sessions: PeerSessions
     private let lock = NSLock()
-    private var session: PeerSession?
-    private var logs: [String: IndexLog] = [:]
+    /// The logs read so far, with the size of the file when each was read: one that grew
+    /// (the sessions took a peer's update in, another process synced) is read again.
+    private var logs: [String: (log: IndexLog, size: Int64)] = [:]
     private var locals: [String: LocalTree] = [:]
-    /// Connections peers started, by device.
-    private var accepted: [DeviceID: PeerConnection] = [:]
-    /// Accepted sessions one at a time: each holds the index logs for writing while it runs.
-    private let acceptQueue = SerialQueue()
-    /// What peers announced on the open connections after their first exchange, by folder,
-    /// path and device: what is served follows a peer's change at once, without waiting for
-    /// the next index sync to put it in the log (which the peer then sends again).
-    private var updates: [String: [String: [DeviceID: BEPFileInfo]]] = [:]
-    private var watchers: [Task<Void, Never>] = []
-
-    /// Takes in the index updates `connection` carries from now on (it is past its exchange).
-    private func watchUpdates(_ connection: PeerConnection) {
-        let device = connection.deviceID
-        let task = Task { [weak self] in
-            for await event in connection.events {
-                guard case .index(let folder, let files, _) = event, let self else { continue }
-                self.withLock {
-                    for file in files { self.updates[folder, default: [:]][file.name, default: [:]][device] = file }
-                }
-            }
-        }
-        withLock { watchers.append(task) }
-    }
     private let fetchedBlocks = Counter()
 
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
     public var blocksFetched: Int { fetchedBlocks.value }
 
-    public init(home: KaitenHome, cacheBytes: Int = 64 << 20, timeout: Double = 120, logger: Logger) {
+    /// - Parameter sessions: the sessions to read through (a service's); new ones when nil.
+    public init(home: KaitenHome, cacheBytes: Int = 64 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil) {
         self.home = home
         self.logger = logger
         self.timeout = timeout
         self.cache = BlockCache(capacity: cacheBytes)
+        self.sessions = sessions ?? PeerSessions(home: home, timeout: timeout, logger: logger, serve: BlockServer(home: home).answer)
     }
 
     /// Refreshes the index of `folders` (all when empty) and keeps the peer connections.
     public func connect(folders: [String] = [], warn: (String) -> Void) async throws {
-        let server = BlockServer(home: home)
-        let (reports, fresh) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, warn: warn)
+        let reports = try await sessions.connect(folders: folders, warn: warn)
         for r in reports where !r.ok {
             warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "unreachable")")
         }
-        let old = withLock { () -> PeerSession? in
-            let old = session
-            session = fresh
-            logs = [:]
-            locals = [:]
-            return old
-        }
-        await old?.close(reason: "reconnecting")
-        for connection in fresh.connections.values { watchUpdates(connection) }
     }
 
-    /// Redials, with backoff (2 s doubling to 60 s), every configured peer that shares a folder,
-    /// has a tcp:// address and has no open connection — one that restarted, a connection cut —
-    /// so that a long-running `serve` stays useful. Cancel the task to stop.
-    public func keepConnected(warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
-        let home = self.home
-        let me = home.identity.deviceID
-        let wanted = home.config.devices.filter { device in
-            device.id != me && !device.addresses.compactMap(PeerAddress.init).isEmpty
-                && home.config.folders.contains { $0.devices.contains(device.id) }
-        }.map(\.id)
-        return Task {
-            var delay: [DeviceID: Int] = [:]
-            var due: [DeviceID: ContinuousClock.Instant] = [:]
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(1))
-                let open = (try? self.connections()) ?? [:]
-                let now = ContinuousClock.now
-                let missing = Set(wanted.filter { open[$0] == nil && (due[$0].map { $0 <= now } ?? true) })
-                guard !missing.isEmpty, !Task.isCancelled else { continue }
-                let reached = ReachedPeers()
-                // In turn with accepted sessions: each writes the index logs.
-                await acceptQueue.run {
-                    // A peer may have dialled in while this waited its turn.
-                    let current = (try? self.connections()) ?? [:]
-                    let still = missing.filter { current[$0] == nil }
-                    reached.set(missing.subtracting(still))
-                    guard !still.isEmpty else { return }
-                    let server = BlockServer(home: self.home)
-                    guard let (_, fresh) = try? await IndexSync.runKeepingConnections(
-                        home: self.home, folders: [], timeout: self.timeout, logger: self.logger, serve: server.answer, only: still)
-                    else { return }
-                    self.withLock {
-                        for (device, connection) in fresh.connections where connection.isOpen { self.accepted[device] = connection }
-                        self.logs = [:]
-                    }
-                    for connection in fresh.connections.values { self.watchUpdates(connection) }
-                    reached.set(missing.subtracting(still).union(fresh.connections.keys))
-                }
-                for device in missing {
-                    if reached.value.contains(device) {
-                        warn("reconnected to \(device.shortDescription)")
-                        delay[device] = nil
-                        due[device] = nil
-                    } else {
-                        let next = min(60, (delay[device] ?? 1) * 2)
-                        delay[device] = next
-                        due[device] = now + .seconds(next)
-                    }
-                }
-            }
-        }
-    }
-
-    /// The open peer connections: those dialled at `connect`, and those peers started.
+    /// The open peer connections: those dialled, and those peers started.
     public func connections() throws -> [DeviceID: PeerConnection] {
-        withLock {
-            var all = session?.openConnections ?? [:]
-            for (device, connection) in accepted where connection.isOpen && all[device] == nil { all[device] = connection }
-            return all
-        }
-    }
-
-    /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each
-    /// connection taken in by ``accept(_:warn:)``; only configured peers get past TLS. An address
-    /// that cannot be bound (a syncthing on the same machine has it) is said and skipped.
-    /// Returns the listeners and the addresses bound.
-    public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerListener], addresses: [String]) {
-        let me = home.identity.deviceID
-        let configured = Set(home.config.devices.map(\.id)).subtracting([me])
-        let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
-        var listeners: [PeerListener] = []
-        var addresses: [String] = []
-        for text in home.config.options.tcpListenAddresses {
-            guard let address = PeerAddress.listening(text) else { continue }
-            do {
-                let listener = try await PeerListener.bind(
-                    to: address, identity: home.identity, hello: hello, logger: logger, isAllowed: { configured.contains($0) },
-                    onRejected: { id, remote in warn("refused a connection from \(id?.description ?? "a device without a certificate") at \(remote): not a configured peer") },
-                    onConnection: { connection in await self.accept(connection, warn: warn) })
-                listeners.append(listener)
-                addresses.append("tcp://\(address.host.contains(":") ? "[\(address.host)]" : address.host):\(listener.localPort)")
-            } catch {
-                warn("cannot listen for peers at \(text): \(error); peers cannot dial this device")
-            }
-        }
-        return (listeners, addresses)
-    }
-
-    /// Takes in a connection a peer started (it dialled this device): its index goes into the
-    /// logs, this device's index goes to it, and its block requests are answered, as for a
-    /// connection Kaiten dialled. A second connection to a peer already connected is closed
-    /// ("already connected"), as syncthing closes it, so that exactly one stays.
-    public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
-        await acceptQueue.run {
-            let duplicate = self.withLock {
-                (self.session?.openConnections[connection.deviceID] ?? self.accepted[connection.deviceID])?.isOpen == true
-            }
-            if duplicate {
-                await connection.close(reason: "already connected")
-                return
-            }
-            // The logs this server reads are let go while the session writes them; the next
-            // request reopens them with what the peer sent.
-            self.withLock {
-                self.logs = [:]
-                self.locals = [:]
-            }
-            do {
-                let server = BlockServer(home: self.home)
-                let (reports, _) = try await IndexSync.accept(
-                    connection, home: self.home, timeout: self.timeout, serve: server.answer, warn: warn)
-                for r in reports where !r.ok { warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "")") }
-                self.withLock {
-                    self.accepted[connection.deviceID] = connection
-                    self.logs = [:]
-                }
-                self.watchUpdates(connection)
-            } catch {
-                warn("\(connection.label): \(error)")
-                await connection.close(reason: "\(error)")
-            }
-        }
+        sessions.connections()
     }
 
     public func close() async {
-        let (s, others) = withLock { () -> (PeerSession?, [PeerConnection]) in
-            defer {
-                session = nil
-                accepted = [:]
-                for task in watchers { task.cancel() }
-                watchers = []
-            }
-            return (session, Array(accepted.values))
-        }
-        await s?.close(reason: "done")
-        for connection in others { await connection.close(reason: "done") }
+        await sessions.close()
     }
 
     private func withLock<T>(_ body: () throws -> T) rethrows -> T {
@@ -290,41 +132,29 @@ public final class RemoteFiles: @unchecked Sendable {
         guard let config = home.config.folders.first(where: { $0.id == folder }) else {
             throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
         }
-        let (log, local, connections, fresh): (IndexLog, LocalTree, [DeviceID: PeerConnection], [DeviceID: BEPFileInfo])
+        let connections = sessions.connections()
+        let (log, local): (IndexLog, LocalTree)
         do {
-            (log, local, connections, fresh) = try withLock {
-                // Another kaiten process (a timer's `index sync`, an `apply`) may have appended
-                // since: the log is read again when it grew, so what is served is current.
+            (log, local) = try withLock {
+                // The sessions append what peers announce as it arrives, and another kaiten
+                // process (a timer's `index sync`, an `apply`) may have appended: the log is
+                // read again when the file changed size, so what is served is current.
                 let onDisk = Self.fileSize(home.home.indexLogPath(folderID: folder))
-                if let open = logs[folder], open.fileSize != onDisk {
+                if let open = logs[folder], open.size != onDisk {
                     // Not closed here: a request still reading blocks through it keeps it open
                     // until it is done (the log closes when the last reference goes).
                     logs[folder] = nil
                 }
                 if logs[folder] == nil {
-                    logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+                    logs[folder] = (try PeerGenerations.openLog(home: home, folder: folder, readOnly: true), onDisk)
                     locals[folder] = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
                 }
-                var open = session?.openConnections ?? [:]
-                for (device, connection) in accepted where connection.isOpen && open[device] == nil { open[device] = connection }
-                return (logs[folder]!, locals[folder]!, open, updates[folder]?[path] ?? [:])
+                return (logs[folder]!.log, locals[folder]!)
             }
         } catch {
             throw StreamError(.unavailable, "\(folder): cannot read the index: \(error)")
         }
-        var announcedNow: BEPFileInfo?
-        var found = log.index.global(path)
-        if !fresh.isEmpty {
-            // The log's view with what the peers announced since: syncthing's rule picks again.
-            var versions: [DeviceID: FileEntry] = [:]
-            for device in log.checkpoints.keys { if let entry = log.index.entry(path, from: device) { versions[device] = entry } }
-            for (device, file) in fresh { versions[device] = FileEntry(announced: file) }
-            if let winner = GlobalIndex.winner(path, versions, rule: log.conflictRule), winner.file.version != found?.file.version {
-                found = winner
-                announcedNow = winner.holders.lazy.compactMap { fresh[$0] }.first
-            }
-        }
-        guard let g = found else {
+        guard let g = log.index.global(path) else {
             throw StreamError(.notFound, "\(folder)/\(path): not in the global index")
         }
         guard !g.file.isDeleted else { throw StreamError(.notFound, "\(folder)/\(path): deleted on every peer") }
@@ -343,7 +173,7 @@ public final class RemoteFiles: @unchecked Sendable {
         }
         let blocks: [BEPBlockInfo]
         do {
-            blocks = try announcedNow?.blocks ?? log.blocks(of: g.file)
+            blocks = try log.blocks(of: g.file)
         } catch {
             throw StreamError(.unavailable, "\(folder)/\(path): \(error)")
         }
@@ -421,32 +251,5 @@ public final class RemoteFiles: @unchecked Sendable {
             let to = Int(min(range.upperBound + 1, block.offset + Int64(block.size)) - block.offset)
             try await body(from == 0 && to == data.count ? data : data.subdata(in: from..<to))
         }
-    }
-}
-
-/// Runs async work one piece after another (an actor would interleave them at every await).
-/// The peers one redial round reached (written inside the serial queue, read after it).
-private final class ReachedPeers: @unchecked Sendable {
-    private let lock = NSLock()
-    private var reached: Set<DeviceID> = []
-    func set(_ value: Set<DeviceID>) { lock.withLock { reached = value } }
-    var value: Set<DeviceID> { lock.withLock { reached } }
-}
-
-final class SerialQueue: @unchecked Sendable {
-    private let lock = NSLock()
-    private var tail: Task<Void, Never>?
-
-    func run(_ work: @escaping @Sendable () async -> Void) async {
-        let task = lock.withLock { () -> Task<Void, Never> in
-            let previous = tail
-            let next = Task {
-                await previous?.value
-                await work()
-            }
-            tail = next
-            return next
-        }
-        await task.value
     }
 }

@@ -12,14 +12,33 @@ public final class PeerSession: Sendable {
     public let refreshed: [String: Set<DeviceID>]
     /// Per peer, what it holds of this device's local index of each folder (what was sent).
     let announced: [DeviceID: [String: RemoteIndexState]]
+    /// The index batches peers send from now on. A session of its own reads them off its
+    /// connections (one reader each); one lent by ``PeerSessions`` from what they take in.
+    public let updates: @Sendable () -> AsyncStream<IndexUpdate>
 
     init(
         connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>],
-        announced: [DeviceID: [String: RemoteIndexState]] = [:]
+        announced: [DeviceID: [String: RemoteIndexState]] = [:], updates: (@Sendable () -> AsyncStream<IndexUpdate>)? = nil
     ) {
         self.connections = connections
         self.refreshed = refreshed
         self.announced = announced
+        self.updates = updates ?? { Self.reading(connections) }
+    }
+
+    /// The index batches arriving on `connections`, read off them.
+    static func reading(_ connections: [DeviceID: PeerConnection]) -> AsyncStream<IndexUpdate> {
+        AsyncStream { continuation in
+            let tasks = connections.map { device, connection in
+                Task {
+                    for await event in connection.events {
+                        guard case .index(let folder, let files, let isFull) = event else { continue }
+                        continuation.yield(IndexUpdate(device: device, folder: folder, files: files, isFullIndex: isFull))
+                    }
+                }
+            }
+            continuation.onTermination = { _ in for task in tasks { task.cancel() } }
+        }
     }
 
     /// Announces to the open connections what changed in the local index since this session
@@ -240,6 +259,14 @@ public enum IndexSync {
                 if isFull { received[folder]?.fullIndex = true }
             })
         perFolder = received
+        // A peer whose index is empty may send no batch at all: its index ID is stored anyway
+        // (as an empty full index), so that the updates it sends later on this connection
+        // are taken in under it.
+        for folder in shared where !receiver.notSharedByPeer.contains(folder.id) {
+            if let log = logs[folder.id], let indexID = peerIndexIDs[folder.id], log.checkpoints[device.id]?.indexID != indexID {
+                try log.apply(device: device.id, indexID: indexID, files: [], isFullIndex: true)
+            }
+        }
         // What this device holds, as the index just received moved the global view.
         let sharedBoth = shared.map(\.id).filter { !receiver.notSharedByPeer.contains($0) }
         for folder in sharedBoth {

@@ -181,10 +181,10 @@ extension Kaiten {
                 let stamps = LockedISO8601()
                 let log: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8)) }
                 // Peers may dial this device while it serves (the config's listen addresses).
-                let (listeners, peerAddresses) = await files.listen(warn: log)
+                let (listeners, peerAddresses) = await files.sessions.listen(warn: log)
                 if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
                 // A peer that goes away (restarted, a cut connection) is dialled again.
-                let redial = files.keepConnected(warn: log)
+                let redial = files.sessions.keepConnected(warn: log)
                 defer { redial.cancel() }
                 let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, log: log)
                 try await server.run(host: host, port: port) { stop in

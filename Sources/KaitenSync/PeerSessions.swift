@@ -1,0 +1,340 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenPeer
+import KaitenProtocol
+import Logging
+import Synchronization
+
+/// One index batch a peer sent on an open connection after its first exchange.
+public struct IndexUpdate: Sendable {
+    public var device: DeviceID
+    public var folder: String
+    public var files: [BEPFileInfo]
+    public var isFullIndex: Bool
+}
+
+/// The peer sessions of a long-running Kaiten (`serve`, `run`): one connection per peer,
+/// dialled at start and again when it is lost, or accepted when the peer dials; each one's
+/// index taken into the folder logs as it arrives (its first exchange and every update after),
+/// and this device's index announced to it. One job: keeping the sessions; what is done with
+/// the files is the caller's (serving ranges, reconciling).
+public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-only after load
+    public let home: KaitenHome
+    let timeout: Double
+    let logger: Logger
+    let serve: IndexSync.RequestHandler?
+
+    private struct State {
+        var connections: [DeviceID: PeerConnection] = [:]
+        /// Per folder, the peers whose index is current (exchanged on the open connection).
+        var current: [String: Set<DeviceID>] = [:]
+        /// Per peer, what it holds of this device's local index of each folder.
+        var announced: [DeviceID: [String: RemoteIndexState]] = [:]
+        var intakes: [Task<Void, Never>] = []
+        var subscribers: [UUID: AsyncStream<IndexUpdate>.Continuation] = [:]
+        var closed = false
+    }
+    private let state = Mutex(State())
+    /// Exchanges run one at a time: a dialled and an accepted session of one peer must not
+    /// both pass the duplicate check, and each announces from the local index it refreshes.
+    private let exchanges = SerialQueue()
+    /// The writers that take peers' updates in, by folder (each holds its lock per batch only).
+    private let intakeLogs = Mutex<[String: IndexLog]>([:])
+
+    /// - Parameter serve: answers the peers' block requests (the block server); without it
+    ///   they get NO_SUCH_FILE.
+    public init(home: KaitenHome, timeout: Double = 120, logger: Logger, serve: IndexSync.RequestHandler?) {
+        self.home = home
+        self.timeout = timeout
+        self.logger = logger
+        self.serve = serve
+    }
+
+    // MARK: - Connecting
+
+    /// Dials every peer that shares one of `folders` (all when empty), takes in its index and
+    /// sends it this device's; returns what happened with each peer and folder.
+    @discardableResult
+    public func connect(folders: [String] = [], only: Set<DeviceID>? = nil, warn: (String) -> Void) async throws -> [IndexSync.Report] {
+        let (reports, fresh) = try await IndexSync.runKeepingConnections(
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, warn: warn)
+        for (device, connection) in fresh.connections { adopt(connection, device: device, announced: fresh.announced[device] ?? [:]) }
+        return reports
+    }
+
+    /// Redials, with backoff (2 s doubling to 60 s), every configured peer that shares a folder,
+    /// has a tcp:// address and has no open connection — one that restarted, a connection cut.
+    /// Cancel the task to stop.
+    public func keepConnected(warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
+        let me = home.identity.deviceID
+        let wanted = home.config.devices.filter { device in
+            device.id != me && !device.addresses.compactMap(PeerAddress.init).isEmpty
+                && home.config.folders.contains { $0.devices.contains(device.id) }
+        }.map(\.id)
+        return Task {
+            var delay: [DeviceID: Int] = [:]
+            var due: [DeviceID: ContinuousClock.Instant] = [:]
+            var said: [DeviceID: String] = [:]
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                let open = self.connections()
+                let now = ContinuousClock.now
+                for device in wanted where open[device] == nil && due[device] == nil && delay[device] == nil {
+                    // Lost a moment ago: the first redial after 2 s.
+                    delay[device] = 2
+                    due[device] = now + .seconds(2)
+                }
+                let missing = wanted.filter { open[$0] == nil && (due[$0].map { $0 <= now } ?? false) }
+                guard !missing.isEmpty, !Task.isCancelled else { continue }
+                // A peer may dial in while this waits its turn: the exchange drops the duplicate.
+                let still = Set(missing.filter { self.connections()[$0] == nil })
+                let found = Mutex<[DeviceID: String]>([:])
+                if !still.isEmpty {
+                    await self.exchanges.run {
+                        do {
+                            let reports = try await self.connect(only: still, warn: warn)
+                            for report in reports where !report.ok {
+                                if let device = try? DeviceID(report.deviceID) { found.withLock { $0[device] = report.problem ?? "unreachable" } }
+                            }
+                        } catch {
+                            found.withLock { for device in still { $0[device] = "\(error)" } }
+                        }
+                    }
+                }
+                let problems = found.withLock { $0 }
+                let reached = self.connections()
+                for device in missing {
+                    if reached[device] != nil {
+                        warn("reconnected to \(device.shortDescription)")
+                        delay[device] = nil
+                        due[device] = nil
+                        said[device] = nil
+                    } else {
+                        // Said once per kind of failure, not at every attempt.
+                        let why = problems[device] ?? "unreachable"
+                        if said[device] != why { warn("\(device.shortDescription): \(why); dialling again with backoff (up to 60 s)") }
+                        said[device] = why
+                        let next = min(60, (delay[device] ?? 1) * 2)
+                        delay[device] = next
+                        due[device] = now + .seconds(next)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each
+    /// connection taken in by ``accept(_:warn:)``; only configured peers get past TLS. An address
+    /// that cannot be bound (a syncthing on the same machine has it) is said and skipped.
+    public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerListener], addresses: [String]) {
+        let me = home.identity.deviceID
+        let configured = Set(home.config.devices.map(\.id)).subtracting([me])
+        let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
+        var listeners: [PeerListener] = []
+        var addresses: [String] = []
+        for text in home.config.options.tcpListenAddresses {
+            guard let address = PeerAddress.listening(text) else { continue }
+            do {
+                let listener = try await PeerListener.bind(
+                    to: address, identity: home.identity, hello: hello, logger: logger, isAllowed: { configured.contains($0) },
+                    onRejected: { id, remote in
+                        warn("refused a connection from \(id?.description ?? "a device without a certificate") at \(remote): not a configured peer")
+                    },
+                    onConnection: { connection in await self.accept(connection, warn: warn) })
+                listeners.append(listener)
+                addresses.append("tcp://\(address.host.contains(":") ? "[\(address.host)]" : address.host):\(listener.localPort)")
+            } catch {
+                warn("cannot listen for peers at \(text): \(error); peers cannot dial this device")
+            }
+        }
+        return (listeners, addresses)
+    }
+
+    /// Takes in a connection a peer started: the same exchange as for a dialled one. A second
+    /// connection to a peer already connected is closed ("already connected"), as syncthing
+    /// closes it, so that exactly one stays.
+    public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
+        await exchanges.run {
+            if self.connections()[connection.deviceID] != nil {
+                await connection.close(reason: "already connected")
+                return
+            }
+            do {
+                let (reports, announced) = try await IndexSync.accept(
+                    connection, home: self.home, timeout: self.timeout, serve: self.serve, warn: warn)
+                for r in reports where !r.ok { warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "")") }
+                self.adopt(connection, device: connection.deviceID, announced: announced)
+            } catch {
+                warn("\(connection.label): \(error)")
+                await connection.close(reason: "\(error)")
+            }
+        }
+    }
+
+    /// Keeps a connection past its exchange: its later index batches are taken in.
+    private func adopt(_ connection: PeerConnection, device: DeviceID, announced: [String: RemoteIndexState]) {
+        guard connection.isOpen else { return }
+        let intake = Task { await self.takeIn(connection, device: device) }
+        let refused: Bool = state.withLock { state in
+            if state.closed { return true }
+            state.connections[device] = connection
+            state.announced[device] = announced
+            // The folders both share: its index of each was just exchanged.
+            for folder in announced.keys { state.current[folder, default: []].insert(device) }
+            state.intakes.append(intake)
+            return false
+        }
+        if refused {
+            intake.cancel()
+            Task { await connection.close(reason: "shutting down") }
+        }
+    }
+
+    /// Writes each index batch the peer sends into the folder's log, durably, then tells the
+    /// subscribers. A batch that cannot be stored ends the connection: the next exchange asks
+    /// for everything after the last checkpoint again.
+    private func takeIn(_ connection: PeerConnection, device: DeviceID) async {
+        for await event in connection.events {
+            guard case .index(let folder, let files, let isFull) = event else { continue }
+            guard home.config.folder(id: folder)?.devices.contains(device) == true else { continue }
+            do {
+                try storeBatch(folder: folder, device: device, files: files, isFull: isFull)
+            } catch {
+                logger.warning("\(device.shortDescription): cannot store its index update of \(folder): \(error)")
+                await connection.close(reason: "cannot store the index update")
+                break
+            }
+            let update = IndexUpdate(device: device, folder: folder, files: files, isFullIndex: isFull)
+            for continuation in state.withLock({ Array($0.subscribers.values) }) { continuation.yield(update) }
+        }
+        state.withLock { state in
+            if state.connections[device] === connection {
+                state.connections[device] = nil
+                state.announced[device] = nil
+                for folder in state.current.keys { state.current[folder]?.remove(device) }
+            }
+        }
+    }
+
+    private func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
+        try intakeLogs.withLock { logs in
+            if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
+            let log = logs[folder]!
+            try log.exclusively {
+                // The index ID its ClusterConfig gave, stored by the exchange.
+                guard let indexID = log.checkpoints[device]?.indexID else {
+                    throw IndexLogError(.io, file: log.path, "no index ID of \(device.shortDescription) for this folder")
+                }
+                try log.apply(device: device, indexID: indexID, files: files, isFullIndex: isFull)
+                if log.shouldCompact { try log.compact() }
+            }
+        }
+    }
+
+    // MARK: - What callers see
+
+    /// The open connections, by peer.
+    public func connections() -> [DeviceID: PeerConnection] {
+        state.withLock { $0.connections.filter { $0.value.isOpen } }
+    }
+
+    /// The peers whose index of `folder` is current: exchanged on a connection still open,
+    /// every update since taken in. A peer known only from the log holds nothing as far as a
+    /// deletion is concerned.
+    public func current(folder: String) -> Set<DeviceID> {
+        state.withLock { state in (state.current[folder] ?? []).filter { state.connections[$0]?.isOpen == true } }
+    }
+
+    /// Every index batch taken in from now on (after it is in the log), until the stream is
+    /// dropped or the sessions close.
+    public func updates() -> AsyncStream<IndexUpdate> {
+        let (stream, continuation) = AsyncStream<IndexUpdate>.makeStream(bufferingPolicy: .unbounded)
+        let id = UUID()
+        let closed = state.withLock { state in
+            if !state.closed { state.subscribers[id] = continuation }
+            return state.closed
+        }
+        if closed { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.subscribers.removeValue(forKey: id) } }
+        return stream
+    }
+
+    /// A ``PeerSession`` over the open connections, for an apply run by this process.
+    public func session(folders: [String]) -> PeerSession {
+        let (connections, current, announced) = state.withLock { state in
+            (state.connections.filter { $0.value.isOpen }, state.current, state.announced)
+        }
+        var refreshed: [String: Set<DeviceID>] = [:]
+        for folder in folders { refreshed[folder] = (current[folder] ?? []).filter { connections[$0] != nil } }
+        return PeerSession(connections: connections, refreshed: refreshed, announced: announced, updates: { self.updates() })
+    }
+
+    /// Brings this device's local index in line with the logs and sends each open connection
+    /// what it lacks of it. Failures only cost the announcement: the next one sends it again.
+    public func announce(folders requested: [String] = [], warn: @escaping @Sendable (String) -> Void) async {
+        await exchanges.run {
+            let folders = requested.isEmpty ? self.home.config.folders.map(\.id) : requested
+            do {
+                let announcer = try LocalAnnouncer(home: self.home, folders: folders, warn: warn)
+                defer { announcer.close() }
+                for folder in folders {
+                    let log = try PeerGenerations.openLog(home: self.home, folder: folder, readOnly: true)
+                    defer { log.close() }
+                    try announcer.refresh(folder: folder, log: log)
+                }
+                let (connections, announced) = self.state.withLock { ($0.connections, $0.announced) }
+                for (device, connection) in connections where connection.isOpen {
+                    let shared = folders.filter { self.home.config.folder(id: $0)?.devices.contains(device) == true }
+                    let theirs = announced[device] ?? [:]
+                    try await announcer.send(to: connection, folders: shared.filter { theirs[$0] != nil }, theirView: theirs)
+                    let now = announcer.state
+                    self.state.withLock { state in
+                        for folder in shared where theirs[folder] != nil { state.announced[device]?[folder] = now[folder] }
+                    }
+                }
+            } catch {
+                warn("could not announce this device's index: \(error)")
+            }
+        }
+    }
+
+    public func close(reason: String = "done") async {
+        let (connections, intakes, subscribers) = state.withLock { state in
+            state.closed = true
+            defer {
+                state.connections = [:]
+                state.intakes = []
+                state.subscribers = [:]
+            }
+            return (Array(state.connections.values), state.intakes, Array(state.subscribers.values))
+        }
+        for task in intakes { task.cancel() }
+        for connection in connections { await connection.close(reason: reason) }
+        for continuation in subscribers { continuation.finish() }
+        intakeLogs.withLock { logs in
+            for log in logs.values { log.close() }
+            logs = [:]
+        }
+    }
+}
+
+/// Runs async work one piece after another (an actor would interleave them at every await).
+public final class SerialQueue: Sendable {
+    private let tail = Mutex<Task<Void, Never>?>(nil)
+
+    public init() {}
+
+    public func run(_ work: @escaping @Sendable () async -> Void) async {
+        let task = tail.withLock { tail -> Task<Void, Never> in
+            let previous = tail
+            let next = Task {
+                await previous?.value
+                await work()
+            }
+            tail = next
+            return next
+        }
+        await task.value
+    }
+}
