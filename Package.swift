@@ -127,6 +127,16 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // `kaiten run`: the reconcile loop as a service, composed of the sessions, the block
+        // server, the change watcher, the planner and the applier; it only schedules.
+        .target(
+            name: "KaitenService",
+            dependencies: [
+                "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
+                "KaitenProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
@@ -142,6 +152,7 @@ let package = Package(
                 "KaitenTransfer",
                 "KaitenApply",
                 "KaitenStream",
+                "KaitenService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -190,7 +201,7 @@ let package = Package(
             name: "InteropTests",
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
-                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream",
+                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream", "KaitenService",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

@@ -175,6 +175,16 @@ public enum Applier {
         }
     }
 
+    /// Plans on the connections a long-running service holds (its sessions keep the index
+    /// current, so nothing is synced first).
+    public static func prepare(on session: PeerSession, home: KaitenHome, folders: [String], requirePeers: Int, warn: (String) -> Void) throws
+        -> Prepared
+    {
+        let (plan, states, skipped) = try Planner.plan(
+            home: home, folders: folders, requirePeers: requirePeers, connected: session.refreshed, skipUnscannable: true, warn: warn)
+        return Prepared(plan: plan, states: states, session: session, warnings: [], skipped: skipped)
+    }
+
     /// Plans again on the connections `prepared` holds (after a selection file changed).
     public static func replan(_ prepared: Prepared, home: KaitenHome, folders: [String], requirePeers: Int) throws -> Prepared {
         let (plan, states, skipped) = try Planner.plan(

@@ -15,15 +15,19 @@ public final class PeerSession: Sendable {
     /// The index batches peers send from now on. A session of its own reads them off its
     /// connections (one reader each); one lent by ``PeerSessions`` from what they take in.
     public let updates: @Sendable () -> AsyncStream<IndexUpdate>
+    /// How a lent session announces (the lender keeps what each peer holds of ours).
+    let announcer: (@Sendable ([String]) async -> Void)?
 
     init(
         connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>],
-        announced: [DeviceID: [String: RemoteIndexState]] = [:], updates: (@Sendable () -> AsyncStream<IndexUpdate>)? = nil
+        announced: [DeviceID: [String: RemoteIndexState]] = [:], updates: (@Sendable () -> AsyncStream<IndexUpdate>)? = nil,
+        announcer: (@Sendable ([String]) async -> Void)? = nil
     ) {
         self.connections = connections
         self.refreshed = refreshed
         self.announced = announced
         self.updates = updates ?? { Self.reading(connections) }
+        self.announcer = announcer
     }
 
     /// The index batches arriving on `connections`, read off them.
@@ -45,6 +49,10 @@ public final class PeerSession: Sendable {
     /// began (after an apply: the files now held). Failures only cost the announcement: the
     /// next session sends it again.
     public func announceChanges(home: KaitenHome, folders: [String], warn: (String) -> Void = { _ in }) async {
+        if let announcer {
+            await announcer(folders)
+            return
+        }
         do {
             let announcer = try LocalAnnouncer(home: home, folders: folders, warn: warn)
             defer { announcer.close() }

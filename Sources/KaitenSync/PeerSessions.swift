@@ -267,7 +267,9 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         }
         var refreshed: [String: Set<DeviceID>] = [:]
         for folder in folders { refreshed[folder] = (current[folder] ?? []).filter { connections[$0] != nil } }
-        return PeerSession(connections: connections, refreshed: refreshed, announced: announced, updates: { self.updates() })
+        return PeerSession(
+            connections: connections, refreshed: refreshed, announced: announced, updates: { self.updates() },
+            announcer: { folders in await self.announce(folders: folders, warn: { self.logger.warning("\($0)") }) })
     }
 
     /// Brings this device's local index in line with the logs and sends each open connection

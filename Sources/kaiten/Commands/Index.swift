@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import KaitenConfig
 import KaitenIndex
+import KaitenService
 import KaitenSync
 
 extension Kaiten {
@@ -44,6 +45,17 @@ extension Kaiten.Index {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
+                // A running service holds the peers' connections (syncthing accepts one per
+                // device) and takes every update in as it comes: nothing to fetch.
+                if let service = ServiceRecord.running(opened.home) {
+                    _ = try FolderSelection.resolve(folders, in: opened)
+                    if json {
+                        try Terminal.json([IndexSync.Report]())
+                    } else {
+                        print("kaiten run (pid \(service.pid)) keeps the index current (last update: \(service.lastIndexUpdate ?? "none yet")); nothing to do")
+                    }
+                    return
+                }
                 let reports = try await IndexSync.run(
                     home: opened, folders: folders, timeout: timeout, logger: global.logger,
                     warn: { Terminal.error($0) })

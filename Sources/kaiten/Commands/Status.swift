@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenConfig
+import KaitenService
 import KaitenIndex
 import KaitenSync
 
@@ -54,6 +55,8 @@ extension Kaiten {
             let announced: AnnouncedRow?
             let log_bytes: Int64
             let log_live_fraction: Double
+            /// The `kaiten run` serving this home, when one runs (the same for every folder).
+            let service: ServiceRecord?
         }
 
         func run() async throws {
@@ -61,6 +64,7 @@ extension Kaiten {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let ids = try FolderSelection.resolve(folder.map { [$0] } ?? [], in: opened)
                 var rows: [FolderRow] = []
+                let service = ServiceRecord.running(opened.home)
                 for id in ids {
                     let log = try FolderSelection.openLog(id, in: opened)
                     for warning in IndexCompleteness.warnings(opened, folder: id, log: log) { Terminal.error("warning: \(warning)") }
@@ -88,11 +92,22 @@ extension Kaiten {
                             id: id, path: opened.config.folder(id: id)?.path ?? "", global_files: totals.files,
                             global_directories: totals.directories, global_symlinks: totals.symlinks,
                             global_bytes: totals.bytes, peers: peers, announced: announced, log_bytes: log.fileSize,
-                            log_live_fraction: (log.liveFraction * 1000).rounded() / 1000))
+                            log_live_fraction: (log.liveFraction * 1000).rounded() / 1000, service: service))
                 }
                 if json {
                     try Terminal.json(rows)
                     return
+                }
+                if let service {
+                    let connected = service.peers.filter(\.connected).map { $0.name.isEmpty ? String($0.id.prefix(7)) : $0.name }
+                    print("service: kaiten run (pid \(service.pid)) since \(service.startedAt), --apply \(service.applyMode)")
+                    print("  peers connected: \(connected.isEmpty ? "none" : connected.joined(separator: ", ")) (\(connected.count) of \(service.peers.count))")
+                    print("  last index update: \(service.lastIndexUpdate ?? "none yet")")
+                    if let round = service.lastRound {
+                        print(
+                            "  last round: \(round.at): \(round.planned) planned, \(round.applied) applied, \(round.failed) failed, \(round.pending) pending, \(round.conflicts) conflicts\(round.error.map { " (\($0))" } ?? "")")
+                    }
+                    if let url = service.serveURL { print("  on demand at \(url)") }
                 }
                 for row in rows {
                     print("\(row.id)  \(row.path)")

@@ -1,0 +1,159 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Tells when something a plan depends on changed on disk: a file in a folder, a selection
+/// file, config.xml. One job: noticing; what a change means is the planner's. Linux inotify,
+/// one watch per directory (new directories are watched as they appear). When the kernel's
+/// watch limit is reached, or its queue overflows, the periodic rescan still finds everything:
+/// this only makes it sooner.
+public final class ChangeWatcher: @unchecked Sendable {
+    public enum Change: Sendable, Equatable {
+        /// Something changed in a folder: its ID and the first path seen (for the log).
+        case folder(String, path: String)
+        case selection
+        case config
+    }
+
+    private enum Target {
+        case folder(id: String, path: String)
+        case selections
+        case configDirectory
+    }
+
+    private let fd: Int32
+    private let configName: String
+    private var targets: [Int32: Target] = [:]
+    private var roots: [String: String] = [:]
+    private let continuation: AsyncStream<Change>.Continuation
+    public let changes: AsyncStream<Change>
+    private let stopped = Atomic<Bool>(false)
+    private var thread: Thread?
+    /// Said once: the watch limit was reached.
+    public private(set) var limitReached = false
+    private let warn: @Sendable (String) -> Void
+
+    /// - Parameters:
+    ///   - folders: folder ID and path of each folder to watch, recursively.
+    ///   - selectionDirectory: where the selection files are.
+    ///   - configPath: config.xml (its directory is watched: editors and Kaiten replace it by rename).
+    public init(
+        folders: [(id: String, path: String)], selectionDirectory: String, configPath: String, warn: @escaping @Sendable (String) -> Void
+    ) {
+        self.warn = warn
+        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        configName = (configPath as NSString).lastPathComponent
+        (changes, continuation) = AsyncStream<Change>.makeStream(bufferingPolicy: .bufferingNewest(64))
+        guard fd >= 0 else {
+            warn("cannot watch for changes (inotify: \(String(cString: strerror(errno)))); the periodic rescan finds them")
+            return
+        }
+        for folder in folders {
+            roots[folder.id] = folder.path
+            watchTree(folder.path, folder: folder.id)
+        }
+        add(selectionDirectory, .selections)
+        add((configPath as NSString).deletingLastPathComponent, .configDirectory)
+        let thread = Thread { [self] in readEvents() }
+        thread.name = "kaiten.watch"
+        self.thread = thread
+        thread.start()
+    }
+
+    deinit {
+        stop()
+    }
+
+    public func stop() {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        continuation.finish()
+    }
+
+    private static let folderMask = UInt32(
+        IN_CREATE | IN_DELETE | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MODIFY)
+
+    private func add(_ path: String, _ target: Target) {
+        let wd = inotify_add_watch(fd, path, Self.folderMask | UInt32(IN_ONLYDIR))
+        if wd >= 0 {
+            targets[wd] = target
+        } else if errno == ENOSPC && !limitReached {
+            limitReached = true
+            warn("the kernel's inotify watch limit is reached (fs.inotify.max_user_watches); changes below \(path) are found by the periodic rescan")
+        }
+    }
+
+    private func watchTree(_ root: String, folder: String) {
+        var stack = [root]
+        while let directory = stack.popLast() {
+            add(directory, .folder(id: folder, path: directory))
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
+            for name in names where name != ".stversions" {
+                let full = directory + "/" + name
+                var info = stat()
+                if lstat(full, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR { stack.append(full) }
+            }
+        }
+    }
+
+    private func readEvents() {
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while !stopped.load(ordering: .relaxed) {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 250) > 0 else { continue }
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { continue }
+            var changed: [Change] = []
+            var offset = 0
+            while offset + 16 <= n {
+                let (wd, mask, length) = buffer.withUnsafeBytes { raw in
+                    (raw.loadUnaligned(fromByteOffset: offset, as: Int32.self),
+                     raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self),
+                     Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self)))
+                }
+                let nameBytes = buffer[(offset + 16)..<min(n, offset + 16 + length)].prefix { $0 != 0 }
+                let name = String(decoding: nameBytes, as: UTF8.self)
+                offset += 16 + length
+                if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                    // Events were lost: every folder may have changed.
+                    for target in targets.values { if case .folder(let id, _) = target { changed.append(.folder(id, path: "(events lost)")) } }
+                    changed.append(.selection)
+                    continue
+                }
+                if mask & UInt32(IN_IGNORED) != 0 {
+                    targets[wd] = nil
+                    continue
+                }
+                switch targets[wd] {
+                case .folder(let id, let path):
+                    // Syncthing's and Kaiten's temp files come and go during a pull: the rename
+                    // into place is the change that counts.
+                    if name.hasPrefix(".syncthing.") && name.hasSuffix(".tmp") { continue }
+                    if mask & UInt32(IN_ISDIR) != 0 && mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 && name != ".stversions" {
+                        watchTree(path + "/" + name, folder: id)
+                    }
+                    changed.append(.folder(id, path: String((path + "/" + name).dropFirst(roots[id]?.count ?? 0)).trimmingCharacters(in: CharacterSet(charactersIn: "/"))))
+                case .selections:
+                    changed.append(.selection)
+                case .configDirectory:
+                    if name == configName { changed.append(.config) }
+                case nil:
+                    continue
+                }
+            }
+            var seen: Set<String> = []
+            for change in changed {
+                let key: String
+                switch change {
+                case .folder(let id, _): key = "folder " + id
+                case .selection: key = "selection"
+                case .config: key = "config"
+                }
+                if seen.insert(key).inserted { continuation.yield(change) }
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import KaitenConfig
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a running `kaiten run` says about itself, for `kaiten status` and the other verbs
+/// (`state/service.json`, replaced atomically). Whether it still runs is the lock
+/// `state/service.lock`, which the kernel lets go when the process dies, kill -9 included.
+public struct ServiceRecord: Codable, Sendable {
+    public struct Peer: Codable, Sendable {
+        public var id: String
+        public var name: String
+        public var connected: Bool
+    }
+
+    public struct Round: Codable, Sendable {
+        public var at: String
+        /// Actions the plan had, and of those: applied, failed, left for review (not admitted
+        /// by the apply mode, or held by a brake).
+        public var planned: Int
+        public var applied: Int
+        public var failed: Int
+        public var pending: Int
+        public var conflicts: Int
+        public var error: String?
+    }
+
+    public var pid: Int32
+    public var startedAt: String
+    public var applyMode: String
+    public var folders: [String]
+    public var peers: [Peer]
+    public var lastIndexUpdate: String?
+    public var lastRound: Round?
+    public var serveURL: String?
+
+    enum CodingKeys: String, CodingKey {
+        case pid, startedAt = "started_at", applyMode = "apply_mode", folders, peers
+        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url"
+    }
+
+    static func path(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("service.json") }
+    static func lockPath(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("service.lock") }
+
+    /// The record of the service running on this home, or nil when none runs.
+    public static func running(_ home: Home) -> ServiceRecord? {
+        let fd = open(lockPath(home), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return nil
+        }
+        guard let data = FileManager.default.contents(atPath: path(home)) else { return nil }
+        return try? JSONDecoder().decode(ServiceRecord.self, from: data)
+    }
+
+    func save(_ home: Home) {
+        guard let data = try? JSONEncoder().encode(self) else { return }
+        try? AtomicFile.write([UInt8](data), to: Self.path(home))
+    }
+
+    /// Holds `state/service.lock` for the life of the value: one service per home.
+    final class Lock {
+        let fd: Int32
+        init(fd: Int32) { self.fd = fd }
+        deinit { close(fd) }
+    }
+
+    static func lock(_ home: Home) throws -> Lock {
+        try FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
+        let fd = open(lockPath(home), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ServiceError("cannot create \(lockPath(home)): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            let pid = running(home).map { " (pid \($0.pid))" } ?? ""
+            throw ServiceError("a kaiten service\(pid) already runs on this home; stop it first (or use its verbs beside it)")
+        }
+        return Lock(fd: fd)
+    }
+}
+
+public struct ServiceError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}

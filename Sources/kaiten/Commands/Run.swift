@@ -1,0 +1,141 @@
+import ArgumentParser
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenReconcile
+import KaitenService
+import KaitenTransfer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension AutoApply: ExpressibleByArgument {}
+
+extension Kaiten {
+    struct Run: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Keep the folders reconciled: stay connected, plan on every change, apply what is safe.",
+            discussion: """
+                Stays connected to every peer (dials them, accepts them, dials again with backoff \
+                when one goes away), takes their index updates into the logs as they arrive, \
+                announces what this device holds and serves its blocks. It watches the folders, \
+                the selection files and config.xml (inotify; a full rescan every \
+                --rescan-interval as the fallback) and, after --debounce seconds of quiet, plans \
+                and applies:
+
+                  --apply safe  pulls, sends of changes made here, directories, modes, the \
+                .stignore write, and deselect-deletions (files the peers keep) that pass every \
+                brake (--max-delete, --require-peers, the last-copy rule). The default.
+                  --apply all   also what the peers decided that removes local files, and \
+                deletions made here sent to the peers.
+                  --apply none  plans and logs only.
+
+                Conflicts are never settled automatically: `kaiten conflicts` and `kaiten apply` \
+                do that. One line per action on stderr, with a timestamp (--json: NDJSON \
+                events); `kaiten status` shows the service. SIGHUP (or an edit of config.xml) \
+                reads config.xml again — a broken edit is said and the last good configuration \
+                kept; SIGTERM or SIGINT finish the blocks in flight and exit 0.
+
+                Beside it, the verbs that read (ls, status, plan --offline, conflicts, show) and \
+                edit selections (select, deselect) work as usual, and `index sync` says the \
+                service keeps the index current.
+
+                Examples:
+                  kaiten run
+                  kaiten run photos --apply none --json
+                  kaiten run --serve 127.0.0.1:8385 &
+                """)
+
+        @OptionGroup var global: GlobalOptions
+
+        @Argument(help: "Folder IDs (all configured folders when none).")
+        var folders: [String] = []
+
+        @Option(help: "What is applied without review: none, safe or all.")
+        var apply: AutoApply = .safe
+
+        @Option(help: ArgumentHelp("Seconds between full rescans of the folders.", valueName: "seconds"))
+        var rescanInterval: Double = 60
+
+        @Option(help: ArgumentHelp("Seconds of quiet after a change before planning.", valueName: "seconds"))
+        var debounce: Double = 1
+
+        @Option(help: "Most deletions one round may make: a count (10) or a share of the local files (25%).")
+        var maxDelete: String = "10%"
+
+        @Option(help: "Connected peers that must hold a file before a deselected copy is deleted.")
+        var requirePeers: Int = 1
+
+        @Option(help: ArgumentHelp("Also host the on-demand server (as `kaiten serve`) at this loopback address.", valueName: "host:port"))
+        var serve: String?
+
+        @Flag(help: "Log NDJSON events instead of lines.")
+        var json = false
+
+        func validate() throws {
+            guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
+            guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
+            guard rescanInterval >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
+            guard debounce >= 0 else { throw ValidationError("--debounce takes seconds, 0 or more") }
+            if let serve { _ = try Self.loopback(serve) }
+        }
+
+        static func loopback(_ text: String) throws -> (host: String, port: Int) {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+                throw ValidationError("--serve takes host:port, e.g. 127.0.0.1:8385")
+            }
+            let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            guard host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.") else {
+                throw ValidationError("--serve listens on loopback only (\(host) is not); use `kaiten serve --allow-remote` for more")
+            }
+            return (host, port)
+        }
+
+        func run() async throws {
+            try await reportingErrors {
+                let opened = try KaitenHome.open(global.resolvedHome)
+                _ = try FolderSelection.resolve(folders, in: opened)
+                var options = Service.Options()
+                options.folders = folders
+                options.mode = apply
+                options.rescanInterval = rescanInterval
+                options.debounce = debounce
+                options.maxDelete = DeleteLimit(maxDelete)!
+                options.requirePeers = requirePeers
+                options.serve = try serve.map(Self.loopback)
+                let stop = StopSignal()
+                stop.install()
+                let (reloads, reload) = AsyncStream<Void>.makeStream()
+                signal(SIGHUP, SIG_IGN)
+                let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+                hangup.setEventHandler { reload.yield() }
+                hangup.resume()
+                defer { hangup.cancel() }
+                let log = ServiceLog(json: json)
+                let service = Service(home: global.resolvedHome, options: options, logger: global.logger, events: log.write)
+                try await service.run(stop: stop, reload: reloads)
+            }
+        }
+    }
+}
+
+/// The service's log on stderr: one line per event with a timestamp, or NDJSON.
+struct ServiceLog: Sendable {
+    let json: Bool
+
+    func write(_ event: ServiceEvent) {
+        let line: String
+        if json {
+            let encoder = JSONEncoder()
+            encoder.dateEncodingStrategy = .iso8601
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            line = (try? String(decoding: encoder.encode(event), as: UTF8.self)) ?? "{}"
+        } else {
+            let stamp = ISO8601DateFormatter().string(from: event.time)
+            let subject = [event.action, event.folder.map { f in event.path.map { "\(f)/\($0)" } ?? f }].compactMap { $0 }.joined(separator: " ")
+            line = "\(stamp) \(event.kind)\(subject.isEmpty ? "" : " " + subject): \(event.message)"
+        }
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}

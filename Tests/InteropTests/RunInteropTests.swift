@@ -1,0 +1,155 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenReconcile
+import KaitenTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `kaiten run` against a real syncthing (issue 12): the loop converges as the peer and the
+/// selection change, the verbs work beside it, it survives the peer restarting, SIGTERM ends
+/// it cleanly and kill -9 then a restart converges.
+@Suite(.serialized, .timeLimit(.minutes(10)))
+struct RunInteropTests {
+    typealias World = ApplyInteropTests.World
+    static let folder = ApplyInteropTests.folder
+
+    /// A running `kaiten run`, its log in a file.
+    struct Running {
+        let process: Process
+        let logPath: String
+
+        static func start(home: String, logPath: String, _ extra: [String] = []) throws -> Running {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+            process.arguments = ["run", "--home", home, "--debounce", "0.3", "--rescan-interval", "2"] + extra
+            if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+            try log.seekToEnd()
+            process.standardError = log
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            return Running(process: process, logPath: logPath)
+        }
+
+        var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+    }
+
+    static func waitFor(_ what: String, timeout: Double = 60, log: Running? = nil, _ condition: () throws -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("timed out waiting: \(what)\n\(log?.log ?? "")")
+        throw HarnessError("timed out waiting: \(what)")
+    }
+
+    static func content(_ path: String) -> String? {
+        FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @Test func runConvergesAsThePeerAndTheSelectionChangeAndStopsCleanly() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/docs/a.txt", "a, first\n")
+        try TestFiles.write(world.peerData + "/docs/b.txt", "b\n")
+        try TestFiles.write(world.peerData + "/other/c.txt", "c, not selected at first\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 3)
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+            var run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let local = world.local
+            try await Self.waitFor("the selection pulled") { Self.content(local + "/docs/a.txt") == "a, first\n" && Self.content(local + "/docs/b.txt") == "b\n" }
+            #expect(!FileManager.default.fileExists(atPath: local + "/other/c.txt"))
+
+            // The peer adds, changes and deletes: each arrives without any verb being run.
+            try TestFiles.write(world.peerData + "/docs/new.txt", "new on the peer\n")
+            try TestFiles.write(world.peerData + "/docs/a.txt", "a, second version\n")
+            try FileManager.default.removeItem(atPath: world.peerData + "/docs/b.txt")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("the peer's changes in place", log: run) {
+                Self.content(local + "/docs/new.txt") == "new on the peer\n" && Self.content(local + "/docs/a.txt") == "a, second version\n"
+                    && !FileManager.default.fileExists(atPath: local + "/docs/b.txt")
+            }
+
+            // The verbs beside it.
+            let status = try world.kaiten("status")
+            #expect(status.status == 0 && status.stdout.contains("service: kaiten run (pid \(run.process.processIdentifier))"), "\(status.stdout)\(status.stderr)")
+            #expect(status.stdout.contains("peers connected: a"), "\(status.stdout)")
+            let sync = try world.kaiten("index", "sync")
+            #expect(sync.status == 0 && sync.stdout.contains("keeps the index current"), "\(sync.stdout)\(sync.stderr)")
+            #expect(try world.kaiten("ls", Self.folder, "docs").stdout.contains("new.txt"))
+            let plan = try world.kaiten("plan", "--offline")
+            #expect(plan.status == 0, "nothing left to do: \(plan.stdout)\(plan.stderr)")
+
+            // A selection edited beside it: the new path is pulled.
+            #expect(try world.kaiten("select", Self.folder, "other").status == 0)
+            try await Self.waitFor("the newly selected file", log: run) { Self.content(local + "/other/c.txt") == "c, not selected at first\n" }
+
+            // A change made here reaches the peer (a sendreceive folder).
+            try TestFiles.write(local + "/docs/mine.txt", "written on the Kaiten side\n")
+            try await Self.waitFor("the local change on the peer", timeout: 90, log: run) {
+                Self.content(world.peerData + "/docs/mine.txt") == "written on the Kaiten side\n"
+            }
+
+            // The peer restarts: the service dials it again and goes on.
+            st.stop()
+            try await st.start()
+            try TestFiles.write(world.peerData + "/docs/after-restart.txt", "after the restart\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("a change after the peer restarted", timeout: 90, log: run) {
+                Self.content(local + "/docs/after-restart.txt") == "after the restart\n"
+            }
+
+            // SIGTERM: exit 0 within 10 s.
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+            #expect(run.process.terminationStatus == 0, "\(run.log)")
+            #expect(run.log.contains("stopped"))
+            #expect(!run.log.contains("\u{1B}["), "no ANSI codes in a log that is not a terminal")
+
+            // kill -9 while the peer keeps changing; a new run converges.
+            run = try Running.start(home: world.home, logPath: dir.file("run2.log"), ["--apply", "all", "--max-delete", "10", "--json"])
+            try await Task.sleep(for: .milliseconds(800))
+            kill(run.process.processIdentifier, SIGKILL)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGKILL")
+            try TestFiles.write(world.peerData + "/docs/while-down.txt", "while Kaiten was down\n")
+            try await ApplyInteropTests.rescan(st)
+            let status2 = try world.kaiten("status")
+            #expect(!status2.stdout.contains("service:"), "a killed service is not shown as running: \(status2.stdout)")
+            run = try Running.start(home: world.home, logPath: dir.file("run3.log"), ["--apply", "all", "--max-delete", "10", "--json"])
+            try await Self.waitFor("convergence after kill -9", log: run) { Self.content(local + "/docs/while-down.txt") == "while Kaiten was down\n" }
+            // --json: every line is one event object.
+            let lines = run.log.split(separator: "\n")
+            #expect(!lines.isEmpty && lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) is [String: Any] }, "\(run.log)")
+            let leftovers = try FileManager.default.subpathsOfDirectory(atPath: local).filter { $0.hasSuffix(".tmp") }
+            #expect(leftovers.isEmpty, "no temp files left: \(leftovers)")
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+            #expect(run.process.terminationStatus == 0)
+        }
+    }
+
+    /// `--apply safe` (the default) leaves what the peers delete for review, and `none` applies
+    /// nothing; neither ever settles a conflict.
+    @Test func theModesAdmitWhatTheySay() {
+        func action(_ kind: Action.Kind, _ cause: Action.Cause) -> Action { Action(action: kind, path: "x", reason: "", cause: cause) }
+        let safe: [(Action, Bool)] = [
+            (action(.pull, .selected), true), (action(.pull, .changedOnPeers), true), (action(.send, .localChange), true),
+            (action(.writeStIgnore, .selected), true), (action(.mkdir, .directory), true), (action(.delete, .deselected), true),
+            (action(.delete, .deletedOnPeers), false), (action(.delete, .movedOnPeers), false), (action(.sendDelete, .localChange), false),
+            (action(.pull, .conflictLost), false), (action(.send, .conflictWon), false),
+        ]
+        for (a, admitted) in safe { #expect(AutoApply.safe.admits(a) == admitted, "\(a.action) \(String(describing: a.cause))") }
+        #expect(AutoApply.all.admits(action(.delete, .deletedOnPeers)) && AutoApply.all.admits(action(.sendDelete, .localChange)))
+        #expect(!AutoApply.all.admits(action(.pull, .conflictLost)) && !AutoApply.all.admits(action(.send, .conflictWon)))
+        #expect(!AutoApply.none.admits(action(.pull, .selected)))
+    }
+}
