@@ -740,7 +740,9 @@ public enum Applier {
                 guard let moved = tree[copy] else { continue }
                 local[copy] = moved
                 sendActions.append(
-                    Action(action: .send, path: copy, size: moved.size, reason: "the local copy that lost a conflict", type: "file", cause: .localChange))
+                    Action(
+                        action: .send, path: copy, size: moved.kind == .file ? moved.size : 0, reason: "the local copy that lost a conflict",
+                        type: moved.kind == .symlink ? "symlink" : "file", cause: .localChange))
             }
             if !sendActions.isEmpty && !stopping {
                 var sendState = state

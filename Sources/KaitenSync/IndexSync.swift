@@ -186,10 +186,13 @@ public enum IndexSync {
             // A peer that still counts a connection of ours as alive (its predecessor was killed a
             // moment ago) accepts a new one and closes it before its ClusterConfig, until it
             // notices: asked again a few times, as syncthing redials, before that is a failure.
+            // Only a peer this home has exchanged indexes with before can be in that state; one
+            // that never has and closes is one that does not know this device, said at once.
+            let metBefore = shared.contains { logs[$0.id]?.checkpoints[device.id] != nil }
             for delay in [0, 500, 1000, 2000, 3000] {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
                 do {
-                    let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger)
+                    let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger, retryClosed: metBefore)
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
@@ -199,7 +202,7 @@ public enum IndexSync {
                     } else {
                         await connection.close(reason: "index sync done")
                     }
-                } catch let error as PeerError where error.code == .closedBeforeClusterConfig && delay < 3000 {
+                } catch let error as PeerError where error.code == .closedBeforeClusterConfig && delay < 3000 && metBefore {
                     continue
                 } catch {
                     for folder in shared { perFolder[folder.id]?.problem = "\((error as? PeerError)?.reason ?? "\(error)")" }
@@ -326,7 +329,8 @@ public enum IndexSync {
         return (shared.compactMap { perFolder[$0.id] }, announced)
     }
 
-    static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger) async throws
+    /// - Parameter retryClosed: dial again (up to 6.5 s) when the peer closes during the hello.
+    static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger, retryClosed: Bool = true) async throws
         -> PeerConnection
     {
         let addresses = device.addresses.compactMap(PeerAddress.init)
@@ -353,7 +357,7 @@ public enum IndexSync {
                     if (error as? PeerError)?.code == .closed { closedDuringHello = true }
                 }
             }
-            if !closedDuringHello { break }
+            if !closedDuringHello || !retryClosed { break }
         }
         throw lastError
     }

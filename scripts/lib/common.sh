@@ -1,7 +1,8 @@
 # Shared by scripts/test, scripts/demo and scripts/bench. Source it; do not run it.
 #
 # ensure_deps installs what a fresh Debian machine with Swift lacks: syncthing (the real peer
-# the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev and pkg-config.
+# the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev, pkg-config,
+# curl, and systemd (for systemd-analyze, which checks the example units).
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
@@ -15,6 +16,8 @@ missing_deps() {
     [[ -f /usr/include/lz4.h ]] || missing+=(liblz4-dev)
     [[ -f /usr/include/zlib.h ]] || missing+=(zlib1g-dev)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
+    # systemd-analyze verifies the example units (ExamplesTests).
+    command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
     echo "${missing[@]:-}"
 }
 

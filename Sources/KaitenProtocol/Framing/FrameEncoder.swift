@@ -42,7 +42,7 @@ public struct FrameEncoder: MessageToByteEncoder {
         var body = try message.serializedBody()
         var header = BEPHeader()
         header.type = message.type
-        if compressMetadata, message.type != .response, body.count >= 128 {
+        if compressMetadata, body.count >= 128 {
             let compressed = LZ4.compress(body)
             if compressed.count + 4 <= body.count - body.count / 32 {
                 header.compression = .lz4
@@ -57,14 +57,19 @@ public struct FrameEncoder: MessageToByteEncoder {
         out.writeBytes(body)
     }
 
+    /// A Response's frame header (type RESPONSE, never compressed), encoded once.
+    static let responseHeader: [UInt8] = {
+        var header = BEPHeader()
+        header.type = .response
+        return (try? header.serializedBytes()) ?? [0x08, 0x04]
+    }()
+
     /// A Response, the bulk of what a serving device writes, encoded straight into `out`: the
     /// block's bytes are copied once (protobuf's own encoding would copy them into a zeroed
     /// buffer first, then into the frame). The same bytes as the generic path (a test checks):
     /// `id` (1, varint), `data` (2, length-delimited), `code` (3, varint, left out when 0).
     static func encodeResponse(_ response: BEPResponse, into out: inout ByteBuffer) throws {
-        var header = BEPHeader()
-        header.type = .response
-        let headerBytes: [UInt8] = try header.serializedBytes()
+        let headerBytes = responseHeader
         func varintSize(_ value: UInt64) -> Int {
             var n = 1
             var v = value >> 7

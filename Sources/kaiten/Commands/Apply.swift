@@ -336,12 +336,14 @@ final class ApplyOutput: @unchecked Sendable {
             if json {
                 emit(["type": "send_held", "folder": folder, "path": path, "peers": peers.joined(separator: ",")])
             } else {
+                clearProgress()
                 print("\(folder): \(path) is held by \(peers.map { String($0.prefix(7)) }.joined(separator: ", "))")
             }
         case .sendNotHeld(let folder, let path, let reason):
             if json {
                 emit(["type": "send_not_held", "folder": folder, "path": path, "reason": reason])
             } else {
+                clearProgress()
                 Terminal.error("\(folder): \(path) NOT YET HELD: \(reason)")
             }
         case .awaitingPeers(let held, let total):
