@@ -94,6 +94,21 @@ public enum KaitenCLI {
         return directory.appendingPathComponent(".build/debug/kaiten").path
     }
 
+    /// Starts a long-running `kaiten ARGS…` (serve, run) with its stderr appended to `logPath`;
+    /// the caller stops it.
+    public static func start(_ arguments: [String], logPath: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        try log.seekToEnd()
+        process.standardError = log
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
     /// `run` on a thread of its own, so that waiting for the process never holds one of Swift's
     /// few cooperative threads: a test whose peer lives in the test process (a scripted peer
     /// answering on tasks) must leave them free, or two such tests waiting at once starve the

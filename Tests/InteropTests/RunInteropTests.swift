@@ -23,15 +23,7 @@ struct RunInteropTests {
         let logPath: String
 
         static func start(home: String, logPath: String, _ extra: [String] = []) throws -> Running {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-            process.arguments = ["run", "--home", home, "--debounce", "0.3", "--rescan-interval", "2"] + extra
-            if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
-            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-            try log.seekToEnd()
-            process.standardError = log
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
+            let process = try KaitenCLI.start(["run", "--home", home, "--debounce", "0.3", "--rescan-interval", "2"] + extra, logPath: logPath)
             return Running(process: process, logPath: logPath)
         }
 
@@ -106,6 +98,27 @@ struct RunInteropTests {
             try await ApplyInteropTests.rescan(st)
             try await Self.waitFor("a change after the peer restarted", timeout: 90, log: run) {
                 Self.content(local + "/docs/after-restart.txt") == "after the restart\n"
+            }
+
+            // config.xml: a broken edit is said and the last good one kept; SIGHUP reads it
+            // again, and the service goes on with it (sessions rebuilt).
+            let configPath = world.home + "/config.xml"
+            let good = try Data(contentsOf: URL(fileURLWithPath: configPath))
+            try Data("<configuration version=\"37\"><device id=".utf8).write(to: URL(fileURLWithPath: configPath))
+            try await Self.waitFor("the broken edit said", log: run) { run.log.contains("does not load; keeping the last good configuration") }
+            #expect(run.process.isRunning)
+            try good.write(to: URL(fileURLWithPath: configPath))
+            kill(run.process.processIdentifier, SIGHUP)
+            try await Self.waitFor("config.xml read again", log: run) { run.log.contains("config.xml read again") }
+            // SIGHUP alone (the file unchanged) reads it again too.
+            try await Task.sleep(for: .milliseconds(500))
+            let reloads = run.log.components(separatedBy: "config.xml read again").count
+            kill(run.process.processIdentifier, SIGHUP)
+            try await Self.waitFor("SIGHUP reloads", log: run) { run.log.components(separatedBy: "config.xml read again").count > reloads }
+            try TestFiles.write(world.peerData + "/docs/after-reload.txt", "after the reload\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("a change after the reload", timeout: 90, log: run) {
+                Self.content(local + "/docs/after-reload.txt") == "after the reload\n"
             }
 
             // SIGTERM: exit 0 within 10 s.

@@ -242,16 +242,8 @@ struct StreamInteropTests {
         let base: String
 
         static func start(home: String, logPath: String, extra: [String] = []) async throws -> Server {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
             // Port 0: the server binds a free port and records it; no port is guessed here.
-            process.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:0"] + extra
-            if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
-            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-            try log.seekToEnd()
-            process.standardError = log
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
+            let process = try KaitenCLI.start(["serve", "--home", home, "--listen", "127.0.0.1:0"] + extra, logPath: logPath)
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
                 if let record = ServerRecord.load(Home(path: home)), record.pid == process.processIdentifier {
