@@ -166,3 +166,35 @@ struct RunInteropTests {
         #expect(!AutoApply.none.admits(action(.pull, .selected)))
     }
 }
+
+extension RunInteropTests {
+    /// A connection cut in the middle (a TCP proxy on loopback between Kaiten and the peer
+    /// resets it, no TLS or BEP close): the service notices, dials again through the proxy, and
+    /// the peer's next change still arrives.
+    @Test func aCutConnectionIsDialledAgain() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run-cut")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/docs/a.txt", "a\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let proxy = try TCPProxy(to: Int(st.address.split(separator: ":").last!)!)
+            defer { proxy.stop() }
+            #expect(try world.kaiten("peer", "edit", st.deviceID.description, "--address", proxy.address).status == 0)
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"))
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let local = world.local
+            try await Self.waitFor("the first pull", log: run) { Self.content(local + "/docs/a.txt") == "a\n" }
+            proxy.cut()
+            try await Self.waitFor("the redial through the proxy", log: run) { run.log.contains("reconnected to \(st.deviceID.shortDescription)") }
+            try TestFiles.write(world.peerData + "/docs/b.txt", "after the cut\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("a change after the cut", timeout: 90, log: run) { Self.content(local + "/docs/b.txt") == "after the cut\n" }
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+            #expect(run.process.terminationStatus == 0)
+        }
+    }
+}
