@@ -84,5 +84,5 @@ public struct ServiceRecord: Codable, Sendable {
 
 public struct ServiceError: Error, CustomStringConvertible, Sendable {
     public let description: String
-    init(_ description: String) { self.description = description }
+    public init(_ description: String) { self.description = description }
 }

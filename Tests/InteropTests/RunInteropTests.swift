@@ -80,6 +80,16 @@ struct RunInteropTests {
             #expect(try world.kaiten("ls", Self.folder, "docs").stdout.contains("new.txt"))
             let plan = try world.kaiten("plan", "--offline")
             #expect(plan.status == 0, "nothing left to do: \(plan.stdout)\(plan.stderr)")
+            // An online plan reads the logs the service keeps current (it does not dial).
+            let online = try world.kaiten("plan")
+            #expect(online.status == 0 && online.stderr.contains("keeps the index current"), "\(online.stdout)\(online.stderr)")
+            // The verbs that would dial the peers stand back, saying why, and change nothing.
+            for verb in [["apply", "--yes"], ["cat", Self.folder, "docs/a.txt"], ["get", Self.folder, "docs/a.txt", "-o", dir.file("got.txt")]] {
+                let refused = try KaitenCLI.run(verb + ["--home", world.home])
+                #expect(refused.status == 1 && refused.stderr.contains("holds the peers' connections"), "\(verb): \(refused.stderr)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: dir.file("got.txt")))
+            #expect(run.process.isRunning)
 
             // A selection edited beside it: the new path is pulled.
             #expect(try world.kaiten("select", Self.folder, "other").status == 0)

@@ -311,7 +311,7 @@ struct CLITests {
         ["index", "rebuild", "--help"], ["ls", "--help"], ["status", "--help"], ["folder", "add", "--help"], ["folder", "share", "--help"], ["folder", "unshare", "--help"], ["folder", "rm", "--help"], ["folder", "ls", "--help"], ["peer", "edit", "--help"],
         ["select", "--help"], ["deselect", "--help"], ["adopt", "--help"], ["plan", "--help"], ["show", "--help"],
         ["apply", "--help"], ["conflicts", "--help"], ["resolve", "--help"],
-        ["cat", "--help"], ["get", "--help"], ["serve", "--help"], ["url", "--help"],
+        ["cat", "--help"], ["get", "--help"], ["serve", "--help"], ["url", "--help"], ["run", "--help"],
     ])
     func everyVerbHasHelp(_ args: [String]) throws {
         let result = try KaitenCLI.run(args)

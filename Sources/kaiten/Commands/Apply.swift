@@ -3,6 +3,7 @@ import Foundation
 import KaitenApply
 import KaitenTransfer
 import KaitenConfig
+import KaitenService
 import KaitenReconcile
 import KaitenSync
 
@@ -100,6 +101,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
+                try ServiceGuard.refuse("apply", home: opened)
                 let saved = try planFile.map { try PlanFile.read($0) }
                 let output = ApplyOutput(json: json)
                 let lock: Applier.Lock

@@ -3,6 +3,7 @@ import Foundation
 import KaitenApply
 import KaitenTransfer
 import KaitenConfig
+import KaitenService
 import KaitenIndex
 import KaitenScan
 import KaitenStream
@@ -36,6 +37,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
+                try ServiceGuard.refuse("cat", home: opened)
                 let files = RemoteFiles(home: opened, logger: global.logger)
                 try await files.connect(folders: [folder], warn: { Terminal.error($0) })
                 do {
@@ -85,6 +87,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
+                try ServiceGuard.refuse("get", home: opened)
                 let clean = Cat.clean(path)
                 let files = RemoteFiles(home: opened, logger: global.logger)
                 try await files.connect(folders: [folder], warn: { Terminal.error($0) })

@@ -3,6 +3,7 @@ import KaitenApply
 import KaitenTransfer
 import Foundation
 import KaitenConfig
+import KaitenService
 import KaitenProtocol
 import KaitenReconcile
 import KaitenSync
@@ -81,7 +82,13 @@ extension Kaiten {
                         "note: an apply is running on this home (pid \(pid)); this plan uses the last complete index, "
                             + "as `plan --offline` would")
                 }
-                if !offline && applying == nil {
+                // A running service keeps the index current and holds the peers' connections
+                // (syncthing takes one per device): its logs are the fresh index.
+                let service = offline || applying != nil ? nil : ServiceRecord.running(opened.home)
+                if let service {
+                    Terminal.error("note: kaiten run (pid \(service.pid)) keeps the index current; this plan reads it, as `plan --offline` would")
+                }
+                if !offline && applying == nil && service == nil {
                     let reports = try await IndexSync.run(
                         home: opened, folders: folders, timeout: timeout, logger: global.logger,
                         warn: { Terminal.error($0) })

@@ -38,8 +38,10 @@ extension Kaiten {
                 kept; SIGTERM or SIGINT finish the blocks in flight and exit 0.
 
                 Beside it, the verbs that read (ls, status, plan --offline, conflicts, show) and \
-                edit selections (select, deselect) work as usual, and `index sync` says the \
-                service keeps the index current.
+                edit selections (select, deselect) work as usual, `plan` reads the index it keeps \
+                current and `index sync` says so; `apply`, `cat` and `get` stand back while it \
+                runs (it holds the peers' connections, and syncthing takes one per device): \
+                use --serve with `kaiten url` for on-demand reads.
 
                 Examples:
                   kaiten run
@@ -137,5 +139,20 @@ struct ServiceLog: Sendable {
             line = "\(stamp) \(event.kind)\(subject.isEmpty ? "" : " " + subject): \(event.message)"
         }
         FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}
+
+/// The verbs that dial the peers themselves stand back while a service holds the connections:
+/// syncthing keeps one connection per device, so a second one would take the service's away
+/// (and the service would take it back mid-transfer). Said plainly, exit 1, nothing done.
+enum ServiceGuard {
+    static func refuse(_ verb: String, home: KaitenHome) throws {
+        guard let service = ServiceRecord.running(home.home) else { return }
+        var remedy = "stop it (e.g. `systemctl --user stop kaiten-run`), run `kaiten \(verb)`, and start it again"
+        if verb == "apply" { remedy = "it applies what its --apply \(service.applyMode) admits by itself; for the rest, " + remedy }
+        if verb == "cat" || verb == "get", let url = service.serveURL {
+            remedy = "it serves on demand at \(url): `kaiten url FOLDER PATH` gives a link for curl or a player; or " + remedy
+        }
+        throw ServiceError("kaiten run (pid \(service.pid)) holds the peers' connections (syncthing takes one per device); \(remedy)")
     }
 }
