@@ -121,7 +121,7 @@ public final class IndexLog {
         // reads it up to its last whole batch.
         let locked = readOnly ? lockShared(fd) : lockExclusively(fd)
         guard locked || readOnly else {
-            throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+            throw log.heldTooLong()
         }
         log.readsUnlocked = !locked
         // A compaction that did not reach its rename leaves its temporary file: the old log is
@@ -168,7 +168,7 @@ public final class IndexLog {
         }
         guard fd >= 0 else { throw IndexLogError(.io, file: path, "the log was closed") }
         guard Self.lockExclusively(fd) else {
-            throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+            throw heldTooLong()
         }
         lockDepth = 1
         do {
@@ -204,7 +204,7 @@ public final class IndexLog {
             Glibc.close(fd)
             adopt(fresh)
             guard Self.lockExclusively(fd) else {
-                throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+                throw heldTooLong()
             }
             // Between that open and this lock another writer may have appended again.
             fstat(fd, &held)
@@ -215,16 +215,6 @@ public final class IndexLog {
             if Int64(held.st_size) > fileSize { try replay(size: Int64(held.st_size), from: fileSize, warn: { _ in }) }
             return
         }
-    }
-
-    /// Up to 2 s; a writer holds the lock for one batch.
-    private static func lockShared(_ fd: Int32) -> Bool {
-        for _ in 0..<100 {
-            if flock(fd, LOCK_SH | LOCK_NB) == 0 { return true }
-            guard errno == EWOULDBLOCK else { return false }
-            usleep(20_000)
-        }
-        return false
     }
 
     /// Takes over the descriptor and view of a log just opened on the same path.
@@ -244,17 +234,26 @@ public final class IndexLog {
 
     /// A flock belongs to the open file description, which a child forked by this process
     /// shares until its exec closes it (O_CLOEXEC). A lock that is busy for a moment may be
-    /// such a child's copy of our own earlier descriptor, so a short wait tells it apart from a
-    /// second kaiten process, which holds the lock for a whole sync.
-    private static func lockExclusively(_ fd: Int32) -> Bool {
-        // Up to 10 s: long enough for a reader to finish reading a big log (it holds the shared
-        // lock only that long), short of a whole sync by another writer.
-        for _ in 0..<500 {
-            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return true }
+    /// such a child's copy of our own earlier descriptor, or another writer's batch: both end
+    /// soon, so the lock is waited for, up to 10 s (a reader holds its shared lock only while
+    /// it reads, a writer its exclusive one for one batch).
+    private static func lockExclusively(_ fd: Int32) -> Bool { lock(fd, LOCK_EX, for: 500) }
+
+    /// Up to 2 s; past that a reader reads a copy instead (see `open`).
+    private static func lockShared(_ fd: Int32) -> Bool { lock(fd, LOCK_SH, for: 100) }
+
+    /// Tries `operation` every 20 ms, `tries` times.
+    private static func lock(_ fd: Int32, _ operation: Int32, for tries: Int) -> Bool {
+        for _ in 0..<tries {
+            if flock(fd, operation | LOCK_NB) == 0 { return true }
             guard errno == EWOULDBLOCK else { return false }
             usleep(20_000)
         }
         return false
+    }
+
+    private func heldTooLong() -> IndexLogError {
+        IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
     }
 
     // MARK: - Appending
@@ -490,7 +489,7 @@ public final class IndexLog {
         adopt(try IndexLog.open(path: path, folderID: folderID))
         if lockDepth > 0 {
             guard Self.lockExclusively(fd) else {
-                throw IndexLogError(.io, file: path, "in use by another kaiten process for more than 10 s (try again when it has finished)")
+                throw heldTooLong()
             }
             try catchUpHoldingLock()
         }

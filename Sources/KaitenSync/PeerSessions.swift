@@ -56,7 +56,23 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// Dials every peer that shares one of `folders` (all when empty), takes in its index and
     /// sends it this device's; returns what happened with each peer and folder.
     @discardableResult
-    public func connect(folders: [String] = [], only: Set<DeviceID>? = nil, warn: (String) -> Void) async throws -> [IndexSync.Report] {
+    public func connect(folders: [String] = [], warn: @escaping @Sendable (String) -> Void) async throws -> [IndexSync.Report] {
+        // In turn with accepted sessions: a peer that dials in meanwhile is then seen as
+        // connected (and closed as a duplicate) rather than kept beside this one.
+        let outcome = Mutex<Result<[IndexSync.Report], Error>>(.success([]))
+        await exchanges.run {
+            do {
+                let reports = try await self.dial(folders: folders, only: nil, warn: warn)
+                outcome.withLock { $0 = .success(reports) }
+            } catch {
+                outcome.withLock { $0 = .failure(error) }
+            }
+        }
+        return try outcome.withLock { $0 }.get()
+    }
+
+    /// Dials (only `only`, when given) and keeps what connects; the caller holds the queue.
+    private func dial(folders: [String], only: Set<DeviceID>?, warn: (String) -> Void) async throws -> [IndexSync.Report] {
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
             home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, warn: warn)
         for (device, connection) in fresh.connections { adopt(connection, device: device, announced: fresh.announced[device] ?? [:]) }
@@ -93,7 +109,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                 if !still.isEmpty {
                     await self.exchanges.run {
                         do {
-                            let reports = try await self.connect(only: still, warn: warn)
+                            let reports = try await self.dial(folders: [], only: still, warn: warn)
                             for report in reports where !report.ok {
                                 if let device = try? DeviceID(report.deviceID) { found.withLock { $0[device] = report.problem ?? "unreachable" } }
                             }
