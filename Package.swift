@@ -134,6 +134,8 @@ let package = Package(
             dependencies: [
                 "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
                 "KaitenProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

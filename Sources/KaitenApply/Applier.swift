@@ -13,7 +13,7 @@ import Glibc
 #endif
 
 /// What happens while a plan is applied, for the terminal, the log or `--json`.
-public enum ApplyEvent: Sendable {
+public enum ApplyEvent: Sendable, Codable {
     case start(actions: Int, pullBytes: Int64)
     case progress(filesDone: Int, filesTotal: Int, bytesDone: Int64, bytesTotal: Int64, current: String)
     case done(folder: String, action: Action, note: String?)
@@ -37,6 +37,10 @@ public struct SentChange: Sendable {
     public var path: String
     public var version: BEPVector
     public var deleted: Bool
+
+    public init(folder: String, path: String, version: BEPVector, deleted: Bool) {
+        (self.folder, self.path, self.version, self.deleted) = (folder, path, version, deleted)
+    }
 }
 
 /// The outcome of an apply.

@@ -167,12 +167,23 @@ public final class Service: Sendable {
             }
         })
 
+        // Files read on the live sessions: for --serve, and for the verbs beside the service.
+        let files = RemoteFiles(home: home, cacheBytes: options.serve == nil ? 8 << 20 : options.cacheBytes, logger: logger, sessions: sessions)
+        let control = ControlServer(
+            home: home, sessions: sessions, files: files, folders: folderIDs, role: "run", stop: stop,
+            log: { [emit] in emit(ServiceEvent("control", $0)) })
+        let controlTask = Task { [emit] in
+            do {
+                try await control.run()
+            } catch {
+                emit(ServiceEvent("error", "no control socket, so apply, cat and get cannot work beside this service: \(error)"))
+            }
+        }
         var streamServer: Task<Void, Error>?
         let stopServer = Mutex<(@Sendable () -> Void)?>(nil)
         if let serve = options.serve {
             do {
                 let signer = try URLSigner.load(home: home.home)
-                let files = RemoteFiles(home: home, cacheBytes: options.cacheBytes, logger: logger, sessions: sessions)
                 let http = StreamServer(files: files, signer: signer, peerAddresses: addresses, log: { [emit] in emit(ServiceEvent("serve", $0)) })
                 streamServer = Task {
                     try await http.run(host: serve.host, port: serve.port) { stopIt in stopServer.withLock { $0 = stopIt } }
@@ -215,6 +226,8 @@ public final class Service: Sendable {
         for feeder in feeders { feeder.cancel() }
         stopServer.withLock { $0?() }
         _ = await streamServer?.result
+        control.close()
+        _ = await controlTask.result
         for listener in listeners { await listener.close() }
         await sessions.close(reason: outcome == .reload ? "reloading" : "stopping")
         return outcome

@@ -56,7 +56,7 @@ extension RemoteFiles {
                     continue
                 }
                 let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
-                let source = BlockSource(folderID: folder, root: folderPath, connections: try connections(), tree: localBlocks)
+                let source = BlockSource(folderID: folder, root: folderPath, connections: try connections(), tree: localBlocks, relay: relay)
                 let puller = FilePuller(root: root, ignorePermissions: false, source: source)
                 _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: { _ in })
                 report.written += 1

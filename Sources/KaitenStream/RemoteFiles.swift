@@ -72,12 +72,21 @@ public final class RemoteFiles: @unchecked Sendable {
     private var locals: [String: LocalTree] = [:]
     private let fetchedBlocks = Counter()
 
+    /// Blocks come through the running service instead of this process's own connections.
+    let relay: BlockSource.Relay?
+
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
     public var blocksFetched: Int { fetchedBlocks.value }
 
     /// - Parameter sessions: the sessions to read through (a service's); new ones when nil.
-    public init(home: KaitenHome, cacheBytes: Int = 64 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil) {
+    /// - Parameter relay: beside a running service (which holds the peers' connections),
+    ///   blocks are fetched through it; nothing is dialled then and `connect` is not called.
+    public init(
+        home: KaitenHome, cacheBytes: Int = 64 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil,
+        relay: BlockSource.Relay? = nil
+    ) {
         self.home = home
+        self.relay = relay
         self.logger = logger
         self.timeout = timeout
         self.cache = BlockCache(capacity: cacheBytes)
@@ -177,13 +186,27 @@ public final class RemoteFiles: @unchecked Sendable {
         } catch {
             throw StreamError(.unavailable, "\(folder)/\(path): \(error)")
         }
-        if localPath == nil && !g.holders.contains(where: { connections[$0] != nil }) {
+        if localPath == nil && relay == nil && !g.holders.contains(where: { connections[$0] != nil }) {
             throw StreamError(
                 .unavailable,
                 "\(folder)/\(path): no connected peer holds it (held by \(g.holders.map(\.shortDescription).joined(separator: ", ")))")
         }
-        let source = BlockSource(folderID: folder, root: config.path, connections: connections, tree: LocalTree())
+        let source = BlockSource(folderID: folder, root: config.path, connections: connections, tree: LocalTree(), relay: relay)
         return Entry(folder: folder, global: g.file, blocks: blocks, holders: g.holders, localPath: localPath, source: source)
+    }
+
+    /// One block of the current global version of `path`, verified: for a process beside this
+    /// one (the control socket) that has no connections of its own. A block the current
+    /// version does not have (the file changed since the asker read its index) is refused.
+    public func block(folder: String, path: String, offset: Int64, size: Int32, hash: Data) async throws -> Data {
+        let entry = try entry(folder: folder, path: path)
+        guard entry.blocks.contains(where: { $0.offset == offset && $0.size == size && $0.hash == hash }) else {
+            throw StreamError(.notFound, "\(folder)/\(path): no block of \(size) bytes at offset \(offset) with that hash in the current version (it changed on the peers; read the index again)")
+        }
+        guard size > 0 else { return Data() }
+        var data = Data(capacity: Int(size))
+        try await read(entry, range: offset...(offset + Int64(size) - 1), window: 1) { data.append($0) }
+        return data
     }
 
     /// Hands the bytes of `range` to `body` in order, a block's worth at a time; fetches only

@@ -12,10 +12,17 @@ import Glibc
 /// Where a block comes from: a local file that already holds it (the scan cache is a block
 /// index), else the peers holding the global version, spread over them. Every block is
 /// SHA-256-verified whichever way it came; bad data is dropped and the block tried elsewhere.
+/// Beside a running service, which holds the peers' connections, blocks come through it
+/// (`relay`) and are verified here again.
 public final class BlockSource: Sendable {
+    /// Fetches one block of `file` of a folder through the process that holds the peers'
+    /// connections (the `kaiten run` control socket).
+    public typealias Relay = @Sendable (_ folder: String, _ file: BEPFileInfo, _ block: BEPBlockInfo) async throws -> Data
+
     let folderID: String
     let root: String
     let connections: [DeviceID: PeerConnection]
+    let relay: Relay?
     /// Each block hash once, with one local file and offset that hold it.
     let local: [ContentHash: (path: String, offset: Int64, size: Int32)]
     private let turn = Mutex(0)
@@ -31,10 +38,11 @@ public final class BlockSource: Sendable {
         public var lost = 0
     }
 
-    public init(folderID: String, root: String, connections: [DeviceID: PeerConnection], tree: LocalTree) {
+    public init(folderID: String, root: String, connections: [DeviceID: PeerConnection], tree: LocalTree, relay: Relay? = nil) {
         self.folderID = folderID
         self.root = root
         self.connections = connections
+        self.relay = relay
         var index: [ContentHash: (String, Int64, Int32)] = [:]
         for file in tree.entries.values where file.kind == .file {
             var offset: Int64 = 0
@@ -63,6 +71,7 @@ public final class BlockSource: Sendable {
             counters.withLock { $0.copied += 1 }
             return data
         }
+        if let relay { return try await relayed(block, of: file, through: relay) }
         let candidates = holders.filter { connections[$0] != nil }
         guard !candidates.isEmpty else {
             throw ApplyError(.noPeer, path: file.name, "no connected peer holds the global version")
@@ -90,6 +99,27 @@ public final class BlockSource: Sendable {
             }
         }
         throw ApplyError(.peerFailed, path: file.name, "no peer delivered the block at offset \(block.offset): " + problems.joined(separator: "; "))
+    }
+
+    /// A block through the service, checked here as if it came from a peer: the service is
+    /// trusted with the connections, not with the bytes.
+    private func relayed(_ block: BEPBlockInfo, of file: BEPFileInfo, through relay: Relay) async throws(ApplyError) -> Data {
+        let data: Data
+        do {
+            data = try await relay(folderID, file, block)
+        } catch let error as ApplyError {
+            counters.withLock { $0.refused += 1 }
+            throw error
+        } catch {
+            counters.withLock { $0.lost += 1 }
+            throw ApplyError(.peerFailed, path: file.name, "the running service did not deliver the block at offset \(block.offset): \(error)")
+        }
+        guard data.count == Int(block.size), Data(SHA256.hash(data: data)) == block.hash else {
+            counters.withLock { $0.rejected += 1 }
+            throw ApplyError(.peerFailed, path: file.name, "the block at offset \(block.offset) from the running service fails its SHA-256 check")
+        }
+        counters.withLock { $0.fetched += 1 }
+        return data
     }
 
     private func readLocal(_ path: String, offset: Int64, size: Int) -> Data? {

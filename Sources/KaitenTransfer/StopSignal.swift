@@ -13,6 +13,7 @@ public final class StopSignal: @unchecked Sendable {
     /// The signal sources, kept alive while this value lives (set once, by install()).
     private let lock = NSLock()
     private var sources: [DispatchSourceSignal] = []
+    private var observers: [@Sendable (Int32) -> Void] = []
 
     public init() {}
 
@@ -39,6 +40,18 @@ public final class StopSignal: @unchecked Sendable {
 
     /// For tests and callers that stop on their own.
     public func raise(_ number: Int32) {
-        _ = received.compareExchange(expected: 0, desired: number, ordering: .relaxed)
+        guard received.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else { return }
+        for observer in lock.withLock({ observers }) { observer(number) }
+    }
+
+    /// Runs `body` with the signal once it is raised (at once when it already is): for work
+    /// that cannot poll, such as a client waiting on a socket for the service that applies.
+    public func onRaise(_ body: @escaping @Sendable (Int32) -> Void) {
+        let already: Int32? = lock.withLock {
+            if let signal { return signal }
+            observers.append(body)
+            return nil
+        }
+        if let already { body(already) }
     }
 }

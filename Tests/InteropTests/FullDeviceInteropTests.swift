@@ -378,10 +378,17 @@ struct FullDeviceInteropTests {
             try await Self.shareWithKaitenOnly(b, world: world, path: dataB, type: "receiveonly")
             let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
-            for args in [["ls", Self.folder], ["status"], ["conflicts"], ["plan", "--offline"], ["select", Self.folder, "d0/f0.txt"]] {
+            for args in [
+                ["ls", Self.folder], ["status"], ["conflicts"], ["plan", "--offline"], ["select", Self.folder, "d0/f0.txt"], ["plan"],
+                ["index", "sync"], ["cat", Self.folder, "d0/f0.txt"],
+            ] {
                 let result = try KaitenCLI.run(args + ["--home", world.home])
                 #expect(result.status == 0 || (args[0] == "plan" && result.status == 2), "\(args): \(result.stdout)\(result.stderr)")
+                // Those that need the peers go through serve, which holds their connections.
+                if args == ["plan"] || args[0] == "cat" { #expect(result.stderr.isEmpty || result.stderr.contains("kaiten serve (pid"), "\(result.stderr)") }
             }
+            let cat = try KaitenCLI.run(["cat", Self.folder, "d0/f0.txt", "--home", world.home])
+            #expect(cat.stdout == (try String(contentsOfFile: world.peerData + "/d0/f0.txt", encoding: .utf8)))
             try await b.waitUntil("B has every file", timeout: 180) {
                 let status = try await b.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
                 return status?["localFiles"] as? Int == count && status?["needFiles"] as? Int == 0

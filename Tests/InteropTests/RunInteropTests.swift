@@ -83,12 +83,13 @@ struct RunInteropTests {
             // An online plan reads the logs the service keeps current (it does not dial).
             let online = try world.kaiten("plan")
             #expect(online.status == 0 && online.stderr.contains("keeps the index current"), "\(online.stdout)\(online.stderr)")
-            // The verbs that would dial the peers stand back, saying why, and change nothing.
-            for verb in [["apply", "--yes"], ["cat", Self.folder, "docs/a.txt"], ["get", Self.folder, "docs/a.txt", "-o", dir.file("got.txt")]] {
-                let refused = try KaitenCLI.run(verb + ["--home", world.home])
-                #expect(refused.status == 1 && refused.stderr.contains("holds the peers' connections"), "\(verb): \(refused.stderr)")
-            }
-            #expect(!FileManager.default.fileExists(atPath: dir.file("got.txt")))
+            // The verbs that need the peers go through the service (its control socket).
+            let cat = try world.kaiten("cat", Self.folder, "docs/a.txt")
+            #expect(cat.status == 0 && cat.stdout == "a, second version\n", "\(cat.stdout)\(cat.stderr)")
+            let got = try world.kaiten("get", Self.folder, "docs/a.txt", "-o", dir.file("got.txt"))
+            #expect(got.status == 0 && Self.content(dir.file("got.txt")) == "a, second version\n", "\(got.stdout)\(got.stderr)")
+            let applied = try world.kaiten("apply", "--yes")
+            #expect(applied.status == 0 && applied.stderr.contains("holds the peers' connections: it applies"), "\(applied.stdout)\(applied.stderr)")
             #expect(run.process.isRunning)
 
             // A selection edited beside it: the new path is pulled.
@@ -205,6 +206,96 @@ extension RunInteropTests {
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
             #expect(run.process.terminationStatus == 0)
+        }
+    }
+
+    /// Beside `kaiten run --apply none`, every verb works and nothing is refused for a lock:
+    /// `plan` is the service's plan on its live connections; `apply` (fresh, or a saved plan)
+    /// is applied by the service after the same stale check as a saved plan; `cat` and `get`
+    /// read verified blocks through it, for files outside the selection too; `resolve`,
+    /// `select`, `conflicts` and `ls` work on the files and logs as they are. The control
+    /// socket is 0600.
+    @Test func theVerbsThatNeedThePeersGoThroughTheService() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run-verbs")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        // Three blocks' worth, so that cat and get fetch several blocks through the service.
+        let big = (0..<6000).map { "line \($0) of big.txt, long enough to span blocks\n" }.joined()
+        try TestFiles.write(world.peerData + "/docs/big.txt", big)
+        try TestFiles.write(world.peerData + "/docs/b.txt", "b\n")
+        try TestFiles.write(world.peerData + "/other/c.txt", "c, never selected\n")
+        try TestFiles.write(world.peerData + "/later/d.txt", "d, selected later\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 4)
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+            try TestFiles.write(world.local + "/other/mine.txt", "only here\n")
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "none"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let socket = world.home + "/state/run.sock"
+            try await Self.waitFor("the service connected", log: run) {
+                let connected = try world.kaiten("status").stdout.contains("peers connected: a")
+                return connected && FileManager.default.fileExists(atPath: socket)
+            }
+            var info = stat()
+            #expect(stat(socket, &info) == 0 && info.st_mode & 0o777 == 0o600, "the control socket is for this user only")
+
+            // plan: the service's plan (it applied nothing: --apply none).
+            let plan = try world.kaiten("plan", "--detailed-exitcode", "--out", dir.file("first.plan"))
+            #expect(plan.status == 2 && plan.stdout.contains("docs/big.txt") && plan.stderr.contains("this is its plan"), "\(plan.stdout)\(plan.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/docs/big.txt"))
+
+            // cat and get, outside the selection and across blocks.
+            let cat = try world.kaiten("cat", Self.folder, "docs/big.txt")
+            #expect(cat.status == 0 && cat.stdout == big, "\(cat.stderr)")
+            let other = try world.kaiten("cat", Self.folder, "other/c.txt")
+            #expect(other.status == 0 && other.stdout == "c, never selected\n", "\(other.stderr)")
+            let tree = try world.kaiten("get", Self.folder, "docs", "-o", dir.file("tree"))
+            #expect(tree.status == 0 && Self.content(dir.file("tree/big.txt")) == big && Self.content(dir.file("tree/b.txt")) == "b\n", "\(tree.stdout)\(tree.stderr)")
+            let missing = try world.kaiten("cat", Self.folder, "nowhere.txt")
+            #expect(missing.status != 0 && missing.stderr.contains("not in the global index"), "\(missing.stderr)")
+
+            // A saved plan, applied by the service: exactly it, once.
+            let saved = try world.kaiten("apply", dir.file("first.plan"))
+            #expect(saved.status == 0 && saved.stdout.contains("pulled docs/big.txt"), "\(saved.stdout)\(saved.stderr)")
+            #expect(Self.content(world.local + "/docs/big.txt") == big && Self.content(world.local + "/docs/b.txt") == "b\n")
+            #expect(run.log.contains("applying plan"), "the service says it applied for a client: \(run.log)")
+            let again = try world.kaiten("apply", dir.file("first.plan"))
+            #expect(again.status == 3 && again.stderr.contains("already applied"), "\(again.stdout)\(again.stderr)")
+
+            // A saved plan the peer moved on from is stale (exit 3), nothing changed.
+            #expect(try world.kaiten("select", Self.folder, "later").status == 0)
+            _ = try world.kaiten("plan", "--out", dir.file("second.plan"))
+            try TestFiles.write(world.peerData + "/later/d.txt", "d, changed on the peer\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("the peer's change in the service's index", log: run) {
+                try world.kaiten("ls", "-l", Self.folder, "later").stdout.contains("23 B")
+            }
+            try await Task.sleep(for: .milliseconds(500))
+            let stale = try world.kaiten("apply", dir.file("second.plan"))
+            #expect(stale.status == 3 && stale.stderr.contains("stale"), "\(stale.stdout)\(stale.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/later/d.txt"))
+
+            // A fresh apply: planned by the service, shown here, applied there.
+            let fresh = try world.kaiten("apply", "--yes")
+            #expect(fresh.status == 0 && fresh.stdout.contains("pulled later/d.txt"), "\(fresh.stdout)\(fresh.stderr)")
+            #expect(Self.content(world.local + "/later/d.txt") == "d, changed on the peer\n")
+            let json = try world.kaiten("apply", "--yes", "--json")
+            #expect(json.status == 0 && json.stdout.contains("\"type\":\"summary\""), "\(json.stdout)\(json.stderr)")
+
+            // Conflicts are read and settled beside it.
+            let conflicts = try world.kaiten("conflicts")
+            #expect(conflicts.stdout.contains("other/mine.txt"), "\(conflicts.stdout)")
+            #expect(try world.kaiten("resolve", Self.folder, "other/mine.txt", "--delete-local").status == 0)
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/other/mine.txt"))
+            let settled = try world.kaiten("conflicts")
+            #expect(!settled.stdout.contains("other/mine.txt"), "\(settled.stdout)")
+            #expect(try world.kaiten("index", "sync").status == 0)
+            #expect(run.process.isRunning)
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+            #expect(run.process.terminationStatus == 0)
+            #expect(!FileManager.default.fileExists(atPath: socket), "the socket goes with the service")
         }
     }
 }

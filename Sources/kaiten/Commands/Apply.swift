@@ -37,6 +37,10 @@ extension Kaiten {
                 as NAME.sync-conflict-DATE-TIME-ID.EXT on the device that held it. See `kaiten \
                 conflicts` and `kaiten resolve`.
 
+                Beside `kaiten run` or `kaiten serve` (which hold the peers' connections), the \
+                service plans and applies through its control socket; this shows the plan, asks, \
+                and reports as usual.
+
                 Exit codes: 0 everything applied; 1 error before anything changed; 2 conflicts \
                 left open (with --fail-on-conflict); 3 stale plan; 4 refused by a safety brake \
                 (--max-delete, another apply running, a deselected file kept because fewer than \
@@ -101,8 +105,13 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                try ServiceGuard.refuse("apply", home: opened)
                 let saved = try planFile.map { try PlanFile.read($0) }
+                // Beside a running service, which holds the peers' connections, the service applies.
+                if let service = ControlClient.running(opened.home) {
+                    try applyThroughService(service, opened: opened, saved: saved)
+                    return
+                }
+                try ServiceGuard.refuse("apply", home: opened)
                 let output = ApplyOutput(json: json)
                 let lock: Applier.Lock
                 do {
@@ -125,11 +134,9 @@ extension Kaiten {
                     home: opened, folders: requested, requirePeers: max(requirePeers, saved?.requirePeers ?? 1), timeout: timeout,
                     logger: global.logger, warn: { Terminal.error($0) })
                 if followRenames && saved == nil {
-                    let followed = try Planner.followRenames(prepared.plan, home: opened)
-                    for (folder, rename) in followed {
-                        Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
+                    if try follow(prepared.plan, opened) {
+                        prepared = try Applier.replan(prepared, home: opened, folders: requested, requirePeers: max(requirePeers, 1))
                     }
-                    if !followed.isEmpty { prepared = try Applier.replan(prepared, home: opened, folders: requested, requirePeers: max(requirePeers, 1)) }
                 }
                 let session = prepared.session
                 do {
@@ -146,28 +153,10 @@ extension Kaiten {
                         plan = saved
                     } else {
                         plan = prepared.plan
-                        // Under a timer (no terminal) the output is one line per action and a summary.
-                        if !json && (isatty(1) == 1 || !yes) { PlanRenderer.print(plan) }
-                        guard plan.summary.hasChanges else {
-                            output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
+                        guard try confirmed(plan, output: output) else {
                             await session.close(reason: "nothing to apply")
-                            if !prepared.skipped.isEmpty || Self.keptForOfflineHolders(plan) > 0 || plan.summary.notApplied > 0 {
-                                throw ExitCode(4)
-                            }
-                            if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
+                            try exitWithNothingToApply(plan, skipped: !prepared.skipped.isEmpty)
                             return
-                        }
-                        if !yes {
-                            guard isatty(0) == 1 else {
-                                Terminal.error("not a terminal: pass --yes to apply without confirmation (a timer must say so)")
-                                throw ExitCode(1)
-                            }
-                            print("\nApply this plan? Only 'yes' is accepted: ", terminator: "")
-                            fflush(nil)
-                            guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
-                                print("Apply cancelled; nothing was changed.")
-                                throw ExitCode(1)
-                            }
                         }
                     }
                     do {
@@ -190,22 +179,108 @@ extension Kaiten {
                     if report.interruptedBy == nil { Applier.markApplied(plan, home: opened.home) }
                     await session.close(reason: report.interruptedBy == nil ? "apply done" : "interrupted")
                     output.summary(report, plan: plan)
-                    // 128 + the signal, as a shell reports a command a signal stopped.
-                    if let signal = report.interruptedBy { throw ExitCode(128 + signal) }
-                    if !report.failed.isEmpty || !report.notHeld.isEmpty { throw ExitCode(5) }
-                    // A folder left alone for safety (no marker), or a deselected file kept because
-                    // its holders are offline, is a brake, even if everything else went through.
-                    if !prepared.skipped.isEmpty || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0
-                        || plan.summary.notApplied > 0
-                    {
-                        throw ExitCode(4)
-                    }
-                    if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
+                    try exit(after: report, plan: plan, skipped: !prepared.skipped.isEmpty)
                 } catch {
                     await session.close(reason: "apply stopped")
                     throw error
                 }
             }
+        }
+
+        /// Beside `kaiten run` (or `serve`): the service plans on its live connections, this
+        /// shows the plan and asks, and the service applies it after checking it again like a
+        /// saved plan (exit 3 if its own round or a peer moved things meanwhile). The output
+        /// and exit codes are those of an apply run here.
+        func applyThroughService(_ service: ControlClient, opened: KaitenHome, saved: Plan?) throws {
+            let output = ApplyOutput(json: json)
+            Terminal.note("kaiten \(service.role) (pid \(service.pid)) holds the peers' connections: it applies, this shows")
+            var skipped = false
+            do {
+                let plan: Plan
+                if let saved {
+                    do {
+                        try Applier.checkOrigin(saved, home: opened.home)
+                    } catch {
+                        Terminal.error("\(error)")
+                        throw ExitCode(3)
+                    }
+                    plan = saved
+                } else {
+                    var answer = try service.plan(folders: folders, requirePeers: requirePeers)
+                    if followRenames, try follow(answer.plan, opened) {
+                        answer = try service.plan(folders: folders, requirePeers: requirePeers)
+                    }
+                    for warning in answer.warnings { Terminal.error(warning) }
+                    for (folder, reason) in answer.skipped { Terminal.error("\(folder): skipped: \(reason)") }
+                    skipped = !answer.skipped.isEmpty
+                    guard try confirmed(answer.plan, output: output) else {
+                        try exitWithNothingToApply(answer.plan, skipped: skipped)
+                        return
+                    }
+                    plan = answer.plan
+                }
+                let stop = StopSignal()
+                stop.install()
+                let report = try service.apply(
+                    plan, saved: saved != nil, maxDelete: maxDelete, requirePeers: requirePeers, sendTimeout: sendTimeout, stop: stop,
+                    note: { Terminal.note($0) }, events: output.handle)
+                output.summary(report, plan: plan)
+                try exit(after: report, plan: plan, skipped: skipped)
+            } catch let failure as ControlFailure {
+                Terminal.error(failure.message)
+                throw ExitCode(failure.code)
+            }
+        }
+
+        /// `--follow-renames`: selects the new names in the selection files; true when any was.
+        func follow(_ plan: Plan, _ opened: KaitenHome) throws -> Bool {
+            let followed = try Planner.followRenames(plan, home: opened)
+            for (folder, rename) in followed {
+                Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
+            }
+            return !followed.isEmpty
+        }
+
+        /// Shows a fresh plan and asks for confirmation (on a terminal, unless --yes). False
+        /// when there is nothing to apply (the summary is said).
+        func confirmed(_ plan: Plan, output: ApplyOutput) throws -> Bool {
+            // Under a timer (no terminal) the output is one line per action and a summary.
+            if !json && (isatty(1) == 1 || !yes) { PlanRenderer.print(plan) }
+            guard plan.summary.hasChanges else {
+                output.summary(ApplyReport(conflicts: plan.summary.conflicts), plan: plan)
+                return false
+            }
+            if !yes {
+                guard isatty(0) == 1 else {
+                    Terminal.error("not a terminal: pass --yes to apply without confirmation (a timer must say so)")
+                    throw ExitCode(1)
+                }
+                print("\nApply this plan? Only 'yes' is accepted: ", terminator: "")
+                fflush(nil)
+                guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
+                    print("Apply cancelled; nothing was changed.")
+                    throw ExitCode(1)
+                }
+            }
+            return true
+        }
+
+        func exitWithNothingToApply(_ plan: Plan, skipped: Bool) throws {
+            if skipped || Self.keptForOfflineHolders(plan) > 0 || plan.summary.notApplied > 0 { throw ExitCode(4) }
+            if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
+        }
+
+        /// The exit code an apply's outcome calls for (none: 0).
+        func exit(after report: ApplyReport, plan: Plan, skipped: Bool) throws {
+            // 128 + the signal, as a shell reports a command a signal stopped.
+            if let signal = report.interruptedBy { throw ExitCode(128 + signal) }
+            if !report.failed.isEmpty || !report.notHeld.isEmpty { throw ExitCode(5) }
+            // A folder left alone for safety (no marker), or a deselected file kept because
+            // its holders are offline, is a brake, even if everything else went through.
+            if skipped || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0 || plan.summary.notApplied > 0 {
+                throw ExitCode(4)
+            }
+            if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
         }
     }
 }

@@ -56,6 +56,16 @@ extension Kaiten.Index {
                     }
                     return
                 }
+                // So does `kaiten serve`, whose sessions take the updates in as well.
+                if let server = ControlClient.running(opened.home) {
+                    _ = try FolderSelection.resolve(folders, in: opened)
+                    if json {
+                        try Terminal.json([IndexSync.Report]())
+                    } else {
+                        print("kaiten \(server.role) (pid \(server.pid)) keeps the index current; nothing to do")
+                    }
+                    return
+                }
                 let reports = try await IndexSync.run(
                     home: opened, folders: folders, timeout: timeout, logger: global.logger,
                     warn: { Terminal.error($0) })

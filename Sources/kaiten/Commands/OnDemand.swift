@@ -8,6 +8,7 @@ import KaitenIndex
 import KaitenScan
 import KaitenStream
 import KaitenSync
+import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -37,9 +38,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                try ServiceGuard.refuse("cat", home: opened)
-                let files = RemoteFiles(home: opened, logger: global.logger)
-                try await files.connect(folders: [folder], warn: { Terminal.error($0) })
+                let files = try await RemoteFiles.opened(opened, verb: "cat", folder: folder, logger: global.logger)
                 do {
                     let entry = try files.entry(folder: folder, path: Self.clean(path))
                     if entry.size > 0 {
@@ -87,10 +86,8 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
-                try ServiceGuard.refuse("get", home: opened)
                 let clean = Cat.clean(path)
-                let files = RemoteFiles(home: opened, logger: global.logger)
-                try await files.connect(folders: [folder], warn: { Terminal.error($0) })
+                let files = try await RemoteFiles.opened(opened, verb: "get", folder: folder, logger: global.logger)
                 do {
                     try await fetch(clean, opened: opened, files: files)
                     await files.close()
@@ -148,8 +145,9 @@ extension Kaiten {
                 A peer that goes away (restarted, a cut connection) is dialled again, after 2 s, \
                 then waiting twice as long each time up to 60 s. What peers announce on the open \
                 connections is served at once. Verbs that only read (ls, status, plan --offline) \
-                work beside it; those that need the peers (index sync, apply, cat, get) do not \
-                yet: syncthing accepts one connection per device.
+                work beside it; those that need the peers (plan, apply, cat, get) go through \
+                it (its control socket, state/run.sock), since syncthing accepts one connection \
+                per device, and `index sync` has nothing to do.
 
                 Examples:
                   kaiten serve &
@@ -189,10 +187,24 @@ extension Kaiten {
                 // A peer that goes away (restarted, a cut connection) is dialled again.
                 let redial = files.sessions.keepConnected(warn: log)
                 defer { redial.cancel() }
+                // The verbs that need the peers (plan, apply, cat, get) go through this process
+                // while it holds their connections.
+                let stopped = StopSignal()
+                let control = ControlServer(
+                    home: opened, sessions: files.sessions, files: files, folders: opened.config.folders.map(\.id), role: "serve",
+                    stop: stopped, log: log)
+                let controlTask = Task {
+                    do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
+                }
                 let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, log: log)
                 try await server.run(host: host, port: port) { stop in
-                    SignalStop.install(stop)
+                    SignalStop.install {
+                        stopped.raise(SIGTERM)
+                        stop()
+                    }
                 }
+                control.close()
+                _ = await controlTask.result
                 for listener in listeners { await listener.close() }
                 await files.close()
                 FileHandle.standardError.write(Data("stopped\n".utf8))
@@ -256,6 +268,21 @@ extension Kaiten {
             guard let unit = text.last.flatMap({ units[$0] }), let value = Int64(text.dropLast()), value > 0 else { return nil }
             return value * unit
         }
+    }
+}
+
+extension RemoteFiles {
+    /// Files to read for `cat` and `get`: through a running service when one holds the peers'
+    /// connections (its control socket), else over this process's own connections.
+    static func opened(_ home: KaitenHome, verb: String, folder: String, logger: Logger) async throws -> RemoteFiles {
+        if let service = ControlClient.running(home.home) {
+            _ = try FolderSelection.resolve([folder], in: home)
+            return RemoteFiles(home: home, logger: logger, relay: service.relay)
+        }
+        try ServiceGuard.refuse(verb, home: home)
+        let files = RemoteFiles(home: home, logger: logger)
+        try await files.connect(folders: [folder], warn: { Terminal.error($0) })
+        return files
     }
 }
 

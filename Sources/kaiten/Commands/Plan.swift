@@ -74,6 +74,12 @@ extension Kaiten {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 var refreshProblems: [String: [String]] = [:]
                 var connected: [String: Set<DeviceID>]?
+                // A running service keeps the index current and holds the peers' connections
+                // (syncthing takes one per device): it plans on them, as its apply would.
+                if !offline, let service = ControlClient.running(opened.home) {
+                    try planThroughService(service, opened: opened)
+                    return
+                }
                 // While an apply runs it holds the index: plan from the last complete index
                 // rather than fail, and say so (deletions are re-checked live by apply anyway).
                 let applying = offline ? nil : Applier.runningApply(opened.home)
@@ -82,8 +88,7 @@ extension Kaiten {
                         "note: an apply is running on this home (pid \(pid)); this plan uses the last complete index, "
                             + "as `plan --offline` would")
                 }
-                // A running service keeps the index current and holds the peers' connections
-                // (syncthing takes one per device): its logs are the fresh index.
+                // One without a control socket: its logs are the fresh index.
                 let service = offline || applying != nil ? nil : ServiceRecord.running(opened.home)
                 if let service {
                     Terminal.error("note: kaiten run (pid \(service.pid)) keeps the index current; this plan reads it, as `plan --offline` would")
@@ -124,16 +129,43 @@ extension Kaiten {
                     }
                     plan.folders[i].warnings = problems + warnings
                 }
-                if let out {
-                    try PlanFile.write(plan, to: out)
+                try show(plan)
+            }
+        }
+
+        /// Saves, prints and exits as the flags say.
+        func show(_ plan: Plan) throws {
+            if let out {
+                try PlanFile.write(plan, to: out)
+            }
+            if json {
+                try Terminal.json(plan)
+            } else {
+                PlanRenderer.print(plan)
+                if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
+            }
+            if detailedExitcode && plan.summary.isPending { throw ExitCode(2) }
+        }
+
+        /// Beside `kaiten run` (or `serve`): the plan the service would apply, made on its live
+        /// connections and current index.
+        func planThroughService(_ service: ControlClient, opened: KaitenHome) throws {
+            Terminal.error("note: kaiten \(service.role) (pid \(service.pid)) keeps the index current; this is its plan, on its live connections")
+            do {
+                var answer = try service.plan(folders: folders, requirePeers: requirePeers)
+                if followRenames {
+                    let followed = try Planner.followRenames(answer.plan, home: opened)
+                    for (folder, rename) in followed {
+                        Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
+                    }
+                    if !followed.isEmpty { answer = try service.plan(folders: folders, requirePeers: requirePeers) }
                 }
-                if json {
-                    try Terminal.json(plan)
-                } else {
-                    PlanRenderer.print(plan)
-                    if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
-                }
-                if detailedExitcode && plan.summary.isPending { throw ExitCode(2) }
+                for warning in answer.warnings { Terminal.error(warning) }
+                for (folder, reason) in answer.skipped { Terminal.error("\(folder): skipped: \(reason)") }
+                try show(answer.plan)
+            } catch let failure as ControlFailure {
+                Terminal.error(failure.message)
+                throw ExitCode(failure.code)
             }
         }
     }

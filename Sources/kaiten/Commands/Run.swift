@@ -37,11 +37,13 @@ extension Kaiten {
                 reads config.xml again — a broken edit is said and the last good configuration \
                 kept; SIGTERM or SIGINT finish the blocks in flight and exit 0.
 
-                Beside it, the verbs that read (ls, status, plan --offline, conflicts, show) and \
-                edit selections (select, deselect) work as usual, `plan` reads the index it keeps \
-                current and `index sync` says so; `apply`, `cat` and `get` stand back while it \
-                runs (it holds the peers' connections, and syncthing takes one per device): \
-                use --serve with `kaiten url` for on-demand reads.
+                Every verb works beside it. Those that read (ls, status, plan --offline, \
+                conflicts, show) and edit selections (select, deselect, resolve) work as usual; \
+                `index sync` says the index is kept current; `plan`, `apply`, `cat` and `get` go \
+                through its control socket (state/run.sock, mode 0600), since it holds the \
+                peers' connections and syncthing takes one per device: it plans, `apply` shows \
+                the plan and asks, and it applies after checking the plan again like a saved \
+                one (exit 3 if it moved). With --serve, `kaiten url` links work too.
 
                 Examples:
                   kaiten run

@@ -1,0 +1,241 @@
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenProtocol
+import KaitenReconcile
+import KaitenTransfer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A verb's way into a running service (``ControlSocket``). Blocking and short: one
+/// connection per request; blocks are fetched on a dispatch queue so that many can be in
+/// flight without holding the cooperative pool.
+public final class ControlClient: Sendable {
+    let path: String
+    /// The service's process, and what it is (`run` or `serve`).
+    public let pid: Int32
+    public let role: String
+
+    init(path: String, pid: Int32, role: String) {
+        self.path = path
+        self.pid = pid
+        self.role = role
+    }
+
+    /// The service answering on this home's control socket, or nil when none does (no socket,
+    /// or one left by a process that died: nothing listens).
+    public static func running(_ home: Home) -> ControlClient? {
+        let path = ControlSocket.path(home)
+        guard let connection = connect(path) else { return nil }
+        defer { connection.close() }
+        guard (try? connection.send(ControlRequest(verb: .hello))) != nil, let reply = try? connection.reply(), reply.type == .hello else {
+            return nil
+        }
+        return ControlClient(path: path, pid: reply.pid ?? 0, role: reply.role ?? "run")
+    }
+
+    static func connect(_ path: String) -> Connection? {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        let connected = (try? ControlSocket.withShortPath(path) { short -> Bool in
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let bytes = Array(short.utf8)
+            guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (i, b) in bytes.enumerated() { raw[i] = b }
+                raw[bytes.count] = 0
+            }
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 }
+            }
+        }) ?? false
+        guard connected else {
+            Glibc.close(fd)
+            return nil
+        }
+        return Connection(fd: fd, path: path)
+    }
+
+    private func open() throws(ControlFailure) -> Connection {
+        guard let connection = Self.connect(path) else {
+            throw ControlFailure(1, "the running kaiten \(role) (pid \(pid)) no longer answers on \(path)")
+        }
+        return connection
+    }
+
+    /// What ``plan(folders:requirePeers:)`` answers.
+    public struct PlanAnswer: Sendable {
+        public var plan: Plan
+        public var warnings: [String]
+        public var skipped: [(folder: String, reason: String)]
+    }
+
+    /// The plan the service would apply now, made on its live connections.
+    public func plan(folders: [String], requirePeers: Int) throws(ControlFailure) -> PlanAnswer {
+        let connection = try open()
+        defer { connection.close() }
+        var request = ControlRequest(verb: .plan)
+        request.folders = folders
+        request.requirePeers = requirePeers
+        try connection.send(request)
+        let reply = try connection.reply()
+        if reply.type == .failure { throw ControlFailure(reply.code ?? 1, reply.message ?? "the service refused") }
+        guard reply.type == .plan, let plan = reply.plan else { throw ControlFailure(1, "the service answered with no plan") }
+        return PlanAnswer(plan: plan, warnings: reply.warnings ?? [], skipped: (reply.skipped ?? []).map { ($0.folder, $0.reason) })
+    }
+
+    /// Has the service apply `plan` (checked again there like a saved plan), handing its events
+    /// to `events` as they come. `stop` raised (Ctrl-C) asks it to stop between blocks.
+    public func apply(
+        _ plan: Plan, saved: Bool, maxDelete: String, requirePeers: Int, sendTimeout: Double, stop: StopSignal,
+        note: (String) -> Void, events: (ApplyEvent) -> Void
+    ) throws(ControlFailure) -> ApplyReport {
+        let connection = try open()
+        defer { connection.close() }
+        var request = ControlRequest(verb: .apply)
+        request.plan = plan
+        request.saved = saved
+        request.maxDelete = maxDelete
+        request.requirePeers = requirePeers
+        request.sendTimeout = sendTimeout
+        try connection.send(request)
+        stop.onRaise { signal in
+            var stopping = ControlRequest(verb: .stop)
+            stopping.signal = signal
+            try? connection.send(stopping)
+        }
+        while true {
+            let reply: ControlReply
+            do {
+                reply = try connection.reply()
+            } catch {
+                throw ControlFailure(
+                    5, "the service (pid \(pid)) went away during the apply: what it finished stays done; see its log, then plan again")
+            }
+            switch reply.type {
+            case .event: if let event = reply.event { events(event) }
+            case .note: note(reply.message ?? "")
+            case .report:
+                guard let report = reply.report else { throw ControlFailure(1, "the service sent an empty report") }
+                return report.applyReport
+            case .failure: throw ControlFailure(reply.code ?? 1, reply.message ?? "the service refused")
+            case .hello, .plan: throw ControlFailure(1, "the service answered out of turn")
+            }
+        }
+    }
+
+    /// One block of `file` through the service, as a ``BlockSource`` relay (verified there
+    /// and again by the caller).
+    public func block(folder: String, file: BEPFileInfo, block: BEPBlockInfo) async throws -> Data {
+        var request = ControlRequest(verb: .block)
+        request.folder = folder
+        request.path = file.name
+        request.offset = block.offset
+        request.size = block.size
+        request.hash = block.hash.map { String(format: "%02x", $0) }.joined()
+        let path = self.path
+        let name = file.name
+        let sent = request
+        return try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result {
+                        guard let connection = Self.connect(path) else {
+                            throw ApplyError(.peerFailed, path: name, "the running service no longer answers on \(path)")
+                        }
+                        defer { connection.close() }
+                        try connection.send(sent)
+                        guard let (kind, payload) = try connection.frame() else {
+                            throw ApplyError(.peerFailed, path: name, "the running service closed the connection")
+                        }
+                        if kind == .data { return payload }
+                        let reply = try JSONDecoder().decode(ControlReply.self, from: payload)
+                        throw ApplyError(.peerFailed, path: name, reply.message ?? "the service refused the block")
+                    })
+            }
+        }
+    }
+
+    /// ``block(folder:file:block:)`` as the relay a ``BlockSource`` takes.
+    public var relay: BlockSource.Relay {
+        { [self] folder, file, block in try await self.block(folder: folder, file: file, block: block) }
+    }
+}
+
+/// A verb refused or cut short by the service: what to say and the exit code to say it with.
+public struct ControlFailure: Error, CustomStringConvertible, Sendable {
+    public let code: Int32
+    public let message: String
+    init(_ code: Int32, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+/// One connection to the control socket.
+final class Connection: @unchecked Sendable {  // a send from the stop handler, reads from the caller
+    let fd: Int32
+    let path: String
+    private let writing = NSLock()
+
+    init(fd: Int32, path: String) {
+        self.fd = fd
+        self.path = path
+    }
+
+    func close() { Glibc.close(fd) }
+
+    func send(_ request: ControlRequest) throws(ControlFailure) {
+        let frame = ControlSocket.frame(.json, ControlSocket.encode(request))
+        writing.lock()
+        defer { writing.unlock() }
+        let ok = frame.withUnsafeBytes { raw -> Bool in
+            var sent = 0
+            while sent < raw.count {
+                let n = Glibc.send(fd, raw.baseAddress! + sent, raw.count - sent, Int32(MSG_NOSIGNAL))
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { return false }
+                sent += n
+            }
+            return true
+        }
+        guard ok else { throw ControlFailure(1, "\(path): the service closed the connection (\(String(cString: strerror(errno))))") }
+    }
+
+    /// The next frame, or nil when the service closed the connection between frames.
+    func frame() throws(ControlFailure) -> (ControlSocket.Kind, Data)? {
+        var header = [UInt8](repeating: 0, count: 5)
+        guard try readFully(&header, allowEnd: true) else { return nil }
+        let length = Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
+        guard length <= ControlSocket.maximumPayload, let kind = ControlSocket.Kind(rawValue: header[4]) else {
+            throw ControlFailure(1, "\(path): a malformed answer from the service")
+        }
+        var payload = [UInt8](repeating: 0, count: length)
+        _ = try readFully(&payload, allowEnd: false)
+        return (kind, Data(payload))
+    }
+
+    func reply() throws(ControlFailure) -> ControlReply {
+        guard let (kind, payload) = try frame() else { throw ControlFailure(1, "\(path): the service closed the connection") }
+        guard kind == .json, let reply = try? JSONDecoder().decode(ControlReply.self, from: payload) else {
+            throw ControlFailure(1, "\(path): a malformed answer from the service")
+        }
+        return reply
+    }
+
+    private func readFully(_ buffer: inout [UInt8], allowEnd: Bool) throws(ControlFailure) -> Bool {
+        var got = 0
+        while got < buffer.count {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + got, $0.count - got, 0) }
+            if n < 0 && errno == EINTR { continue }
+            if n == 0 && got == 0 && allowEnd { return false }
+            guard n > 0 else { throw ControlFailure(1, "\(path): the service closed the connection mid-answer") }
+            got += n
+        }
+        return true
+    }
+}

@@ -1,0 +1,341 @@
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenReconcile
+import KaitenStream
+import KaitenSync
+import KaitenTransfer
+import NIOCore
+import NIOPosix
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Answers the verbs run beside a service on its live connections (``ControlSocket``): the
+/// plan it would apply, an apply of a plan the client confirmed (checked again like a saved
+/// plan, under the same apply lock as the service's own rounds), and single verified blocks
+/// for `cat` and `get`. It decides nothing itself: the planner, the stale check, the brakes and
+/// the applier do, as for a one-shot `apply`.
+public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-only after load
+    let home: KaitenHome
+    let sessions: PeerSessions
+    let files: RemoteFiles
+    /// The folders the service keeps current; a request for another is refused.
+    let folders: [String]
+    let role: String
+    let serviceStop: StopSignal
+    let log: @Sendable (String) -> Void
+    private let channel = Mutex<(any Channel)?>(nil)
+    private let boundInode = Mutex<ino_t?>(nil)
+
+    public init(
+        home: KaitenHome, sessions: PeerSessions, files: RemoteFiles, folders: [String], role: String, stop: StopSignal,
+        log: @escaping @Sendable (String) -> Void
+    ) {
+        self.home = home
+        self.sessions = sessions
+        self.files = files
+        self.folders = folders
+        self.role = role
+        self.serviceStop = stop
+        self.log = log
+    }
+
+    /// Binds `state/run.sock` (mode 0600, made under a temporary name and renamed, so it is
+    /// never reachable with looser permissions) and serves until ``close()``. A socket another
+    /// live process answers on is left alone (said, and nothing served); a stale one is replaced.
+    public func run() async throws {
+        let path = ControlSocket.path(home.home)
+        if ControlClient.connect(path) != nil {
+            throw ServiceError("\(path): another kaiten process answers there; verbs beside it go to that one")
+        }
+        let temporary = path + ".\(getpid()).tmp"
+        unlink(temporary)
+        let server = try await ControlSocket.withShortPath(temporary) { short in
+            try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(unixDomainSocketPath: short, cleanupExistingSocketFile: true) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(ControlFrameDecoder()))
+                        return try NIOAsyncChannel<ControlFrame, ByteBuffer>(wrappingChannelSynchronously: channel)
+                    }
+                }
+        }
+        guard chmod(temporary, 0o600) == 0, rename(temporary, path) == 0 else {
+            let why = String(cString: strerror(errno))
+            try? await server.channel.close()
+            unlink(temporary)
+            throw ServiceError("\(path): cannot put the control socket in place: \(why)")
+        }
+        var info = stat()
+        if stat(path, &info) == 0 { boundInode.withLock { $0 = info.st_ino } }
+        channel.withLock { $0 = server.channel }
+        defer { removeSocket(path) }
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { inbound in
+                for try await connection in inbound {
+                    group.addTask { await self.serve(connection) }
+                }
+            }
+        }
+    }
+
+    public func close() {
+        channel.withLock { $0 }?.close(promise: nil)
+    }
+
+    /// Removes the socket file if it is still the one bound here.
+    private func removeSocket(_ path: String) {
+        var info = stat()
+        if stat(path, &info) == 0, boundInode.withLock({ $0 }) == info.st_ino { unlink(path) }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<ControlFrame, ByteBuffer>) async {
+        try? await connection.executeThenClose { inbound, outbound in
+            // The request first, then whatever the client says while it waits (stop), or the
+            // end of its side (it went away: an apply stops between blocks).
+            let (frames, feed) = AsyncStream<ControlFrame>.makeStream()
+            let reader = Task {
+                do {
+                    for try await frame in inbound { feed.yield(frame) }
+                } catch {}
+                feed.finish()
+            }
+            defer { reader.cancel() }
+            var requests = frames.makeAsyncIterator()
+            let send: @Sendable (ControlReply) async throws -> Void = { reply in
+                try await outbound.write(ByteBuffer(bytes: ControlSocket.frame(.json, ControlSocket.encode(reply))))
+            }
+            guard let first = await requests.next(), first.kind == .json,
+                let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(first.payload.readableBytesView))
+            else {
+                try await send(.failure(64, "not a request this kaiten understands"))
+                return
+            }
+            switch request.verb {
+            case .hello:
+                var reply = ControlReply(.hello)
+                reply.pid = getpid()
+                reply.role = role
+                try await send(reply)
+            case .plan:
+                try await send(plan(request))
+            case .apply:
+                let stop = StopSignal()
+                serviceStop.onRaise { stop.raise($0) }
+                let watcher = Task {
+                    for await frame in frames {
+                        if frame.kind == .json, let said = try? JSONDecoder().decode(ControlRequest.self, from: Data(frame.payload.readableBytesView)),
+                            said.verb == .stop
+                        {
+                            stop.raise(said.signal ?? SIGINT)
+                        }
+                    }
+                    // The client went away without a word: stop as for SIGTERM.
+                    stop.raise(SIGTERM)
+                }
+                defer { watcher.cancel() }
+                try await apply(request, stop: stop, send: send)
+            case .block:
+                do {
+                    let data = try await block(request)
+                    try await outbound.write(ByteBuffer(bytes: ControlSocket.frame(.data, data)))
+                } catch {
+                    try await send(.failure(1, (error as? ApplyError)?.hint ?? "\(error)"))
+                }
+            case .stop:
+                try await send(.failure(64, "nothing to stop"))
+            }
+        }
+    }
+
+    private func checkFolders(_ requested: [String]) -> String? {
+        let outside = requested.filter { !folders.contains($0) }
+        guard !outside.isEmpty else { return nil }
+        return "the running \(role) (pid \(getpid())) keeps folders \(folders.joined(separator: ", ")) current, not \(outside.joined(separator: ", ")); "
+            + "stop it to use the others, or add them to it"
+    }
+
+    private func plan(_ request: ControlRequest) -> ControlReply {
+        let requested = request.folders ?? []
+        if let outside = checkFolders(requested) { return .failure(1, outside) }
+        let chosen = requested.isEmpty ? folders : requested
+        var warnings: [String] = []
+        do {
+            let prepared = try Applier.prepare(
+                on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: max(1, request.requirePeers ?? 1),
+                warn: { warnings.append($0) })
+            var reply = ControlReply(.plan)
+            reply.plan = prepared.plan
+            reply.warnings = warnings
+            reply.skipped = prepared.skipped.map { .init(folder: $0.folder, reason: $0.reason) }
+            return reply
+        } catch {
+            return .failure(1, "\(error)")
+        }
+    }
+
+    private func apply(_ request: ControlRequest, stop: StopSignal, send: @escaping @Sendable (ControlReply) async throws -> Void) async throws {
+        guard let plan = request.plan, let maxDelete = DeleteLimit(request.maxDelete ?? "50%") else {
+            try await send(.failure(64, "an apply request carries a plan and a --max-delete"))
+            return
+        }
+        let chosen = plan.folders.map(\.id)
+        if let outside = checkFolders(chosen) {
+            try await send(.failure(1, outside))
+            return
+        }
+        // The service's own round may be applying: wait for it, as one apply per home does.
+        var lock: Applier.Lock?
+        var said = false
+        while lock == nil {
+            do {
+                lock = try Applier.lock(home.home)
+            } catch {
+                if stop.isSet {
+                    try await send(.failure(1, "stopped while waiting for the service's own apply; nothing was changed"))
+                    return
+                }
+                if !said {
+                    var note = ControlReply(.note)
+                    note.message = "the service is applying a round of its own; this apply follows it"
+                    try await send(note)
+                    said = true
+                }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        defer { withExtendedLifetime(lock) {} }
+        let requirePeers = max(request.requirePeers ?? 1, plan.requirePeers ?? 1)
+        let prepared: Applier.Prepared
+        do {
+            prepared = try Applier.prepare(on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers, warn: { _ in })
+        } catch {
+            try await send(.failure(1, "cannot plan: \(error)"))
+            return
+        }
+        // A plan the client confirmed is applied only while it still says what a fresh plan
+        // would: the service's own rounds and the peers move on while a person reads it.
+        do {
+            try Applier.checkStale(plan, against: prepared, home: home.home)
+        } catch {
+            let hint = request.saved == true ? error.hint : error.hint.replacingOccurrences(of: "the saved plan", with: "the plan")
+            try await send(.failure(3, hint))
+            return
+        }
+        do {
+            try Applier.checkBrakes(plan, states: prepared.states, maxDelete: maxDelete)
+        } catch {
+            try await send(.failure(4, error.hint))
+            return
+        }
+        do {
+            try Applier.checkWritable(plan)
+        } catch {
+            try await send(.failure(1, error.hint))
+            return
+        }
+        log("applying plan \(plan.planID) for a client on the control socket")
+        // Events go out in order through one writer; progress at most a few times a second.
+        let (events, feed) = AsyncStream<ApplyEvent>.makeStream()
+        let writer = Task {
+            for await event in events {
+                var reply = ControlReply(.event)
+                reply.event = event
+                try? await send(reply)
+            }
+        }
+        let lastProgress = Mutex(ContinuousClock.now - .seconds(1))
+        let log = self.log
+        let report = await Applier.execute(
+            plan, prepared: prepared, home: home, requirePeers: requirePeers, sendTimeout: request.sendTimeout ?? 300, stop: stop
+        ) { event in
+            switch event {
+            case .progress(let done, let total, _, _, _):
+                let due = lastProgress.withLock { last in
+                    guard done == total || ContinuousClock.now - last >= .milliseconds(250) else { return false }
+                    last = ContinuousClock.now
+                    return true
+                }
+                if !due { return }
+            case .done(let folder, let action, let note):
+                log("done \(action.action.rawValue) \(folder)/\(action.path): \(note ?? action.reason)")
+            case .failed(let folder, let action, let reason):
+                log("failed \(action.action.rawValue) \(folder)/\(action.path): \(reason)")
+            default:
+                break
+            }
+            feed.yield(event)
+        }
+        feed.finish()
+        await writer.value
+        if report.interruptedBy == nil { Applier.markApplied(plan, home: home.home) }
+        var reply = ControlReply(.report)
+        reply.report = ControlReport(report)
+        try await send(reply)
+    }
+
+    private func block(_ request: ControlRequest) async throws -> Data {
+        guard let folder = request.folder, let path = request.path, let offset = request.offset, let size = request.size,
+            let hex = request.hash, let hash = Data(hex: hex)
+        else { throw ServiceError("a block request names a folder, a path, an offset, a size and a hash") }
+        if let outside = checkFolders([folder]) { throw ServiceError(outside) }
+        do {
+            return try await files.block(folder: folder, path: path, offset: offset, size: size, hash: hash)
+        } catch let error as StreamError {
+            throw ServiceError(error.hint)
+        }
+    }
+}
+
+/// One frame off the socket.
+struct ControlFrame: Sendable {
+    let kind: ControlSocket.Kind
+    let payload: ByteBuffer
+}
+
+/// Cuts the byte stream into frames; a length beyond the limit, or an unknown kind, closes
+/// the connection.
+struct ControlFrameDecoder: ByteToMessageDecoder {
+    typealias InboundOut = ControlFrame
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else { return .needMoreData }
+        guard Int(length) <= ControlSocket.maximumPayload else { throw ServiceError("control frame of \(length) bytes") }
+        guard buffer.readableBytes >= 5 + Int(length) else { return .needMoreData }
+        buffer.moveReaderIndex(forwardBy: 4)
+        guard let kind = ControlSocket.Kind(rawValue: buffer.readInteger(as: UInt8.self)!) else {
+            throw ServiceError("unknown control frame kind")
+        }
+        let payload = buffer.readSlice(length: Int(length))!
+        context.fireChannelRead(wrapInboundOut(ControlFrame(kind: kind, payload: payload)))
+        return .continue
+    }
+}
+
+extension Data {
+    /// Bytes from lower- or upper-case hex; nil for anything else.
+    init?(hex: String) {
+        guard hex.utf8.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(hex.utf8.count / 2)
+        var high: UInt8?
+        for c in hex.utf8 {
+            let value: UInt8
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): value = c - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+            if let h = high {
+                bytes.append(h << 4 | value)
+                high = nil
+            } else {
+                high = value
+            }
+        }
+        self.init(bytes)
+    }
+}
