@@ -347,10 +347,16 @@ do {
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 20_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runServeBench(mib: mib, files: files, runs: runs)
+    case "service":
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
+        let seconds = args.firstIndex(of: "--seconds").flatMap { Int(args[$0 + 1]) } ?? 60
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        let changes = args.firstIndex(of: "--changes").flatMap { Int(args[$0 + 1]) } ?? 20
+        try await runServiceBench(files: files, seconds: seconds, runs: runs, changes: changes)
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C]")
         exit(64)
     }
 } catch {

@@ -33,7 +33,9 @@ public final class ChangeWatcher: @unchecked Sendable {
     private let stopped = Atomic<Bool>(false)
     private var thread: Thread?
     /// Said once: the watch limit was reached.
-    public private(set) var limitReached = false
+    private let limitHit = Atomic<Bool>(false)
+    /// The kernel's inotify watch limit left some directory unwatched.
+    public var limitReached: Bool { limitHit.load(ordering: .relaxed) }
     private let warn: @Sendable (String) -> Void
 
     /// - Parameters:
@@ -80,7 +82,7 @@ public final class ChangeWatcher: @unchecked Sendable {
         if wd >= 0 {
             targets[wd] = target
         } else if errno == ENOSPC && !limitReached {
-            limitReached = true
+            limitHit.store(true, ordering: .relaxed)
             warn("the kernel's inotify watch limit is reached (fs.inotify.max_user_watches); changes below \(path) are found by the periodic rescan")
         }
     }

@@ -39,10 +39,15 @@ public final class Service: Sendable {
     public struct Options: Sendable {
         public var folders: [String] = []
         public var mode: AutoApply = .safe
-        /// Seconds between full rescans (the watcher makes changes seen sooner).
-        public var rescanInterval: Double = 60
-        /// Quiet time after a change before planning, so a burst is one round.
+        /// Seconds between full rescans (the watcher makes changes seen sooner). Nil: as
+        /// config.xml's folders say (`rescanIntervalS`, syncthing's default hourly), and at
+        /// least every minute while the kernel's inotify watch limit leaves a folder unwatched.
+        public var rescanInterval: Double?
+        /// Quiet time after a change on disk before planning, so a burst of writes is one round.
         public var debounce: Double = 1
+        /// Quiet time after a peer's index update: the batches a peer sends together are one
+        /// round, and a change made on a peer is in place here without waiting for --debounce.
+        public var peerQuiet: Double = 0.05
         public var maxDelete: DeleteLimit = DeleteLimit("10%")!
         public var requirePeers: Int = 1
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.
@@ -152,13 +157,17 @@ public final class Service: Sendable {
                 }
             }
         })
+        stop.onRaise { _ in trigger.yield(.stop) }
+        let configured = folders.map(\.rescanIntervalS).filter { $0 > 0 }.min().map(Double.init)
         feeders.append(Task { [options] in
             var last = ContinuousClock.now
             while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(200))
-                if stop.isSet { trigger.yield(.stop) }
+                // Once a second: idle costs next to nothing (SIGTERM wakes the loop at once).
+                try? await Task.sleep(for: .seconds(1))
                 if reloads.take() { trigger.yield(.config) }
-                if ContinuousClock.now - last >= .seconds(options.rescanInterval) {
+                var interval = options.rescanInterval ?? configured
+                if watcher.limitReached { interval = min(interval ?? 60, 60) }
+                if let interval, ContinuousClock.now - last >= .seconds(interval) {
                     last = ContinuousClock.now
                     trigger.yield(.timer)
                 }
@@ -206,7 +215,7 @@ public final class Service: Sendable {
             var woken = await trigger.wait()
             if woken.stop || stop.isSet { break loop }
             if !woken.config {
-                try? await Task.sleep(for: .seconds(options.debounce))
+                try? await Task.sleep(for: .seconds(woken.disk ? options.debounce : options.peerQuiet))
                 let more = trigger.take()
                 woken.config = more.config
                 if more.stop || stop.isSet { break loop }
@@ -316,6 +325,8 @@ final class Triggers: Sendable {
         var reason: String?
         var config = false
         var stop = false
+        /// Something on disk (or the timer) rather than only peers' updates.
+        var disk = false
     }
     private let pending = Mutex(Woken())
     private let wake: AsyncStream<Void>
@@ -330,7 +341,11 @@ final class Triggers: Sendable {
             switch trigger {
             case .config: woken.config = true
             case .stop: woken.stop = true
-            default: if woken.reason == nil { woken.reason = trigger.reason }
+            case .disk, .timer:
+                woken.disk = true
+                if woken.reason == nil { woken.reason = trigger.reason }
+            case .peers:
+                if woken.reason == nil { woken.reason = trigger.reason }
             }
         }
         wakeUp.yield()

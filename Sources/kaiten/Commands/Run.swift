@@ -21,8 +21,8 @@ extension Kaiten {
                 when one goes away), takes their index updates into the logs as they arrive, \
                 announces what this device holds and serves its blocks. It watches the folders, \
                 the selection files and config.xml (inotify; a full rescan every \
-                --rescan-interval as the fallback) and, after --debounce seconds of quiet, plans \
-                and applies:
+                --rescan-interval as the fallback) and plans and applies: after --debounce \
+                seconds of quiet for a change on disk, at once for a peer's index update:
 
                   --apply safe  pulls, sends of changes made here, directories, modes, the \
                 .stignore write, and deselect-deletions (files the peers keep) that pass every \
@@ -59,8 +59,8 @@ extension Kaiten {
         @Option(help: "What is applied without review: none, safe or all.")
         var apply: AutoApply = .safe
 
-        @Option(help: ArgumentHelp("Seconds between full rescans of the folders.", valueName: "seconds"))
-        var rescanInterval: Double = 60
+        @Option(help: ArgumentHelp("Seconds between full rescans of the folders (default: each folder's rescanIntervalS in config.xml, hourly as syncthing; every minute where the inotify watch limit leaves a folder unwatched).", valueName: "seconds"))
+        var rescanInterval: Double?
 
         @Option(help: ArgumentHelp("Seconds of quiet after a change before planning.", valueName: "seconds"))
         var debounce: Double = 1
@@ -80,7 +80,7 @@ extension Kaiten {
         func validate() throws {
             guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
             guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
-            guard rescanInterval >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
+            guard (rescanInterval ?? 1) >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
             guard debounce >= 0 else { throw ValidationError("--debounce takes seconds, 0 or more") }
             if let serve { _ = try Self.loopback(serve) }
         }
