@@ -10,6 +10,10 @@ import KaitenTransfer
 import Logging
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One thing the service did or saw, for its log (a line, or an NDJSON event).
 public struct ServiceEvent: Sendable, Encodable {
     public var time: Date
@@ -210,6 +214,9 @@ public final class Service: Sendable {
         let rounds = RoundLog()
         loop: while true {
             await round(home: home, folders: folderIDs, sessions: sessions, status: status, stop: stop, reason: reason, log: rounds)
+            // A round reads whole indexes and scans into memory and lets them go; glibc keeps
+            // the freed heap unless asked, and an idle service should not sit on a round's peak.
+            _ = releaseFreedHeap(0)
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.
             var woken = await trigger.wait()
@@ -431,3 +438,7 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         save()
     }
 }
+
+/// glibc's `malloc_trim` (declared in malloc.h, which the Glibc module does not export).
+@_silgen_name("malloc_trim")
+private func releaseFreedHeap(_ keep: Int) -> Int32

@@ -241,9 +241,13 @@ struct StreamInteropTests {
         let process: Process
         let base: String
 
-        static func start(home: String, logPath: String, extra: [String] = []) async throws -> Server {
+        /// - Parameter underRun: host it in `kaiten run --apply none --serve` instead.
+        static func start(home: String, logPath: String, extra: [String] = [], underRun: Bool = false) async throws -> Server {
             // Port 0: the server binds a free port and records it; no port is guessed here.
-            let process = try KaitenCLI.start(["serve", "--home", home, "--listen", "127.0.0.1:0"] + extra, logPath: logPath)
+            let arguments =
+                underRun
+                ? ["run", "--home", home, "--apply", "none", "--serve", "127.0.0.1:0"] : ["serve", "--home", home, "--listen", "127.0.0.1:0"]
+            let process = try KaitenCLI.start(arguments + extra, logPath: logPath)
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
                 if let record = ServerRecord.load(Home(path: home)), record.pid == process.processIdentifier {
@@ -309,8 +313,9 @@ struct StreamInteropTests {
     /// `kaiten serve` follows a peer's change as it is announced on its open connection (issue
     /// 12: it used to keep sending the old bytes with the old ETag until restarted): the new
     /// version is served with a new ETag, no index sync needed, and every answer meanwhile is
-    /// one whole version, never a truncated body.
-    @Test func serveFollowsAPeersChangeAtOnce() async throws {
+    /// one whole version, never a truncated body. The same for the server `kaiten run --serve`
+    /// hosts on the service's sessions.
+    @Test(arguments: [false, true]) func serveFollowsAPeersChangeAtOnce(underRun: Bool) async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-serve-live")
         defer { dir.remove() }
         let world = try ApplyInteropTests.World(dir)
@@ -320,7 +325,7 @@ struct StreamInteropTests {
         try TestFiles.write(world.peerData + "/docs/a.txt", "first version\n")
         try await withSyncthing(st) { st in
             try await world.share(st, files: 1)
-            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"))
+            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"), underRun: underRun)
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             let link = try world.kaiten("url", ApplyInteropTests.folder, "docs/a.txt").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let before = try Self.curl(link)
