@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -12,6 +13,8 @@ import Darwin
 /// over the target, fsync the directory. A crash leaves either the old content or the new,
 /// never a mix, and never a half-written file under the real name.
 package enum AtomicFile {
+    private static let writes = Atomic<Int>(0)
+
     /// Replaces (or creates) `path` with `bytes`, with permission bits `mode`.
     /// - Parameter exclusive: when true, fail if `path` already exists instead of replacing it.
     package static func write(
@@ -19,7 +22,10 @@ package enum AtomicFile {
     ) throws(ConfigError) {
         let directory = (path as NSString).deletingLastPathComponent
         let base = (path as NSString).lastPathComponent
-        let temp = (directory as NSString).appendingPathComponent(".\(base).kaiten-\(getpid()).tmp")
+        // Unique per write, not only per process: two threads of one process (a service's
+        // round and a plan asked on its control socket) may replace the same file at once.
+        let serial = writes.add(1, ordering: .relaxed).newValue
+        let temp = (directory as NSString).appendingPathComponent(".\(base).kaiten-\(getpid())-\(serial).tmp")
         let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard fd >= 0 else { throw failure(path, "cannot create temporary file: \(errnoText())") }
         var ok = false

@@ -28,6 +28,8 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
     let serviceStop: StopSignal
     let log: @Sendable (String) -> Void
     private let channel = Mutex<(any Channel)?>(nil)
+    /// The clients' connections, so that stopping does not wait on one that says nothing.
+    private let clients = Mutex<[ObjectIdentifier: any Channel]>([:])
     private let boundInode = Mutex<ino_t?>(nil)
 
     public init(
@@ -81,8 +83,14 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         }
     }
 
+    /// Stops taking connections; those open get 5 s to finish (an apply stopping between
+    /// blocks, as the service's stop asked it to, sends its report) and are then closed.
     public func close() {
         channel.withLock { $0 }?.close(promise: nil)
+        Task {
+            try? await Task.sleep(for: .seconds(5))
+            for client in clients.withLock({ Array($0.values) }) { client.close(promise: nil) }
+        }
     }
 
     /// Removes the socket file if it is still the one bound here.
@@ -92,6 +100,9 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
     }
 
     private func serve(_ connection: NIOAsyncChannel<ControlFrame, ByteBuffer>) async {
+        let key = ObjectIdentifier(connection.channel)
+        clients.withLock { $0[key] = connection.channel }
+        defer { clients.withLock { $0[key] = nil } }
         try? await connection.executeThenClose { inbound, outbound in
             // The request first, then whatever the client says while it waits (stop), or the
             // end of its side (it went away: an apply stops between blocks).

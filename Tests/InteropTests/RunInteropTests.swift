@@ -292,6 +292,18 @@ extension RunInteropTests {
             #expect(!settled.stdout.contains("other/mine.txt"), "\(settled.stdout)")
             #expect(try world.kaiten("index", "sync").status == 0)
             #expect(run.process.isRunning)
+            // A client that connects and says nothing does not keep the service from stopping.
+            let silent = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(silent) }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (i, b) in socket.utf8.enumerated() { raw[i] = b }
+            }
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(silent, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            #expect(connected == 0, "the control socket takes connections")
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
             #expect(run.process.terminationStatus == 0)

@@ -121,14 +121,7 @@ extension Kaiten {
                     throw ExitCode(4)
                 }
                 defer { withExtendedLifetime(lock) {} }
-                if let saved {
-                    do {
-                        try Applier.checkOrigin(saved, home: opened.home)
-                    } catch {
-                        Terminal.error("\(error)")
-                        throw ExitCode(3)
-                    }
-                }
+                if let saved { try checkOrigin(saved, opened) }
                 let requested = saved.map { $0.folders.map(\.id) } ?? folders
                 var prepared = try await Applier.prepare(
                     home: opened, folders: requested, requirePeers: max(requirePeers, saved?.requirePeers ?? 1), timeout: timeout,
@@ -198,12 +191,7 @@ extension Kaiten {
             do {
                 let plan: Plan
                 if let saved {
-                    do {
-                        try Applier.checkOrigin(saved, home: opened.home)
-                    } catch {
-                        Terminal.error("\(error)")
-                        throw ExitCode(3)
-                    }
+                    try checkOrigin(saved, opened)
                     plan = saved
                 } else {
                     var answer = try service.plan(folders: folders, requirePeers: requirePeers)
@@ -229,6 +217,16 @@ extension Kaiten {
             } catch let failure as ControlFailure {
                 Terminal.error(failure.message)
                 throw ExitCode(failure.code)
+            }
+        }
+
+        /// A saved plan another home made, or one already applied: exit 3 before anything else.
+        func checkOrigin(_ saved: Plan, _ opened: KaitenHome) throws {
+            do {
+                try Applier.checkOrigin(saved, home: opened.home)
+            } catch {
+                Terminal.error("\(error)")
+                throw ExitCode(3)
             }
         }
 
