@@ -181,18 +181,28 @@ final class Connection: @unchecked Sendable {  // a send from the stop handler, 
     let fd: Int32
     let path: String
     private let writing = NSLock()
+    /// Set once closed: a late send (a Ctrl-C after the apply ended) must not write into a
+    /// descriptor number the process has since given to something else.
+    private var closed = false
 
     init(fd: Int32, path: String) {
         self.fd = fd
         self.path = path
     }
 
-    func close() { Glibc.close(fd) }
+    func close() {
+        writing.lock()
+        defer { writing.unlock() }
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
 
     func send(_ request: ControlRequest) throws(ControlFailure) {
         let frame = ControlSocket.frame(.json, ControlSocket.encode(request))
         writing.lock()
         defer { writing.unlock() }
+        guard !closed else { throw ControlFailure(1, "\(path): the connection is closed") }
         let ok = frame.withUnsafeBytes { raw -> Bool in
             var sent = 0
             while sent < raw.count {
