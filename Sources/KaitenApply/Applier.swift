@@ -114,6 +114,16 @@ public enum Applier {
         public var warnings: [String]
         /// Folders left out because they cannot be scanned (`.stfolder` missing), and why.
         public var skipped: [(folder: String, reason: String)]
+
+        public init(
+            plan: Plan, states: [Planner.FolderState], session: PeerSession, warnings: [String], skipped: [(folder: String, reason: String)]
+        ) {
+            self.plan = plan
+            self.states = states
+            self.session = session
+            self.warnings = warnings
+            self.skipped = skipped
+        }
     }
 
     /// Holds `state/apply.lock` for the life of the value: one apply per home at a time.
@@ -181,11 +191,13 @@ public enum Applier {
 
     /// Plans on the connections a long-running service holds (its sessions keep the index
     /// current, so nothing is synced first).
-    public static func prepare(on session: PeerSession, home: KaitenHome, folders: [String], requirePeers: Int, warn: (String) -> Void) throws
-        -> Prepared
-    {
+    /// - Parameter logs: the folders' global logs the service keeps open and current.
+    public static func prepare(
+        on session: PeerSession, home: KaitenHome, folders: [String], requirePeers: Int, logs: [String: IndexLog] = [:], warn: (String) -> Void
+    ) throws -> Prepared {
         let (plan, states, skipped) = try Planner.plan(
-            home: home, folders: folders, requirePeers: requirePeers, connected: session.refreshed, skipUnscannable: true, warn: warn)
+            home: home, folders: folders, requirePeers: requirePeers, connected: session.refreshed, skipUnscannable: true, logs: logs,
+            warn: warn)
         return Prepared(plan: plan, states: states, session: session, warnings: [], skipped: skipped)
     }
 

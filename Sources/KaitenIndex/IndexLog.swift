@@ -217,6 +217,42 @@ public final class IndexLog {
         }
     }
 
+    /// Brings a long-lived reader's view (``open(path:folderID:readOnly:warn:)`` with `readOnly`)
+    /// up to the file at its path: what writers appended since is read, and only that; a file
+    /// replaced since (a compaction, `index rebuild`) or created since is read afresh. The
+    /// shared lock is held while reading, so the view never takes half a batch. Returns false,
+    /// with the view unchanged, when a writer holds the lock for too long (compacting a very
+    /// big log): the next refresh reads it.
+    @discardableResult
+    public func refresh(warn: (String) -> Void = { _ in }) throws(IndexLogError) -> Bool {
+        precondition(isReadOnly, "refresh is for read-only views; writers catch up in exclusively(_:)")
+        var current = stat()
+        guard stat(path, &current) == 0 else {
+            // Removed (`index rebuild`, `folder rm`): nothing is known any more.
+            if fd >= 0 || fileSize > 0 {
+                close()
+                adopt(IndexLog(path: path, folderID: folderID))
+            }
+            return true
+        }
+        var held = stat()
+        if fd >= 0, fstat(fd, &held) == 0, held.st_ino == current.st_ino, held.st_dev == current.st_dev,
+            Int64(current.st_size) >= fileSize, !readsUnlocked
+        {
+            if Int64(current.st_size) == fileSize { return true }
+            guard Self.lockShared(fd) else { return false }
+            defer { flock(fd, LOCK_UN) }
+            fstat(fd, &held)
+            if Int64(held.st_size) > fileSize { try replay(size: Int64(held.st_size), from: fileSize, warn: warn) }
+            return true
+        }
+        let fresh = try IndexLog.open(path: path, folderID: folderID, readOnly: true, warn: warn)
+        if fresh.readsUnlocked { return false }
+        if fd >= 0 { Glibc.close(fd) }
+        adopt(fresh)
+        return true
+    }
+
     /// Takes over the descriptor and view of a log just opened on the same path.
     private func adopt(_ fresh: IndexLog) {
         fd = fresh.fd

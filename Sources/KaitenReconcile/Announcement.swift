@@ -49,9 +49,28 @@ public enum Announcement {
     /// what changed never holds the announcement of a whole big folder at once.
     public static func forEachDesired(
         global: GlobalIndex, local: LocalTree, selection: Selection, sending: Sending? = nil, announced: (String) -> FileEntry?,
+        only scope: Set<String>? = nil, _ body: (BEPFileInfo) throws -> Void
+    ) rethrows {
+        // With a scope, only those paths: what a service's round touched (each path's
+        // announcement depends on that path alone).
+        if let scope {
+            for path in scope {
+                guard let g = global.global(path) else { continue }
+                try desired(g, local: local, selection: selection, sending: sending, announced: announced, body)
+            }
+            return
+        }
+        try global.forEachGlobal { g in
+            try desired(g, local: local, selection: selection, sending: sending, announced: announced, body)
+        }
+    }
+
+    /// The announcement of one global path, if it is to be announced.
+    private static func desired(
+        _ g: GlobalEntry, local: LocalTree, selection: Selection, sending: Sending?, announced: (String) -> FileEntry?,
         _ body: (BEPFileInfo) throws -> Void
     ) rethrows {
-        try global.forEachGlobal { g in
+        do {
             let file = g.file
             let here = local[g.path]
             if let sending, let before = announced(g.path) {

@@ -89,31 +89,55 @@ struct Builder {
 
     mutating func classify() {
         let local = input.local
+        if let scope = input.scope {
+            // Only the paths named (and their parents): what a peer's update or a change on
+            // disk touched. Every rule below looks at one path at a time.
+            for path in scope {
+                if let g = input.global.global(path) {
+                    classify(global: g, local: local[path])
+                } else {
+                    classifyNotGlobal(path, local: local[path])
+                }
+            }
+            return
+        }
         input.global.forEachGlobal { g in
             classify(global: g, local: local[g.path])
         }
         for (path, file) in local.entries where input.global.global(path) == nil {
-            if input.sends && selection.isSelected(path) && !isJunk(path),
-                let change = LocalChange.of(global: nil, local: file, announced: input.announced[path], me: input.me, rule: input.global.conflictRule)
-            {
-                addLocalChange(change, path: path, global: nil, local: file)
-                if file.kind != .directory && Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
-            } else if input.sends && selection.isSelected(path), let mine = input.announced[path], !mine.isDeleted,
-                Announcement.diskHas(mine, file)
-            {
-                // Sent by this device, not announced by any peer yet: nothing to do, no conflict.
-                if Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
-            } else if file.kind != .directory {
-                classifyLocalOnly(file, reason: "not in the global index")
-            }
+            classifyNotGlobal(path, local: file)
         }
         if input.sends {
-            // Announced here, never announced by a peer, and gone from disk: deleted here.
-            for (path, entry) in input.announced where local[path] == nil && input.global.global(path) == nil && selection.isSelected(path) {
-                if let change = LocalChange.of(global: nil, local: nil, announced: entry, me: input.me, rule: input.global.conflictRule) {
-                    addLocalChange(change, path: path, global: nil, local: nil)
-                }
+            for (path, _) in input.announced where local[path] == nil && input.global.global(path) == nil {
+                classifyNotGlobal(path, local: nil)
             }
+        }
+    }
+
+    /// A path no peer announced: a local-only file (new here, or extraneous), or, in a folder
+    /// that sends, one this device announced and that is gone from disk (deleted here).
+    private mutating func classifyNotGlobal(_ path: String, local file: LocalFile?) {
+        guard let file else {
+            // Announced here, never announced by a peer, and gone from disk: deleted here.
+            if input.sends, let entry = input.announced[path], selection.isSelected(path),
+                let change = LocalChange.of(global: nil, local: nil, announced: entry, me: input.me, rule: input.global.conflictRule)
+            {
+                addLocalChange(change, path: path, global: nil, local: nil)
+            }
+            return
+        }
+        if input.sends && selection.isSelected(path) && !isJunk(path),
+            let change = LocalChange.of(global: nil, local: file, announced: input.announced[path], me: input.me, rule: input.global.conflictRule)
+        {
+            addLocalChange(change, path: path, global: nil, local: file)
+            if file.kind != .directory && Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
+        } else if input.sends && selection.isSelected(path), let mine = input.announced[path], !mine.isDeleted,
+            Announcement.diskHas(mine, file)
+        {
+            // Sent by this device, not announced by any peer yet: nothing to do, no conflict.
+            if Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
+        } else if file.kind != .directory {
+            classifyLocalOnly(file, reason: "not in the global index")
         }
     }
 

@@ -181,6 +181,23 @@ public struct FolderPlan: Codable, Sendable, Equatable {
     /// `--follow-renames` selects the new name. Added in format 1.2; nil when there are none.
     public var renames: [Rename]?
 
+    /// Whether this plan, made for a scope of paths (``FolderInput/scope``), says all the whole
+    /// plan would say of them: it only fetches files and makes or mends directories and modes,
+    /// each decided from its own path, and reports nothing. Deletions (renames are found across
+    /// paths, emptied directories from their contents), conflicts, sends, replacements and a
+    /// new `.stignore` are left to a whole plan.
+    public var isPathLocal: Bool {
+        guard !stignore.changed, conflicts.isEmpty, notApplied == nil, renames?.isEmpty ?? true else { return false }
+        return actions.allSatisfy { action in
+            switch action.action {
+            case .pull: return action.cause == .selected || action.cause == .changedOnPeers
+            case .mkdir: return action.cause == .directory
+            case .chmod: return action.cause == .permissions
+            case .delete, .rmdir, .writeStIgnore, .send, .sendDelete: return false
+            }
+        }
+    }
+
     public struct Rename: Codable, Sendable, Equatable {
         public var from: String
         public var to: String

@@ -40,6 +40,12 @@ public struct FolderInput: Sendable {
     /// holds. Read only where ``sends`` is set (a local deletion is a path announced as held
     /// and gone from disk).
     public var announced: [String: FileEntry] = [:]
+    /// The paths to plan, when not every path: a long-running service's round after a peer's
+    /// update or a change on disk that named them. Each rule of the plan looks at one path at
+    /// a time, so the plan of a scope is what the whole plan says of those paths — except what
+    /// reaches across paths (the `.stignore` rendering, renames, directories emptied by
+    /// deletions), which a caller must not take from a scoped plan (``FolderPlan/isPathLocal``).
+    public var scope: Set<String>?
 
     public init(
         id: String, path: String, selection: SelectionFile, selectionBytes: [UInt8]?, stignore: String?, global: GlobalIndex,
@@ -134,10 +140,12 @@ public enum Reconciler {
     /// Records, for every local file whose content equals its path's global version, that Kaiten
     /// holds that version: the synced record a later plan uses to tell a local edit from a
     /// remote change. Returns how many records changed.
+    /// - Parameter paths: only these (a service's round that scanned only them again).
     @discardableResult
-    public static func confirmSynced(_ local: inout LocalTree, global: GlobalIndex) -> Int {
+    public static func confirmSynced(_ local: inout LocalTree, global: GlobalIndex, only paths: Set<String>? = nil) -> Int {
         var changed = 0
-        for (path, file) in local.entries where file.kind != .directory {
+        let entries = paths.map { paths in paths.compactMap { path in local[path].map { (key: path, value: $0) } } }
+        for (path, file) in entries ?? Array(local.entries) where file.kind != .directory {
             guard let g = global.global(path), !g.file.isDeleted, !g.file.isInvalid,
                 let hash = contentHash(of: file), hash == contentHash(of: g.file)
             else { continue }

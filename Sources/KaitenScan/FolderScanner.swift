@@ -55,16 +55,7 @@ public struct FolderScanner: Sendable {
     public func scan(
         previous: LocalTree, blockSizeHint: (String, Int64) -> Int32? = { _, _ in nil }, warn: (String) -> Void = { _ in }
     ) throws(ScanError) -> (tree: LocalTree, statistics: Statistics) {
-        var info = stat()
-        guard lstat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-            throw ScanError(.folderMissing, path: root, "the folder does not exist or is not a directory")
-        }
-        guard lstat(root + "/.stfolder", &info) == 0 else {
-            throw ScanError(
-                .markerMissing, path: root,
-                "the folder marker .stfolder is missing (an unmounted disk must not look like \"everything deleted\"); "
-                    + "if the folder really is here, create it: mkdir \(root)/.stfolder")
-        }
+        try checkFolder()
 
         var entries: [String: LocalFile] = [:]
         entries.reserveCapacity(previous.count)
@@ -103,34 +94,11 @@ public struct FolderScanner: Sendable {
                 let path = relative.isEmpty ? name : relative + "/" + name
                 var st = stat()
                 guard fstatat(dirFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-                let modified = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
-                var entry = LocalFile(
-                    path: path, kind: .file, size: Int64(st.st_size), modifiedNs: modified, inode: UInt64(st.st_ino),
-                    permissions: UInt32(st.st_mode & 0o7777))
-                let old = previous.entries[path]
-                entry.synced = old?.synced
-                switch st.st_mode & S_IFMT {
-                case S_IFDIR:
-                    entry.kind = .directory
-                    entry.size = 0
-                    directories.append(path)
-                case S_IFLNK:
-                    entry.kind = .symlink
-                    entry.size = 0
-                    entry.symlinkTarget = Self.readLink(absolute + "/" + name) ?? ""
-                case S_IFREG:
-                    let wanted = blockSizeHint(path, entry.size) ?? BlockSize.forFileSize(entry.size, previous: old?.blockSize)
-                    if let old, old.sameStat(as: entry), old.blockSize == wanted, !old.blocks.isEmpty {
-                        entry.contentHash = old.contentHash
-                        entry.blockSize = old.blockSize
-                        entry.blocks = old.blocks
-                        statistics.reusedFiles += 1
-                    } else {
-                        entry.blockSize = wanted
-                        toHash.append(entry)
-                    }
-                default:
-                    continue  // sockets, fifos, devices: syncthing skips them too
+                guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: previous.entries[path], blockSizeHint: blockSizeHint)
+                else { continue }  // sockets, fifos, devices: syncthing skips them too
+                if entry.kind == .directory { directories.append(path) }
+                if entry.kind == .file {
+                    if reused { statistics.reusedFiles += 1 } else { toHash.append(entry) }
                 }
                 entries[path] = entry
             }
@@ -147,6 +115,140 @@ public struct FolderScanner: Sendable {
         // A file that could not be read is left out rather than guessed at.
         for (file, result) in zip(toHash, hashed) where result == nil { entries.removeValue(forKey: file.path) }
         return (LocalTree(entries: entries), statistics)
+    }
+
+    /// `lstat` of one path as a scan finds it: true with `st` filled when it is there under real
+    /// directories (never through a symlinked parent), false when it is not, nil when a scan
+    /// never reports that name (syncthing's own names, temporary files, names not NFC).
+    func look(_ path: String, _ st: inout stat) -> Bool? {
+        let components = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard !path.isEmpty, !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }),
+            !Self.internalRootNames.contains(String(components[0])),
+            !Self.isTemporary(String(components.last!)),
+            path.utf8.allSatisfy({ $0 < 0x80 }) || path.utf8.elementsEqual(path.precomposedStringWithCanonicalMapping.utf8)
+        else { return nil }
+        var parent = root
+        for component in components.dropLast() {
+            parent += "/" + component
+            guard lstat(parent, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return false }
+        }
+        return lstat(root + "/" + path, &st) == 0
+    }
+
+    /// Whether `path` on disk has the stat `recorded` says (kind, size, mtime, inode,
+    /// permissions, a symlink's target), or is absent where nothing is recorded; names a scan
+    /// never reports count as unchanged. Nothing is read but metadata.
+    public func isUnchanged(_ path: String, recorded: LocalFile?) -> Bool {
+        var st = stat()
+        guard let present = look(path, &st) else { return true }
+        guard present, let (now, _) = Self.entry(path, st, absolute: root + "/" + path, previous: nil, blockSizeHint: { _, _ in nil }) else {
+            return recorded == nil
+        }
+        guard let recorded else { return false }
+        // A directory's size and mtime move with every name made or removed in it: what is
+        // inside is looked at by its own paths.
+        if recorded.kind == .directory && now.kind == .directory { return recorded.inode == now.inode && recorded.permissions == now.permissions }
+        return recorded.sameStat(as: now) && recorded.permissions == now.permissions && recorded.symlinkTarget == now.symlinkTarget
+    }
+
+    /// The folder exists and has its `.stfolder` marker (an unmounted disk must not look empty).
+    func checkFolder() throws(ScanError) {
+        var info = stat()
+        guard lstat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw ScanError(.folderMissing, path: root, "the folder does not exist or is not a directory")
+        }
+        guard lstat(root + "/.stfolder", &info) == 0 else {
+            throw ScanError(
+                .markerMissing, path: root,
+                "the folder marker .stfolder is missing (an unmounted disk must not look like \"everything deleted\"); "
+                    + "if the folder really is here, create it: mkdir \(root)/.stfolder")
+        }
+    }
+
+    /// One entry from its `lstat`, carrying over the previous record's synced version and, when
+    /// its stat and block size are unchanged, its blocks (`reused`); nil for what is not a
+    /// file, directory or symlink.
+    static func entry(
+        _ path: String, _ st: stat, absolute: String, previous old: LocalFile?, blockSizeHint: (String, Int64) -> Int32?
+    ) -> (entry: LocalFile, reused: Bool)? {
+        let modified = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        var entry = LocalFile(
+            path: path, kind: .file, size: Int64(st.st_size), modifiedNs: modified, inode: UInt64(st.st_ino),
+            permissions: UInt32(st.st_mode & 0o7777))
+        entry.synced = old?.synced
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR:
+            entry.kind = .directory
+            entry.size = 0
+        case S_IFLNK:
+            entry.kind = .symlink
+            entry.size = 0
+            entry.symlinkTarget = Self.readLink(absolute) ?? ""
+        case S_IFREG:
+            let wanted = blockSizeHint(path, entry.size) ?? BlockSize.forFileSize(entry.size, previous: old?.blockSize)
+            if let old, old.sameStat(as: entry), old.blockSize == wanted, !old.blocks.isEmpty {
+                entry.contentHash = old.contentHash
+                entry.blockSize = old.blockSize
+                entry.blocks = old.blocks
+                return (entry, true)
+            }
+            entry.blockSize = wanted
+        default:
+            return nil
+        }
+        return (entry, false)
+    }
+
+    /// Scans only `paths` again, into `tree` (the last scan): each is looked at with `lstat` as
+    /// the whole scan would find it — under real directories only, never through a symlinked
+    /// parent, skipping syncthing's own names — and hashed when its stat changed. A path gone
+    /// from disk leaves the tree (a directory with everything under it). Directories are not
+    /// walked: a caller that names a directory names what it wants looked at under it.
+    /// - Throws: ``ScanError`` when the folder or its `.stfolder` marker is missing.
+    public func rescan(
+        _ paths: some Sequence<String>, in tree: inout LocalTree, blockSizeHint: (String, Int64) -> Int32? = { _, _ in nil },
+        warn: (String) -> Void = { _ in }
+    ) throws(ScanError) -> Statistics {
+        try checkFolder()
+        var statistics = Statistics()
+        var toHash: [LocalFile] = []
+        func removeUnder(_ directory: String) {
+            let prefix = directory + "/"
+            for key in tree.entries.keys where key.hasPrefix(prefix) { tree.entries.removeValue(forKey: key) }
+        }
+        for path in Set(paths) where !path.isEmpty {
+            var st = stat()
+            let present = look(path, &st)
+            if present == nil { continue }
+            let absolute = root + "/" + path
+            let old = tree.entries[path]
+            guard present == true, let (entry, reused) = Self.entry(path, st, absolute: absolute, previous: old, blockSizeHint: blockSizeHint)
+            else {
+                // Gone, or not something a scan keeps (a socket, a fifo).
+                tree.entries.removeValue(forKey: path)
+                if old?.kind == .directory { removeUnder(path) }
+                continue
+            }
+            if old?.kind == .directory && entry.kind != .directory { removeUnder(path) }
+            if entry.kind == .file && !reused {
+                toHash.append(entry)
+            } else {
+                if entry.kind == .file { statistics.reusedFiles += 1 }
+                tree.entries[path] = entry
+            }
+        }
+        let hashed = hashAll(toHash, warn: warn)
+        for (file, result) in zip(toHash, hashed) {
+            if let result {
+                tree.entries[file.path] = result
+                statistics.hashedFiles += 1
+                statistics.hashedBytes += result.size
+            } else {
+                tree.entries.removeValue(forKey: file.path)
+            }
+        }
+        statistics.entries = tree.count
+        return statistics
     }
 
     private func hashAll(_ files: [LocalFile], warn: (String) -> Void) -> [LocalFile?] {

@@ -150,7 +150,8 @@ public final class ChangeWatcher: @unchecked Sendable {
             for change in changed {
                 let key: String
                 switch change {
-                case .folder(let id, _): key = "folder " + id
+                // Every path once: the service tells its own writes from news path by path.
+                case .folder(let id, let path): key = "folder " + id + "\u{0}" + path
                 case .selection: key = "selection"
                 case .config: key = "config"
                 }

@@ -62,12 +62,17 @@ public final class Service: Sendable {
     }
 
     enum Trigger: Sendable {
-        case peers(DeviceID, folder: String), disk(String), timer, config, stop
+        /// A peer's index batch, with the names it carries (a full index asks for a whole round).
+        case peers(DeviceID, folder: String, names: [String], full: Bool)
+        /// A change on disk in a folder, at a path (`(events lost)` when the kernel dropped events).
+        case folder(String, path: String)
+        case disk(String), timer, config, stop
 
         /// Why a round runs, for its log line.
         var reason: String {
             switch self {
-            case .peers(let device, let folder): return "an index update from \(device.shortDescription) for \(folder)"
+            case .peers(let device, let folder, _, _): return "an index update from \(device.shortDescription) for \(folder)"
+            case .folder(let id, let path): return "a change in \(id)/\(path)"
             case .disk(let what): return what
             case .timer: return "the periodic rescan"
             case .config: return "config.xml"
@@ -75,6 +80,10 @@ public final class Service: Sendable {
             }
         }
     }
+
+    /// A scoped round looks at the paths its triggers named; past this many it plans the whole
+    /// folder instead (a walk costs less than that many lookups and scans).
+    static let scopeLimit = 10_000
 
     let homePath: Home
     let options: Options
@@ -149,7 +158,7 @@ public final class Service: Sendable {
         feeders.append(Task {
             for await update in updates {
                 status.indexUpdated()
-                trigger.yield(.peers(update.device, folder: update.folder))
+                trigger.yield(.peers(update.device, folder: update.folder, names: update.files.map(\.name), full: update.isFullIndex))
             }
         })
         feeders.append(Task {
@@ -157,7 +166,7 @@ public final class Service: Sendable {
                 switch change {
                 case .config: trigger.yield(.config)
                 case .selection: trigger.yield(.disk("a selection file"))
-                case .folder(let id, let path): trigger.yield(.disk("a change in \(id)/\(path)"))
+                case .folder(let id, let path): trigger.yield(.folder(id, path: path))
                 }
             }
         })
@@ -212,20 +221,35 @@ public final class Service: Sendable {
         var outcome = Outcome.stop
         var reason = "start"
         let rounds = RoundLog()
+        let standing = Standing()
+        // Each folder's state kept between rounds (the log read once, the last scan); a folder
+        // that cannot be opened so is planned whole every round.
+        var live: [String: LiveFolder] = [:]
+        for folder in folders {
+            do {
+                live[folder.id] = try LiveFolder(folder, home: home, warn: { [emit] in emit(ServiceEvent("warning", $0)) })
+            } catch {
+                emit(ServiceEvent("warning", folder: folder.id, "\(error); this folder is planned whole every round"))
+            }
+        }
+        defer { for view in live.values { view.close() } }
+        var woken = Triggers.Woken()
+        woken.whole = true
         loop: while true {
-            await round(home: home, folders: folderIDs, sessions: sessions, status: status, stop: stop, reason: reason, log: rounds)
-            // A round reads whole indexes and scans into memory and lets them go; glibc keeps
-            // the freed heap unless asked, and an idle service should not sit on a round's peak.
+            await round(
+                home: home, folders: folderIDs, sessions: sessions, live: live, woken: woken, status: status, standing: standing, stop: stop,
+                reason: reason, log: rounds)
+            // glibc keeps a round's freed heap unless asked, and an idle service should not sit
+            // on a round's peak.
             _ = releaseFreedHeap(0)
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.
-            var woken = await trigger.wait()
+            woken = await trigger.wait()
             if woken.stop || stop.isSet { break loop }
             if !woken.config {
-                try? await Task.sleep(for: .seconds(woken.disk ? options.debounce : options.peerQuiet))
-                let more = trigger.take()
-                woken.config = more.config
-                if more.stop || stop.isSet { break loop }
+                try? await Task.sleep(for: .seconds(isNews(woken, live: live) ? options.debounce : options.peerQuiet))
+                woken.merge(trigger.take())
+                if woken.stop || stop.isSet { break loop }
             }
             if woken.config {
                 if (try? KaitenHome.open(homePath)) != nil {
@@ -249,49 +273,143 @@ public final class Service: Sendable {
         return outcome
     }
 
-    /// Plans from the current index and the disk, applies what the mode admits.
+    /// Whether a wake-up holds a change on disk worth waiting for quiet after (a burst of
+    /// writes is one round): not when the only changes are the echo of the service's own writes.
+    private func isNews(_ woken: Triggers.Woken, live: [String: LiveFolder]) -> Bool {
+        guard woken.disk else { return false }
+        guard !woken.whole else { return true }
+        return woken.diskPaths.contains { folder, paths in
+            guard let view = live[folder] else { return true }
+            return paths.contains { !view.unchanged(at: $0) }
+        }
+    }
+
+    /// One round: plans what the triggers call for — the paths they named when that is enough
+    /// (``scopes(of:live:)``), else every path of every folder — and applies what the mode
+    /// admits; then brings this device's announcements in line with what changed.
     private func round(
-        home: KaitenHome, folders: [String], sessions: PeerSessions, status: StatusKeeper, stop: StopSignal, reason: String, log: RoundLog
+        home: KaitenHome, folders: [String], sessions: PeerSessions, live: [String: LiveFolder], woken: Triggers.Woken, status: StatusKeeper,
+        standing: Standing, stop: StopSignal, reason: String, log: RoundLog
     ) async {
+        let warn: (String) -> Void = { [emit] in emit(ServiceEvent("warning", $0)) }
+        if let scopes = scopes(of: woken, folders: folders, live: live) {
+            // Only the echo of the service's own writes: nothing to look at.
+            if scopes.isEmpty { return }
+            if let prepared = scopedPlan(scopes, home: home, sessions: sessions, live: live, warn: warn) {
+                let acted = await decideAndApply(prepared, home: home, status: status, standing: standing, stop: stop, reason: reason, log: log)
+                for (folder, paths) in scopes {
+                    guard let view = live[folder] else { continue }
+                    let touched = paths.union(acted[folder] ?? [])
+                    do { try view.rescan(touched, warn: warn) } catch { warn("\(folder): \(error)") }
+                    await view.announce(touched, sessions: sessions, warn: { [emit] in emit(ServiceEvent("warning", $0)) })
+                }
+                return
+            }
+        }
         let session = sessions.session(folders: folders)
         let prepared: Applier.Prepared
         do {
-            prepared = try Applier.prepare(on: session, home: home, folders: folders, requirePeers: options.requirePeers, warn: { [emit] in
-                emit(ServiceEvent("warning", $0))
-            })
+            for view in live.values { try view.refresh() }
+            prepared = try Applier.prepare(
+                on: session, home: home, folders: folders, requirePeers: options.requirePeers, logs: live.mapValues(\.log), warn: warn)
         } catch {
             emit(ServiceEvent("error", "cannot plan: \(error)"))
             status.round(planned: 0, applied: 0, failed: 0, pending: 0, conflicts: 0, error: "\(error)")
             return
         }
         for skipped in prepared.skipped { emit(ServiceEvent("warning", folder: skipped.folder, "not planned: \(skipped.reason)")) }
+        standing.set(prepared.plan, mode: options.mode)
+        let acted = await decideAndApply(prepared, home: home, status: status, standing: nil, stop: stop, reason: reason, log: log)
+        for state in prepared.states {
+            guard let view = live[state.input.id] else { continue }
+            view.adopt(state)
+            do { try view.rescan(acted[state.input.id] ?? [], warn: warn) } catch { warn("\(state.input.id): \(error)") }
+        }
+        // An apply announces what it did; a round that applied nothing may still have news for
+        // the peers (a file they changed that is not selected here is announced at its new
+        // version): an unchanged folder costs no walk (the recorded basis).
+        if acted.isEmpty { await sessions.announce(folders: folders, warn: { [emit] in emit(ServiceEvent("warning", $0)) }) }
+    }
+
+    /// The paths a round may limit itself to, per folder, or nil when it must look at every
+    /// path. Changes on disk the watcher reported count only when the disk differs from what
+    /// the service last scanned or wrote there: its own pulls and renames wake the watcher
+    /// too, and are not news. A real change on disk is planned with the whole folder (a new
+    /// directory's contents, an edit that is a conflict: the scan finds what the watcher may
+    /// not have named).
+    private func scopes(of woken: Triggers.Woken, folders: [String], live: [String: LiveFolder]) -> [String: Set<String>]? {
+        guard !woken.whole else { return nil }
+        for (folder, paths) in woken.diskPaths where folders.contains(folder) {
+            guard let view = live[folder] else { return nil }
+            if paths.contains(where: { !view.unchanged(at: $0) }) { return nil }
+        }
+        var scopes: [String: Set<String>] = [:]
+        for (folder, paths) in woken.peerPaths where folders.contains(folder) && !paths.isEmpty {
+            guard live[folder] != nil else { return nil }
+            scopes[folder] = paths
+        }
+        return scopes
+    }
+
+    /// The plan of the named paths only, from the folders' state kept in memory; nil when
+    /// that is not enough (a deletion, a conflict, a new `.stignore`: things a whole plan
+    /// decides across paths) or it cannot be made.
+    private func scopedPlan(
+        _ scopes: [String: Set<String>], home: KaitenHome, sessions: PeerSessions, live: [String: LiveFolder], warn: (String) -> Void
+    ) -> Applier.Prepared? {
+        // The round announces what it touched itself (the paths named, not the whole index).
+        let session = sessions.session(folders: Array(scopes.keys), announcer: { _ in })
+        do {
+            var states: [Planner.FolderState] = []
+            for (folder, paths) in scopes.sorted(by: { $0.key < $1.key }) {
+                guard let view = live[folder] else { return nil }
+                states.append(try view.scopedState(paths, requirePeers: options.requirePeers, connected: session.refreshed[folder], warn: warn))
+            }
+            let plan = try Planner.stamp(states, home: home, requirePeers: options.requirePeers)
+            guard plan.folders.allSatisfy(\.isPathLocal) else { return nil }
+            return Applier.Prepared(plan: plan, states: states, session: session, warnings: [], skipped: [])
+        } catch {
+            warn("planning only the changed paths failed (\(error)); planning every path")
+            return nil
+        }
+    }
+
+    /// Says the plan, applies what the mode admits (brakes holding deletions back), records
+    /// the outcome. Returns the paths acted on, per folder (empty when nothing ran).
+    /// - Parameter standing: for a scoped plan, what the last whole plan left pending (its
+    ///   conflicts and what the mode did not admit), which the status keeps showing.
+    private func decideAndApply(
+        _ prepared: Applier.Prepared, home: KaitenHome, status: StatusKeeper, standing: Standing?, stop: StopSignal, reason: String,
+        log: RoundLog
+    ) async -> [String: Set<String>] {
         let plan = prepared.plan
         let planned = plan.folders.reduce(0) { $0 + $1.actions.count }
         let conflicts = plan.folders.reduce(0) { $0 + $1.conflicts.count }
+        let (heldPending, heldConflicts) = standing?.get() ?? (0, 0)
         var admitted = options.mode.filter(plan)
         var count = admitted.folders.reduce(0) { $0 + $1.actions.count }
         guard planned > 0 || conflicts > 0 else {
-            _ = log.same("")
-            status.round(planned: 0, applied: 0, failed: 0, pending: 0, conflicts: 0, error: nil)
-            return
+            if standing == nil { _ = log.same("") }
+            status.round(planned: 0, applied: 0, failed: 0, pending: heldPending, conflicts: heldConflicts, error: nil)
+            return [:]
         }
         // The same plan again (held by a brake, left for review) is said once, not every round.
         let fingerprint = plan.folders.map { f in f.actions.map { "\($0.action.rawValue) \($0.path) \($0.version)" }.joined(separator: "\n") + "\(f.conflicts.count)" }
             .joined(separator: "\n")
-        let repeated = log.same(fingerprint)
+        let repeated = standing == nil && log.same(fingerprint)
         if !repeated { emit(ServiceEvent(
             "plan", "after \(reason): \(planned) action\(planned == 1 ? "" : "s") planned, \(count) admitted by --apply \(options.mode.rawValue), \(conflicts) conflict\(conflicts == 1 ? "" : "s") (left for `kaiten apply` / `kaiten conflicts`)")) }
         guard count > 0 else {
-            status.round(planned: planned, applied: 0, failed: 0, pending: planned, conflicts: conflicts, error: nil)
-            return
+            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: nil)
+            return [:]
         }
         let lock: Applier.Lock
         do {
             lock = try Applier.lock(home.home)
         } catch {
             emit(ServiceEvent("plan", "\(error.hint); the next round applies"))
-            status.round(planned: planned, applied: 0, failed: 0, pending: planned, conflicts: conflicts, error: error.hint)
-            return
+            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: error.hint)
+            return [:]
         }
         defer { withExtendedLifetime(lock) {} }
         do {
@@ -322,8 +440,31 @@ public final class Service: Sendable {
             "\(report.done) done, \(report.failed.count) failed, \(report.keptForSafety.count) kept for safety, \(planned - count) left for review"
         )) }
         status.round(
-            planned: planned, applied: report.done, failed: report.failed.count, pending: planned - report.done, conflicts: conflicts, error: nil)
+            planned: planned, applied: report.done, failed: report.failed.count, pending: heldPending + planned - report.done,
+            conflicts: heldConflicts + conflicts, error: nil)
+        var acted: [String: Set<String>] = [:]
+        for folder in admitted.folders {
+            var paths = Set(folder.actions.map(\.path))
+            for (id, copy) in report.conflictCopies where id == folder.id { paths.insert(copy) }
+            paths.remove(".stignore")
+            acted[folder.id] = paths
+        }
+        return acted
     }
+}
+
+/// What the last whole plan left for the user (its conflicts, and actions the mode did not
+/// admit): a scoped round's status adds its own to these rather than hiding them.
+final class Standing: Sendable {
+    private let held = Mutex((pending: 0, conflicts: 0))
+
+    func set(_ plan: Plan, mode: AutoApply) {
+        let admitted = mode.filter(plan).folders.reduce(0) { $0 + $1.actions.count }
+        let planned = plan.folders.reduce(0) { $0 + $1.actions.count }
+        held.withLock { $0 = (planned - admitted, plan.folders.reduce(0) { $0 + $1.conflicts.count }) }
+    }
+
+    func get() -> (pending: Int, conflicts: Int) { held.withLock { $0 } }
 }
 
 /// What woke the loop, gathered until it looks: many triggers, one round.
@@ -334,6 +475,23 @@ final class Triggers: Sendable {
         var stop = false
         /// Something on disk (or the timer) rather than only peers' updates.
         var disk = false
+        /// Something only a whole round answers: the timer, a selection file, lost events, a
+        /// peer's full index, more paths than ``Service/scopeLimit``.
+        var whole = false
+        /// Per folder, the paths peers' updates named.
+        var peerPaths: [String: Set<String>] = [:]
+        /// Per folder, the paths the watcher named.
+        var diskPaths: [String: Set<String>] = [:]
+
+        mutating func merge(_ other: Woken) {
+            reason = reason ?? other.reason
+            config = config || other.config
+            stop = stop || other.stop
+            disk = disk || other.disk
+            whole = whole || other.whole
+            peerPaths.merge(other.peerPaths) { $0.union($1) }
+            diskPaths.merge(other.diskPaths) { $0.union($1) }
+        }
     }
     private let pending = Mutex(Woken())
     private let wake: AsyncStream<Void>
@@ -350,9 +508,24 @@ final class Triggers: Sendable {
             case .stop: woken.stop = true
             case .disk, .timer:
                 woken.disk = true
-                if woken.reason == nil { woken.reason = trigger.reason }
-            case .peers:
-                if woken.reason == nil { woken.reason = trigger.reason }
+                woken.whole = true
+            case .folder(let id, let path):
+                woken.disk = true
+                if path == "(events lost)" { woken.whole = true }
+                if !woken.whole { woken.diskPaths[id, default: []].insert(path) }
+            case .peers(_, let folder, let names, let full):
+                if full { woken.whole = true }
+                if !woken.whole { woken.peerPaths[folder, default: []].formUnion(names) }
+            }
+            switch trigger {
+            case .config, .stop: break
+            default: if woken.reason == nil { woken.reason = trigger.reason }
+            }
+            let paths = woken.peerPaths.values.reduce(0) { $0 + $1.count } + woken.diskPaths.values.reduce(0) { $0 + $1.count }
+            if woken.whole || paths > Service.scopeLimit {
+                woken.whole = true
+                woken.peerPaths = [:]
+                woken.diskPaths = [:]
             }
         }
         wakeUp.yield()

@@ -79,6 +79,26 @@ public final class LocalAnnouncer {
         return changed.count
     }
 
+    /// Brings the announcements of `paths` only in line with `log`, `local` and `selection`: a
+    /// long-running service's round, which knows the paths it touched and holds the rest in
+    /// memory. The recorded basis stays as it was, so the next whole refresh compares every
+    /// path again. Returns how many entries changed.
+    @discardableResult
+    public func refresh(folder: String, log: IndexLog, local: LocalTree, selection: Selection, only paths: Set<String>) throws -> Int {
+        guard let index = indexes[folder], !paths.isEmpty else { return 0 }
+        let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
+        let changed = try index.update(
+            each: { body in
+                try Announcement.forEachDesired(
+                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
+            }
+        ) { name in
+            guard let global = log.index.global(name) else { return [] }
+            return try log.blocks(of: global.file)
+        }
+        return changed.count
+    }
+
     /// How a folder that sends is announced; nil for `receiveonly`.
     static func sending(home: KaitenHome, folder: String, rule: ConflictRule) -> Announcement.Sending? {
         guard let type = home.config.folder(id: folder)?.type, type == .sendreceive || type == .sendonly else { return nil }
@@ -92,6 +112,12 @@ public final class LocalAnnouncer {
     public func recordLocalChanges(folder: String, _ files: [BEPFileInfo]) throws -> [BEPFileInfo] {
         guard let index = indexes[folder], !files.isEmpty else { return [] }
         return try index.update(files) { _ in [] }
+    }
+
+    /// Brings the view of a folder's local index up to what other writers (an exchange's own
+    /// announcer, a one-shot verb) recorded since.
+    public func catchUp(folder: String) throws {
+        try indexes[folder]?.log.catchUp()
     }
 
     /// What this device announces for `path` of `folder` now.

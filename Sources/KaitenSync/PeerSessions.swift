@@ -277,7 +277,9 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     }
 
     /// A ``PeerSession`` over the open connections, for an apply run by this process.
-    public func session(folders: [String]) -> PeerSession {
+    /// - Parameter announcer: how an apply on it announces what it changed; nil: this device's
+    ///   whole local index is brought in line and sent (``announce(folders:warn:)``).
+    public func session(folders: [String], announcer: (@Sendable ([String]) async -> Void)? = nil) -> PeerSession {
         let (connections, current, announced) = state.withLock { state in
             (state.connections.filter { $0.value.isOpen }, state.current, state.announced)
         }
@@ -285,7 +287,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         for folder in folders { refreshed[folder] = (current[folder] ?? []).filter { connections[$0] != nil } }
         return PeerSession(
             connections: connections, refreshed: refreshed, announced: announced, updates: { self.updates() },
-            announcer: { folders in await self.announce(folders: folders, warn: { self.logger.warning("\($0)") }) })
+            announcer: announcer ?? { folders in await self.announce(folders: folders, warn: { self.logger.warning("\($0)") }) })
     }
 
     /// Brings this device's local index in line with the logs and sends each open connection
@@ -301,18 +303,38 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                     defer { log.close() }
                     try announcer.refresh(folder: folder, log: log)
                 }
-                let (connections, announced) = self.state.withLock { ($0.connections, $0.announced) }
-                for (device, connection) in connections where connection.isOpen {
-                    let shared = folders.filter { self.home.config.folder(id: $0)?.devices.contains(device) == true }
-                    let theirs = announced[device] ?? [:]
-                    try await announcer.send(to: connection, folders: shared.filter { theirs[$0] != nil }, theirView: theirs)
-                    let now = announcer.state
-                    self.state.withLock { state in
-                        for folder in shared where theirs[folder] != nil { state.announced[device]?[folder] = now[folder] }
-                    }
-                }
+                try await self.sendHoldingQueue(from: announcer, folders: folders)
             } catch {
                 warn("could not announce this device's index: \(error)")
+            }
+        }
+    }
+
+    /// Sends each open connection what it lacks of the local index `announcer` keeps, brought
+    /// up to date by the caller (a service's round, which knows the paths it changed and
+    /// refreshed only those). In turn with the exchanges, so that a peer gets its updates in
+    /// sequence order whoever sends them.
+    public func send(from announcer: LocalAnnouncer, folders: [String], warn: @escaping @Sendable (String) -> Void) async {
+        // The caller waits for this call and uses the announcer for nothing else meanwhile.
+        nonisolated(unsafe) let announcer = announcer
+        await exchanges.run {
+            do {
+                try await self.sendHoldingQueue(from: announcer, folders: folders)
+            } catch {
+                warn("could not announce this device's index: \(error)")
+            }
+        }
+    }
+
+    private func sendHoldingQueue(from announcer: LocalAnnouncer, folders: [String]) async throws {
+        let (connections, announced) = state.withLock { ($0.connections, $0.announced) }
+        for (device, connection) in connections where connection.isOpen {
+            let shared = folders.filter { home.config.folder(id: $0)?.devices.contains(device) == true }
+            let theirs = announced[device] ?? [:]
+            try await announcer.send(to: connection, folders: shared.filter { theirs[$0] != nil }, theirView: theirs)
+            let now = announcer.state
+            state.withLock { state in
+                for folder in shared where theirs[folder] != nil { state.announced[device]?[folder] = now[folder] }
             }
         }
     }

@@ -18,10 +18,13 @@ public enum Planner {
 
     /// Reads one folder's selection, `.stignore`, index log and local scan. The scan cache (and
     /// the synced record, with any new confirmations) is saved.
+    /// - Parameter openLog: the folder's global log already open and current (a service's);
+    ///   nil: it is opened and read.
     public static func loadFolder(
-        _ folder: FolderConfiguration, home: KaitenHome, requirePeers: Int = 1, warn: (String) -> Void = { _ in }
+        _ folder: FolderConfiguration, home: KaitenHome, requirePeers: Int = 1, log openLog: IndexLog? = nil,
+        warn: (String) -> Void = { _ in }
     ) throws -> FolderState {
-        let log = try PeerGenerations.openLog(home: home, folder: folder.id, readOnly: true, warn: warn)
+        let log = try openLog ?? PeerGenerations.openLog(home: home, folder: folder.id, readOnly: true, warn: warn)
         let selectionPath = home.home.selectionPath(folderID: folder.id)
         let (selection, selectionBytes) = try readSelection(selectionPath)
         let stignorePath = (folder.path as NSString).appendingPathComponent(".stignore")
@@ -44,20 +47,44 @@ public enum Planner {
         if statistics.hashedFiles > 0 || confirmed > 0 || journaled > 0 || tree.count != previous.count || !sameStats(tree, previous) {
             try ScanCache.save(tree, path: cachePath)
         }
+        for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn("warning: \(warning)") }
+        let input = try input(
+            folder, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: tree,
+            requirePeers: requirePeers, announced: { try ownAnnouncements(home: home, folder: folder.id, warn: warn) })
+        return FolderState(input: input, log: log, scanStatistics: statistics)
+    }
+
+    /// What the reconciler is given for a folder, from what was read of it.
+    /// - Parameter announced: this device's announcements, asked only of a folder that sends.
+    static func input(
+        _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, selection: SelectionFile, selectionBytes: [UInt8]?,
+        stignore: String?, local: LocalTree, requirePeers: Int, announced: () throws -> [String: FileEntry]
+    ) throws -> FolderInput {
         let checkpoints = log.checkpoints.map { (device: $0.key, indexID: $0.value.indexID, sequence: $0.value.maxSequence) }
         var input = FolderInput(
             id: folder.id, path: folder.path, selection: selection, selectionBytes: selectionBytes, stignore: stignore,
-            global: global, checkpoints: checkpoints, local: tree, requirePeers: requirePeers)
+            global: log.index, checkpoints: checkpoints, local: local, requirePeers: requirePeers)
         input.kept = KeptFiles.load(home.home, folderID: folder.id)
-        for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn("warning: \(warning)") }
         input.ignorePermissions = folder.ignorePerms
         if folder.type == .sendreceive || folder.type == .sendonly {
             input.sends = true
             input.receives = folder.type == .sendreceive
             input.me = home.identity.deviceID.shortID
-            input.announced = try ownAnnouncements(home: home, folder: folder.id, warn: warn)
+            input.announced = try announced()
         }
-        return FolderState(input: input, log: log, scanStatistics: statistics)
+        return input
+    }
+
+    /// The plan of `states` (folders already read), stamped with this home's lineage, a new
+    /// plan ID and the config's digest.
+    public static func stamp(_ states: [FolderState], home: KaitenHome, requirePeers: Int) throws -> Plan {
+        let configBytes = FileManager.default.contents(atPath: home.home.configPath).map { [UInt8]($0) } ?? []
+        let formatter = ISO8601DateFormatter()
+        var plan = Reconciler.plan(
+            states.map(\.input), lineage: try lineage(home.home), planID: UUID().uuidString.lowercased(),
+            createdAt: formatter.string(from: Date()), deviceID: home.identity.deviceID.description, configBytes: configBytes)
+        plan.requirePeers = requirePeers
+        return plan
     }
 
     /// What this device announces for a folder (its local index), by path: valid entries and
@@ -99,9 +126,10 @@ public enum Planner {
     /// With `skipUnscannable`, a folder that cannot be scanned (its `.stfolder` marker missing,
     /// the disk not mounted) is left out of the plan and reported in `skipped`, and the others
     /// go on; without it, that folder's error is thrown.
+    /// - Parameter logs: folders' global logs already open and current, by folder (a service's).
     public static func plan(
         home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
-        skipUnscannable: Bool, warn: (String) -> Void = { _ in }
+        skipUnscannable: Bool, logs: [String: IndexLog] = [:], warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState], skipped: [(folder: String, reason: String)]) {
         let configured = home.config.folders
         for id in requested where !configured.contains(where: { $0.id == id }) {
@@ -112,19 +140,14 @@ public enum Planner {
         var skipped: [(folder: String, reason: String)] = []
         for folder in folders {
             do {
-                var state = try loadFolder(folder, home: home, requirePeers: requirePeers, warn: warn)
+                var state = try loadFolder(folder, home: home, requirePeers: requirePeers, log: logs[folder.id], warn: warn)
                 state.input.connectedPeers = connected.map { $0[folder.id] ?? [] }
                 states.append(state)
             } catch let error as ScanError where skipUnscannable {
                 skipped.append((folder.id, error.description))
             }
         }
-        let configBytes = FileManager.default.contents(atPath: home.home.configPath).map { [UInt8]($0) } ?? []
-        let formatter = ISO8601DateFormatter()
-        var plan = Reconciler.plan(
-            states.map(\.input), lineage: try lineage(home.home), planID: UUID().uuidString.lowercased(),
-            createdAt: formatter.string(from: Date()), deviceID: home.identity.deviceID.description, configBytes: configBytes)
-        plan.requirePeers = requirePeers
+        var plan = try stamp(states, home: home, requirePeers: requirePeers)
         for i in plan.folders.indices {
             guard let folder = folders.first(where: { $0.id == plan.folders[i].id }) else { continue }
             if let warning = spaceWarning(plan.folders[i], folder: folder) { plan.folders[i].warnings.append(warning) }

@@ -279,6 +279,56 @@ struct IndexLogTests {
             #expect(!FileManager.default.fileExists(atPath: path + ".compact"))
         }
     }
+
+    /// A long-lived reader (`kaiten run`'s view of a folder) follows a writer: only what was
+    /// appended is read; after a compaction or a removal it reads the file at the path again,
+    /// and every refresh gives the view a fresh open would.
+    @Test func aReaderRefreshesToWhatAFreshOpenSees() throws {
+        try withLog { path in
+            // Created before the log exists: an empty view, filled once the file appears.
+            let reader = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            #expect(reader.index.pathCount == 0)
+            let writer = try IndexLog.open(path: path, folderID: "photos")
+            try writer.apply(device: Self.peerA, indexID: 5, files: (0..<50).map { Self.file("f\($0)", sequence: Int64($0 + 1), version: [(1, 1)]) }, isFullIndex: true)
+            func same() throws -> Bool {
+                let fresh = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+                defer { fresh.close() }
+                return fresh.index.allGlobal().map { "\($0.path) \($0.file.size) \($0.file.version.counters.map(\.value))" }
+                    == reader.index.allGlobal().map { "\($0.path) \($0.file.size) \($0.file.version.counters.map(\.value))" }
+                    && fresh.checkpoints == reader.checkpoints && fresh.fileSize == reader.fileSize
+            }
+            #expect(try reader.refresh())
+            #expect(reader.index.pathCount == 50)
+            #expect(try same())
+
+            // Appended: only the tail is read.
+            let replayed = reader.recordsReplayed
+            for round in 1...20 {
+                try writer.apply(device: Self.peerA, indexID: 5, files: [Self.file("f\(round)", size: 99, sequence: Int64(50 + round), version: [(1, UInt64(round + 1))])], isFullIndex: false)
+            }
+            #expect(try reader.refresh())
+            #expect(reader.recordsReplayed - replayed == 40)  // 20 batches: a file record and a checkpoint each
+            #expect(reader.index.global("f7")?.file.size == 99)
+            #expect(try same())
+
+            // Compacted by the writer (a new file renamed over the path), then appended to again.
+            for round in 21...200 {
+                try writer.apply(device: Self.peerA, indexID: 5, files: [Self.file("f\(round % 50)", size: Int64(round), sequence: Int64(50 + round), version: [(1, UInt64(round + 1))])], isFullIndex: false)
+            }
+            try writer.compact()
+            try writer.apply(device: Self.peerB, indexID: 6, files: [Self.file("g", sequence: 1, version: [(2, 1)])], isFullIndex: true)
+            #expect(try reader.refresh())
+            #expect(try same())
+            let entry = try #require(reader.index.global("g")?.file)
+            #expect(try reader.blocks(of: entry).count == 1)
+
+            // Removed (`index rebuild`): nothing is known.
+            writer.close()
+            try FileManager.default.removeItem(atPath: path)
+            #expect(try reader.refresh())
+            #expect(reader.index.pathCount == 0 && reader.checkpoints.isEmpty)
+        }
+    }
 }
 
 /// syncthing's global-version rule, one case per row (bep-brief §5.4-5.5).

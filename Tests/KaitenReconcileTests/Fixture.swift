@@ -27,6 +27,8 @@ struct Fixture {
     var receives = true
     static let me: UInt64 = 2
     var announced: [String: FileEntry] = [:]
+    /// Plan only these paths (a service's scoped round).
+    var scope: Set<String>? = nil
 
     /// A content hash standing for a file's bytes.
     static func content(_ text: String) -> ContentHash { ContentHash(SHA256.hash(data: Array(text.utf8))) }
@@ -84,6 +86,7 @@ struct Fixture {
         input.receives = receives
         input.me = Self.me
         input.announced = announced
+        input.scope = scope
         return Reconciler.planFolder(input).0
     }
 

@@ -345,3 +345,60 @@ struct BaselineTests {
         #expect(plan.summary.hasChanges)
     }
 }
+
+/// A service's round plans only the paths a peer's update named (issue 12, latency): what it
+/// plans for them must be what the whole plan says of them, and a plan that needs more than
+/// its own paths must say so (``FolderPlan/isPathLocal``) so that the service plans whole.
+struct ScopedPlanTests {
+    func fixture() -> Fixture {
+        var f = Fixture()
+        f.announce("photos", type: .directory)
+        f.announce("photos/a.jpg", "a2", version: 2)  // changed on the peer
+        f.onDisk("photos", kind: .directory)
+        f.onDisk("photos/a.jpg", "a1", synced: (1, "a1"))
+        f.announce("photos/b.jpg", "b")  // in sync
+        f.onDisk("photos/b.jpg", "b", synced: (1, "b"))
+        f.announce("photos/new/c.jpg", "c")  // new, under a directory not here yet
+        f.announce("other/d.txt", "d", version: 3)  // not selected
+        f.selection = "photos\n"
+        f.stignore = "!/photos\n*\n"
+        return f
+    }
+
+    @Test func aScopedPlanIsTheWholePlanOfItsPaths() throws {
+        var f = fixture()
+        let whole = try f.plan()
+        #expect(whole.lines == ["mkdir photos/new", "pull photos/a.jpg", "pull photos/new/c.jpg"])
+        for scope: Set<String> in [["photos/a.jpg"], ["photos/new/c.jpg"], ["photos/b.jpg", "other/d.txt"], ["photos/a.jpg", "photos/new/c.jpg", "other/d.txt"]] {
+            f.scope = scope
+            let scoped = try f.plan()
+            #expect(scoped.isPathLocal, "\(scope)")
+            // The whole plan's actions on these paths, and the parents their pulls need.
+            let expected = whole.actions.filter { action in
+                scope.contains(action.path) || (action.action == .mkdir && scope.contains { $0.hasPrefix(action.path + "/") })
+            }
+            #expect(scoped.actions == expected, "\(scope)")
+        }
+    }
+
+    @Test func aPlanThatReachesAcrossPathsIsNotPathLocal() throws {
+        // Deleted on the peer (a rename is found across paths).
+        var f = fixture()
+        f.announce("photos/b.jpg", "b", version: 2, deleted: true)
+        f.scope = ["photos/b.jpg"]
+        #expect(try f.plan().lines == ["delete photos/b.jpg"])
+        #expect(try !f.plan().isPathLocal)
+
+        // A local edit of a file the peer changed too: a conflict.
+        f = fixture()
+        f.onDisk("photos/a.jpg", "mine", synced: (1, "a1"))
+        f.scope = ["photos/a.jpg"]
+        #expect(try !f.plan().conflicts.isEmpty && !f.plan().isPathLocal)
+
+        // A new .stignore (the selection changed).
+        f = fixture()
+        f.stignore = nil
+        f.scope = ["photos/a.jpg"]
+        #expect(try f.plan().stignore.changed && !f.plan().isPathLocal)
+    }
+}

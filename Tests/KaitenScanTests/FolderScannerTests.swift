@@ -31,6 +31,46 @@ struct FolderScannerTests {
         try body(dir)
     }
 
+    /// Scanning a few paths again gives, for those paths, what a whole scan gives: changes
+    /// hashed, unchanged files reused, gone ones (a directory with its contents) dropped,
+    /// nothing through a symlinked parent, syncthing's own and temporary names left out.
+    @Test func aRescanOfSomePathsAgreesWithAWholeScan() throws {
+        try folder { dir in
+            let fm = FileManager.default
+            try fm.createDirectory(atPath: dir.file("a/b"), withIntermediateDirectories: true)
+            try Data("one".utf8).write(to: URL(fileURLWithPath: dir.file("a/one.txt")))
+            try Data("two".utf8).write(to: URL(fileURLWithPath: dir.file("a/b/two.txt")))
+            try Data("keep".utf8).write(to: URL(fileURLWithPath: dir.file("keep.txt")))
+            let scanner = FolderScanner(root: dir.path)
+            var (tree, _) = try scanner.scan(previous: LocalTree())
+            #expect(scanner.isUnchanged("a/one.txt", recorded: tree["a/one.txt"]))
+            #expect(scanner.isUnchanged("nothing-here", recorded: nil))
+
+            // Changes: an edit, a new file, a directory gone with its file, a parent turned into
+            // a symlink to a directory that has the same names.
+            try Data("one, edited".utf8).write(to: URL(fileURLWithPath: dir.file("a/one.txt")))
+            try Data("new".utf8).write(to: URL(fileURLWithPath: dir.file("new.txt")))
+            try fm.removeItem(atPath: dir.file("a/b"))
+            try fm.createDirectory(atPath: dir.file("outside"), withIntermediateDirectories: true)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: dir.file("outside/x.txt")))
+            try fm.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: dir.file("outside"))
+            try Data("tmp".utf8).write(to: URL(fileURLWithPath: dir.file(".syncthing.new.txt.tmp")))
+            #expect(!scanner.isUnchanged("a/one.txt", recorded: tree["a/one.txt"]))
+            #expect(!scanner.isUnchanged("new.txt", recorded: nil))
+            #expect(scanner.isUnchanged(".syncthing.new.txt.tmp", recorded: nil))
+
+            let stats = try scanner.rescan(
+                ["a/one.txt", "new.txt", "a/b", "keep.txt", "link/x.txt", "link", ".stfolder", ".syncthing.new.txt.tmp"], in: &tree)
+            #expect(stats.hashedFiles == 2)  // the edit and the new file; keep.txt reused
+            let (whole, _) = try scanner.scan(previous: LocalTree())
+            for path in ["a/one.txt", "new.txt", "a/b", "a/b/two.txt", "keep.txt", "link", "link/x.txt", ".stfolder", ".syncthing.new.txt.tmp"] {
+                #expect(tree[path]?.contentHash == whole[path]?.contentHash, "\(path)")
+                #expect(tree[path]?.kind == whole[path]?.kind, "\(path)")
+            }
+            #expect(tree["a/b/two.txt"] == nil && tree["link/x.txt"] == nil && tree["link"]?.kind == .symlink)
+        }
+    }
+
     @Test func hashesBlocksAsSyncthingDoes() throws {
         try folder { dir in
             try Data().write(to: URL(fileURLWithPath: dir.file("empty")))

@@ -1,0 +1,109 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenProtocol
+import KaitenReconcile
+import KaitenScan
+import KaitenSelection
+
+/// What a long-running service keeps of one folder between its rounds, so that a round after a
+/// peer's index update looks only at the paths the update names instead of replaying the whole
+/// log and scanning the whole folder: the global log (a reader brought up to its tail), the last
+/// scan of the folder, and this device's local index (to announce what a round changed).
+///
+/// One job: holding that state current. What to do with it is the planner's (pure) and the
+/// service's (scheduling). Used by one task at a time (the service's rounds run in turn).
+public final class LiveFolder {
+    public let config: FolderConfiguration
+    let home: KaitenHome
+    /// The folder's global log, read once and then only what writers append.
+    public let log: IndexLog
+    /// The last scan, with what the service wrote since.
+    public private(set) var tree: LocalTree
+    let announcer: LocalAnnouncer
+
+    /// Opens the folder's log and local index and takes the last saved scan.
+    public init(_ config: FolderConfiguration, home: KaitenHome, warn: (String) -> Void = { _ in }) throws {
+        self.config = config
+        self.home = home
+        log = try PeerGenerations.openLog(home: home, folder: config.id, readOnly: true, warn: warn)
+        tree = ScanCache.load(path: home.home.scanCachePath(folderID: config.id), warn: warn)
+        announcer = try LocalAnnouncer(home: home, folders: [config.id], warn: warn)
+    }
+
+    public func close() {
+        log.close()
+        announcer.close()
+    }
+
+    /// Brings the log up to what the peer sessions (or a one-shot verb) appended.
+    public func refresh() throws {
+        try log.refresh()
+    }
+
+    /// Takes a whole round's scan (it read everything): the base for the next scoped round.
+    public func adopt(_ state: Planner.FolderState) {
+        tree = state.input.local
+    }
+
+    /// Whether the disk at `path` is what the last scan (or the service's own write) left:
+    /// a change the watcher reports there is then the echo of the service's own work.
+    public func unchanged(at path: String) -> Bool {
+        FolderScanner(root: config.path).isUnchanged(path, recorded: tree[path])
+    }
+
+    /// Scans `paths` again (after an apply wrote them, or before planning them) and records,
+    /// for each that now holds its global version, that it is synced.
+    public func rescan(_ paths: Set<String>, warn: (String) -> Void = { _ in }) throws {
+        let global = log.index
+        _ = try FolderScanner(root: config.path).rescan(
+            paths, in: &tree,
+            blockSizeHint: { path, size in
+                guard let g = global.global(path), g.file.type == .file, g.file.size == size, g.file.blockSize > 0 else { return nil }
+                return g.file.blockSize
+            }, warn: warn)
+        Reconciler.confirmSynced(&tree, global: global, only: paths)
+    }
+
+    /// What the reconciler needs to plan `scope` (the log refreshed and the paths scanned
+    /// again first): the whole global index and scan, the plan limited to those paths.
+    public func scopedState(_ scope: Set<String>, requirePeers: Int, connected: Set<DeviceID>?, warn: (String) -> Void) throws
+        -> Planner.FolderState
+    {
+        try refresh()
+        try announcer.catchUp(folder: config.id)
+        try rescan(scope, warn: warn)
+        let selectionPath = home.home.selectionPath(folderID: config.id)
+        let (selection, selectionBytes) = try Planner.readSelection(selectionPath)
+        let stignore = FileManager.default.contents(atPath: (config.path as NSString).appendingPathComponent(".stignore"))
+            .map { String(decoding: $0, as: UTF8.self) }
+        var input = try Planner.input(
+            config, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: tree,
+            requirePeers: requirePeers,
+            announced: {
+                var mine: [String: FileEntry] = [:]
+                for path in scope {
+                    if let entry = announcer.announced(folder: config.id, path: path), !entry.isInvalid { mine[path] = entry }
+                }
+                return mine
+            })
+        input.scope = scope
+        input.connectedPeers = connected
+        return Planner.FolderState(input: input, log: log, scanStatistics: FolderScanner.Statistics())
+    }
+
+    /// Brings this device's announcements of `paths` in line with the log and the disk, and
+    /// sends the peers what they lack of them.
+    public func announce(_ paths: Set<String>, sessions: PeerSessions, warn: @escaping @Sendable (String) -> Void) async {
+        do {
+            try log.refresh()
+            let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: config.id))
+            let selection = Selection(file, global: log.index)
+            guard try announcer.refresh(folder: config.id, log: log, local: tree, selection: selection, only: paths) > 0 else { return }
+        } catch {
+            warn("could not announce this device's index of \(config.id): \(error)")
+            return
+        }
+        await sessions.send(from: announcer, folders: [config.id], warn: warn)
+    }
+}
