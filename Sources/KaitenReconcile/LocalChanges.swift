@@ -38,6 +38,9 @@ public enum LocalChange: Sendable, Equatable {
             // Gone from disk: a deletion to send when this device announced it as held, and
             // no peer changed it since (a modification beats a deletion: it is pulled instead).
             guard let announced, !announced.isInvalid, !announced.isDeleted else { return nil }
+            // The peers deleted it (its global version is the deletion, which apply carried
+            // out here): nothing this device has to say about it.
+            if let global, global.isDeleted { return nil }
             if let liveGlobal {
                 let order = liveGlobal.version.compare(announced.version)
                 guard order == .equal || order == .lesser else { return nil }

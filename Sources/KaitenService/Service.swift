@@ -382,6 +382,8 @@ public final class Service: Sendable {
         _ prepared: Applier.Prepared, home: KaitenHome, status: StatusKeeper, standing: Standing?, stop: StopSignal, reason: String,
         log: RoundLog
     ) async -> [String: Set<String>] {
+        let paths = prepared.states.allSatisfy { $0.input.scope != nil } ? prepared.states.reduce(0) { $0 + ($1.input.scope?.count ?? 0) } : nil
+        let reason = paths.map { "\(reason) (\($0) path\($0 == 1 ? "" : "s") looked at)" } ?? reason
         let plan = prepared.plan
         let planned = plan.folders.reduce(0) { $0 + $1.actions.count }
         let conflicts = plan.folders.reduce(0) { $0 + $1.conflicts.count }
@@ -390,7 +392,7 @@ public final class Service: Sendable {
         var count = admitted.folders.reduce(0) { $0 + $1.actions.count }
         guard planned > 0 || conflicts > 0 else {
             if standing == nil { _ = log.same("") }
-            status.round(planned: 0, applied: 0, failed: 0, pending: heldPending, conflicts: heldConflicts, error: nil)
+            status.round(planned: 0, applied: 0, failed: 0, pending: heldPending, conflicts: heldConflicts, error: nil, paths: paths)
             return [:]
         }
         // The same plan again (held by a brake, left for review) is said once, not every round.
@@ -400,7 +402,7 @@ public final class Service: Sendable {
         if !repeated { emit(ServiceEvent(
             "plan", "after \(reason): \(planned) action\(planned == 1 ? "" : "s") planned, \(count) admitted by --apply \(options.mode.rawValue), \(conflicts) conflict\(conflicts == 1 ? "" : "s") (left for `kaiten apply` / `kaiten conflicts`)")) }
         guard count > 0 else {
-            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: nil)
+            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: nil, paths: paths)
             return [:]
         }
         let lock: Applier.Lock
@@ -408,7 +410,7 @@ public final class Service: Sendable {
             lock = try Applier.lock(home.home)
         } catch {
             emit(ServiceEvent("plan", "\(error.hint); the next round applies"))
-            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: error.hint)
+            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: error.hint, paths: paths)
             return [:]
         }
         defer { withExtendedLifetime(lock) {} }
@@ -441,7 +443,7 @@ public final class Service: Sendable {
         )) }
         status.round(
             planned: planned, applied: report.done, failed: report.failed.count, pending: heldPending + planned - report.done,
-            conflicts: heldConflicts + conflicts, error: nil)
+            conflicts: heldConflicts + conflicts, error: nil, paths: paths)
         var acted: [String: Set<String>] = [:]
         for folder in admitted.folders {
             var paths = Set(folder.actions.map(\.path))
@@ -602,11 +604,13 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         if changed { save() }
     }
 
-    func round(planned: Int, applied: Int, failed: Int, pending: Int, conflicts: Int, error: String?) {
+    func round(planned: Int, applied: Int, failed: Int, pending: Int, conflicts: Int, error: String?, paths: Int? = nil) {
         let at = now()
         record.withLock {
+            let number = ($0.lastRound?.number ?? 0) + 1
             $0.lastRound = ServiceRecord.Round(
-                at: at, planned: planned, applied: applied, failed: failed, pending: pending, conflicts: conflicts, error: error)
+                at: at, planned: planned, applied: applied, failed: failed, pending: pending, conflicts: conflicts, error: error,
+                number: number, paths: paths)
         }
         save()
     }

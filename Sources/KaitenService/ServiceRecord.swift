@@ -25,6 +25,11 @@ public struct ServiceRecord: Codable, Sendable {
         public var pending: Int
         public var conflicts: Int
         public var error: String?
+        /// Rounds run since the service started, this one included.
+        public var number: Int?
+        /// How many paths the round looked at when a peer's update named them (it planned
+        /// only those); nil when it planned every path.
+        public var paths: Int?
     }
 
     public var pid: Int32

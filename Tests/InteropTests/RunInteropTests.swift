@@ -311,3 +311,81 @@ extension RunInteropTests {
         }
     }
 }
+
+extension RunInteropTests {
+    /// The service's last round, from `state/service.json`.
+    static func lastRound(_ world: World) -> [String: Any]? {
+        guard let data = FileManager.default.contents(atPath: world.home + "/state/service.json"),
+            let record = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return nil }
+        return record["last_round"] as? [String: Any]
+    }
+
+    /// A peer's change is planned from the paths its update names (the rest of the folder is
+    /// held in memory, not read again), and what the service writes itself is not news to it:
+    /// after the pull no second round follows. A change to a file that is not selected here is
+    /// announced at once (the peer sees Kaiten at 100 % again without any apply), and what a
+    /// scoped round cannot decide alone (a deletion, a new directory's files) still arrives.
+    @Test func aPeersChangeIsPlannedByItsPathsAloneAndItsEchoIsNoRound() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run-scoped")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/docs/a.txt", "a, first\n")
+        try TestFiles.write(world.peerData + "/docs/b.txt", "b\n")
+        try TestFiles.write(world.peerData + "/other/c.txt", "c, not selected\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 3)
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10", "--rescan-interval", "3600"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let local = world.local
+            try await Self.waitFor("the selection pulled", log: run) { Self.content(local + "/docs/a.txt") == "a, first\n" }
+            try await FullDeviceInteropTests.waitCompletion(st, of: world.me, { p, _ in p == 100 }, "Kaiten complete after the first pull")
+
+            // A change on the peer: one round, of the paths the update named.
+            try await Task.sleep(for: .seconds(1.5))
+            let before = Self.lastRound(world)?["number"] as? Int ?? 0
+            try TestFiles.write(world.peerData + "/docs/a.txt", "a, second\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("the change in place", log: run) { Self.content(local + "/docs/a.txt") == "a, second\n" }
+            // Longer than --debounce and a round: the rename the pull made has been seen by now.
+            try await Task.sleep(for: .seconds(2))
+            let round = try #require(Self.lastRound(world))
+            #expect(round["paths"] as? Int != nil, "the last round planned the named paths only, not the whole folder: \(round)\n\(run.log)")
+            #expect((round["number"] as? Int ?? 0) - before <= 2, "no round for the service's own write: \(round)\n\(run.log)")
+            #expect(round["applied"] as? Int == 1, "\(round)")
+            #expect(run.log.contains("looked at)"), "\(run.log)")
+            try await FullDeviceInteropTests.waitCompletion(st, of: world.me, { p, _ in p == 100 }, "Kaiten complete after the change")
+
+            // A file not selected here changes on the peer: nothing to apply, and Kaiten's
+            // announcement follows at once (invalid at the new version: not needed from it).
+            try TestFiles.write(world.peerData + "/other/c.txt", "c, changed on the peer\n")
+            try await ApplyInteropTests.rescan(st)
+            try await st.waitUntil("the peer's own index has the change", timeout: 30) {
+                let s = try await st.get("/rest/db/file?folder=\(Self.folder)&file=other/c.txt") as? [String: Any]
+                return ((s?["global"] as? [String: Any])?["size"] as? Int) == "c, changed on the peer\n".utf8.count
+            }
+            try await FullDeviceInteropTests.waitCompletion(st, of: world.me, { p, _ in p == 100 }, "Kaiten complete after a change it does not select")
+            #expect(!FileManager.default.fileExists(atPath: local + "/other/c.txt"))
+
+            // What a scoped round leaves to a whole one still arrives: a deletion, a new directory.
+            try FileManager.default.removeItem(atPath: world.peerData + "/docs/b.txt")
+            try TestFiles.write(world.peerData + "/docs/new/d.txt", "d, in a new directory\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("the deletion and the new directory", log: run) {
+                !FileManager.default.fileExists(atPath: local + "/docs/b.txt") && Self.content(local + "/docs/new/d.txt") == "d, in a new directory\n"
+            }
+            do {
+                try await FullDeviceInteropTests.waitCompletion(st, of: world.me, { p, _ in p == 100 }, "Kaiten complete at the end")
+            } catch {
+                let need = try await st.get("/rest/db/remoteneed?device=\(world.me)&folder=\(Self.folder)")
+                Issue.record("what the peer needs from Kaiten: \(need)\n\(run.log)")
+                throw error
+            }
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+            #expect(run.process.terminationStatus == 0)
+        }
+    }
+}
