@@ -174,6 +174,7 @@ public final class Service: Sendable {
         let configured = folders.map(\.rescanIntervalS).filter { $0 > 0 }.min().map(Double.init)
         feeders.append(Task { [options] in
             var last = ContinuousClock.now
+            var connected = Set(sessions.connections().keys)
             while !Task.isCancelled {
                 // Once a second: idle costs next to nothing (SIGTERM wakes the loop at once).
                 try? await Task.sleep(for: .seconds(1))
@@ -185,7 +186,13 @@ public final class Service: Sendable {
                     trigger.yield(.timer)
                 }
                 // Peers come and go: the status says who is connected now.
-                status.peers(sessions.connections())
+                let connections = sessions.connections()
+                status.peers(connections)
+                // A peer (re)connected: what it announced while away came in its first exchange,
+                // which names no paths to the loop, so the next round looks at every path.
+                let now = Set(connections.keys)
+                if !now.subtracting(connected).isEmpty { trigger.yield(.disk("a peer connecting")) }
+                connected = now
             }
         })
 
