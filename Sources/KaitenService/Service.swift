@@ -243,7 +243,7 @@ public final class Service: Sendable {
         var woken = Triggers.Woken()
         woken.whole = true
         loop: while true {
-            await round(
+            let retryWhole = await round(
                 home: home, folders: folderIDs, sessions: sessions, live: live, woken: woken, status: status, standing: standing, stop: stop,
                 reason: reason, log: rounds)
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
@@ -266,6 +266,7 @@ public final class Service: Sendable {
                 emit(ServiceEvent("error", "\(homePath.configPath) changed but does not load; keeping the last good configuration"))
             }
             reason = woken.reason ?? "the periodic rescan"
+            if retryWhole { woken.whole = true }
         }
 
         redial.cancel()
@@ -293,24 +294,27 @@ public final class Service: Sendable {
 
     /// One round: plans what the triggers call for — the paths they named when that is enough
     /// (``scopes(of:live:)``), else every path of every folder — and applies what the mode
-    /// admits; then brings this device's announcements in line with what changed.
+    /// admits; then brings this device's announcements in line with what changed. Returns
+    /// whether the next round must look at every path (a scoped one left something failed:
+    /// a whole round tries it again, as every round did before rounds were scoped).
     private func round(
         home: KaitenHome, folders: [String], sessions: PeerSessions, live: [String: LiveFolder], woken: Triggers.Woken, status: StatusKeeper,
         standing: Standing, stop: StopSignal, reason: String, log: RoundLog
-    ) async {
+    ) async -> Bool {
         let warn: (String) -> Void = { [emit] in emit(ServiceEvent("warning", $0)) }
         if let scopes = scopes(of: woken, folders: folders, live: live) {
             // Only the echo of the service's own writes: nothing to look at.
-            if scopes.isEmpty { return }
+            if scopes.isEmpty { return false }
             if let prepared = scopedPlan(scopes, home: home, sessions: sessions, live: live, warn: warn) {
-                let acted = await decideAndApply(prepared, home: home, status: status, standing: standing, stop: stop, reason: reason, log: log)
+                let (acted, failed) = await decideAndApply(
+                    prepared, home: home, status: status, standing: standing, stop: stop, reason: reason, log: log)
                 for (folder, paths) in scopes {
                     guard let view = live[folder] else { continue }
                     let touched = paths.union(acted[folder] ?? [])
                     do { try view.rescan(touched, warn: warn) } catch { warn("\(folder): \(error)") }
                     await view.announce(touched, sessions: sessions, warn: { [emit] in emit(ServiceEvent("warning", $0)) })
                 }
-                return
+                return failed > 0
             }
         }
         let session = sessions.session(folders: folders)
@@ -322,11 +326,11 @@ public final class Service: Sendable {
         } catch {
             emit(ServiceEvent("error", "cannot plan: \(error)"))
             status.round(planned: 0, applied: 0, failed: 0, pending: 0, conflicts: 0, error: "\(error)")
-            return
+            return false
         }
         for skipped in prepared.skipped { emit(ServiceEvent("warning", folder: skipped.folder, "not planned: \(skipped.reason)")) }
         standing.set(prepared.plan, mode: options.mode)
-        let acted = await decideAndApply(prepared, home: home, status: status, standing: nil, stop: stop, reason: reason, log: log)
+        let (acted, _) = await decideAndApply(prepared, home: home, status: status, standing: nil, stop: stop, reason: reason, log: log)
         for state in prepared.states {
             guard let view = live[state.input.id] else { continue }
             view.adopt(state)
@@ -336,6 +340,7 @@ public final class Service: Sendable {
         // the peers (a file they changed that is not selected here is announced at its new
         // version): an unchanged folder costs no walk (the recorded basis).
         if acted.isEmpty { await sessions.announce(folders: folders, warn: { [emit] in emit(ServiceEvent("warning", $0)) }) }
+        return false
     }
 
     /// The paths a round may limit itself to, per folder, or nil when it must look at every
@@ -382,13 +387,14 @@ public final class Service: Sendable {
     }
 
     /// Says the plan, applies what the mode admits (brakes holding deletions back), records
-    /// the outcome. Returns the paths acted on, per folder (empty when nothing ran).
+    /// the outcome. Returns the paths acted on, per folder (empty when nothing ran), and how
+    /// many actions failed.
     /// - Parameter standing: for a scoped plan, what the last whole plan left pending (its
     ///   conflicts and what the mode did not admit), which the status keeps showing.
     private func decideAndApply(
         _ prepared: Applier.Prepared, home: KaitenHome, status: StatusKeeper, standing: Standing?, stop: StopSignal, reason: String,
         log: RoundLog
-    ) async -> [String: Set<String>] {
+    ) async -> (acted: [String: Set<String>], failed: Int) {
         let paths = prepared.states.allSatisfy { $0.input.scope != nil } ? prepared.states.reduce(0) { $0 + ($1.input.scope?.count ?? 0) } : nil
         let reason = paths.map { "\(reason) (\($0) path\($0 == 1 ? "" : "s") looked at)" } ?? reason
         let plan = prepared.plan
@@ -400,7 +406,7 @@ public final class Service: Sendable {
         guard planned > 0 || conflicts > 0 else {
             if standing == nil { _ = log.same("") }
             status.round(planned: 0, applied: 0, failed: 0, pending: heldPending, conflicts: heldConflicts, error: nil, paths: paths)
-            return [:]
+            return ([:], 0)
         }
         // The same plan again (held by a brake, left for review) is said once, not every round.
         let fingerprint = plan.folders.map { f in f.actions.map { "\($0.action.rawValue) \($0.path) \($0.version)" }.joined(separator: "\n") + "\(f.conflicts.count)" }
@@ -410,7 +416,7 @@ public final class Service: Sendable {
             "plan", "after \(reason): \(planned) action\(planned == 1 ? "" : "s") planned, \(count) admitted by --apply \(options.mode.rawValue), \(conflicts) conflict\(conflicts == 1 ? "" : "s") (left for `kaiten apply` / `kaiten conflicts`)")) }
         guard count > 0 else {
             status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: nil, paths: paths)
-            return [:]
+            return ([:], 0)
         }
         let lock: Applier.Lock
         do {
@@ -418,7 +424,7 @@ public final class Service: Sendable {
         } catch {
             emit(ServiceEvent("plan", "\(error.hint); the next round applies"))
             status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: error.hint, paths: paths)
-            return [:]
+            return ([:], 1)
         }
         defer { withExtendedLifetime(lock) {} }
         do {
@@ -458,7 +464,7 @@ public final class Service: Sendable {
             paths.remove(".stignore")
             acted[folder.id] = paths
         }
-        return acted
+        return (acted, report.failed.count)
     }
 }
 
