@@ -413,7 +413,13 @@ public enum Applier {
                     continue
                 }
             }
-            let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: tree)
+            // A plan of named paths only (a service's round after a peer's update) copies blocks
+            // from those paths' own local files, which an edit mostly keeps; indexing every block
+            // of a big folder would cost more than such a pull. A whole plan indexes them all.
+            let blockTree = state.input.scope.map { scope in
+                LocalTree(entries: Dictionary(uniqueKeysWithValues: scope.compactMap { path in tree[path].map { (path, $0) } }))
+            } ?? tree
+            let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: blockTree)
             let cachePath = home.home.scanCachePath(folderID: folderPlan.id)
             let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
             let versioner = Versioner(folder: config)

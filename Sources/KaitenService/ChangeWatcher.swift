@@ -12,7 +12,8 @@ import Glibc
 /// this only makes it sooner.
 public final class ChangeWatcher: @unchecked Sendable {
     public enum Change: Sendable, Equatable {
-        /// Something changed in a folder: its ID and the first path seen (for the log).
+        /// Something changed in a folder: its ID and the path (folder-relative), every one
+        /// reported; `(events lost)` when the kernel's queue overflowed.
         case folder(String, path: String)
         case selection
         case config
@@ -25,6 +26,10 @@ public final class ChangeWatcher: @unchecked Sendable {
     }
 
     private let fd: Int32
+    /// A pipe (close-on-exec) ``stop()`` writes to, to wake the reading thread, which otherwise sleeps in
+    /// poll(2) until the kernel has an event: an idle service does not wake to look at a flag.
+    private let wakeFD: Int32
+    private let wakeWriteFD: Int32
     private let configName: String
     private var targets: [Int32: Target] = [:]
     private var roots: [String: String] = [:]
@@ -47,8 +52,18 @@ public final class ChangeWatcher: @unchecked Sendable {
     ) {
         self.warn = warn
         fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        var pipeFDs: [Int32] = [-1, -1]
+        if pipe(&pipeFDs) == 0 {
+            for end in pipeFDs { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        } else {
+            pipeFDs = [-1, -1]
+        }
+        (wakeFD, wakeWriteFD) = (pipeFDs[0], pipeFDs[1])
         configName = (configPath as NSString).lastPathComponent
-        (changes, continuation) = AsyncStream<Change>.makeStream(bufferingPolicy: .bufferingNewest(64))
+        // Not bounded: the service tells its own writes from news path by path, and a dropped
+        // path could be the news. The reader takes each at once; a flood of paths turns into
+        // one "look at everything" on its side.
+        (changes, continuation) = AsyncStream<Change>.makeStream(bufferingPolicy: .unbounded)
         guard fd >= 0 else {
             warn("cannot watch for changes (inotify: \(String(cString: strerror(errno)))); the periodic rescan finds them")
             return
@@ -71,6 +86,10 @@ public final class ChangeWatcher: @unchecked Sendable {
 
     public func stop() {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        if wakeWriteFD >= 0 {
+            var byte: UInt8 = 1
+            _ = write(wakeWriteFD, &byte, 1)
+        }
         continuation.finish()
     }
 
@@ -101,11 +120,16 @@ public final class ChangeWatcher: @unchecked Sendable {
     }
 
     private func readEvents() {
-        defer { close(fd) }
+        defer {
+            close(fd)
+            if wakeFD >= 0 { close(wakeFD) }
+            if wakeWriteFD >= 0 { close(wakeWriteFD) }
+        }
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while !stopped.load(ordering: .relaxed) {
-            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 250) > 0 else { continue }
+            var pollers = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+            // Without the wake pipe (pipe failed), look at the stop flag every 250 ms.
+            guard poll(&pollers, wakeFD >= 0 ? 2 : 1, wakeFD >= 0 ? -1 : 250) > 0, pollers[0].revents & Int16(POLLIN) != 0 else { continue }
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             guard n > 0 else { continue }
             var changed: [Change] = []

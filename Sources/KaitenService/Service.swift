@@ -118,13 +118,34 @@ public final class Service: Sendable {
         emit(ServiceEvent("stopped", "stopped"))
     }
 
-    /// SIGHUP reloads, as a trigger the generations share.
+    /// SIGHUP reloads: a trigger of whichever generation runs (one that arrives between two
+    /// generations is handed to the next).
     final class Reloads: Sendable {
-        let pending = Atomic<Int>(0)
+        private let target = Mutex<(triggers: Triggers?, pending: Bool)>((nil, false))
         init(_ stream: AsyncStream<Void>) {
-            Task { [weak self] in for await _ in stream { self?.pending.add(1, ordering: .relaxed) } }
+            Task { [weak self] in
+                for await _ in stream {
+                    guard let self else { return }
+                    let triggers = self.target.withLock { target -> Triggers? in
+                        if target.triggers == nil { target.pending = true }
+                        return target.triggers
+                    }
+                    triggers?.yield(.config)
+                }
+            }
         }
-        func take() -> Bool { pending.exchange(0, ordering: .relaxed) > 0 }
+
+        /// Between generations, SIGHUP waits for the next one.
+        func detach() { target.withLock { $0.triggers = nil } }
+
+        /// The generation starting now takes SIGHUP from here on (and one that came meanwhile).
+        func attach(_ triggers: Triggers) {
+            let pending = target.withLock { target in
+                defer { target = (triggers, false) }
+                return target.pending
+            }
+            if pending { triggers.yield(.config) }
+        }
     }
 
     enum Outcome { case stop, reload }
@@ -172,19 +193,29 @@ public final class Service: Sendable {
         })
         stop.onRaise { _ in trigger.yield(.stop) }
         let configured = folders.map(\.rescanIntervalS).filter { $0 > 0 }.min().map(Double.init)
+        // Nothing below wakes an idle service every second: the rescan timer sleeps until it is
+        // due (a minute at most), SIGHUP and the peers' comings and goings are events.
         feeders.append(Task { [options] in
             var last = ContinuousClock.now
-            var connected = Set(sessions.connections().keys)
             while !Task.isCancelled {
-                // Once a second: idle costs next to nothing (SIGTERM wakes the loop at once).
-                try? await Task.sleep(for: .seconds(1))
-                if reloads.take() { trigger.yield(.config) }
                 var interval = options.rescanInterval ?? configured
                 if watcher.limitReached { interval = min(interval ?? 60, 60) }
-                if let interval, ContinuousClock.now - last >= .seconds(interval) {
+                let due = interval.map { last + .seconds($0) }
+                if let due, ContinuousClock.now >= due {
                     last = ContinuousClock.now
                     trigger.yield(.timer)
+                    continue
                 }
+                // A minute at most: the watch limit may be reached meanwhile (new directories).
+                let wake = min(due ?? .now + .seconds(60), .now + .seconds(60))
+                try? await Task.sleep(until: wake, clock: .continuous)
+            }
+        })
+        reloads.attach(trigger)
+        let changes = sessions.connectionChanges()
+        feeders.append(Task {
+            var connected = Set(sessions.connections().keys)
+            for await _ in changes {
                 // Peers come and go: the status says who is connected now.
                 let connections = sessions.connections()
                 status.peers(connections)
@@ -269,6 +300,7 @@ public final class Service: Sendable {
             if retryWhole { woken.whole = true }
         }
 
+        reloads.detach()
         redial.cancel()
         watcher.stop()
         for feeder in feeders { feeder.cancel() }

@@ -33,6 +33,8 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         var announced: [DeviceID: [String: RemoteIndexState]] = [:]
         var intakes: [Task<Void, Never>] = []
         var subscribers: [UUID: AsyncStream<IndexUpdate>.Continuation] = [:]
+        /// Told when a connection is kept or lost (``connectionChanges()``).
+        var watchers: [UUID: AsyncStream<Void>.Continuation] = [:]
         var closed = false
     }
     private let state = Mutex(State())
@@ -88,11 +90,25 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             device.id != me && !device.addresses.compactMap(PeerAddress.init).isEmpty
                 && home.config.folders.contains { $0.devices.contains(device.id) }
         }.map(\.id)
+        let changes = connectionChanges()
         return Task {
             var delay: [DeviceID: Int] = [:]
             var due: [DeviceID: ContinuousClock.Instant] = [:]
             var said: [DeviceID: String] = [:]
+            var changed = changes.makeAsyncIterator()
             while !Task.isCancelled {
+                // Every peer connected (a peer that dialled in meanwhile needs no redial): sleep
+                // until a connection is lost rather than look every second.
+                let connected = self.connections()
+                for device in wanted where connected[device] != nil && due[device] != nil {
+                    delay[device] = nil
+                    due[device] = nil
+                    said[device] = nil
+                }
+                if wanted.allSatisfy({ connected[$0] != nil }) {
+                    guard await changed.next() != nil else { return }
+                    continue
+                }
                 try? await Task.sleep(for: .seconds(1))
                 let open = self.connections()
                 let now = ContinuousClock.now
@@ -201,6 +217,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             state.intakes.append(intake)
             return false
         }
+        if !refused { connectionsChanged() }
         if refused {
             intake.cancel()
             Task { await connection.close(reason: "shutting down") }
@@ -231,6 +248,26 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                 for folder in state.current.keys { state.current[folder]?.remove(device) }
             }
         }
+        connectionsChanged()
+    }
+
+    private func connectionsChanged() {
+        for watcher in state.withLock({ Array($0.watchers.values) }) { watcher.yield() }
+    }
+
+    /// Yields whenever a connection is kept (dialled or accepted, its exchange done) or lost,
+    /// until the sessions close: the redial loop and a service's status wait on it instead of
+    /// looking every second.
+    public func connectionChanges() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let id = UUID()
+        let closed = state.withLock { state in
+            if !state.closed { state.watchers[id] = continuation }
+            return state.closed
+        }
+        if closed { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.watchers.removeValue(forKey: id) } }
+        return stream
     }
 
     private func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
@@ -340,15 +377,17 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     }
 
     public func close(reason: String = "done") async {
-        let (connections, intakes, subscribers) = state.withLock { state in
+        let (connections, intakes, subscribers, watchers) = state.withLock { state in
             state.closed = true
             defer {
                 state.connections = [:]
                 state.intakes = []
                 state.subscribers = [:]
+                state.watchers = [:]
             }
-            return (Array(state.connections.values), state.intakes, Array(state.subscribers.values))
+            return (Array(state.connections.values), state.intakes, Array(state.subscribers.values), Array(state.watchers.values))
         }
+        for watcher in watchers { watcher.finish() }
         for task in intakes { task.cancel() }
         for connection in connections { await connection.close(reason: reason) }
         for continuation in subscribers { continuation.finish() }
