@@ -339,10 +339,13 @@ public enum Applier {
             // A file moved on the peers is pulled under its new name in the same apply: its
             // content stays here, so it does not count as a deletion.
             let deletions = folder.actions.filter { $0.action == .delete && $0.cause != .movedOnPeers }.count
-            let localFiles = states.first { $0.input.id == folder.id }?.input.local.entries.values.filter { $0.kind != .directory }.count ?? 0
             // Deletions made here and sent delete the files on every peer: the same brake (a
             // folder emptied by accident, an unmounted disk, must not empty the cluster).
             let sentDeletions = folder.actions.filter { $0.action == .sendDelete && $0.type != "directory" }.count
+            // Nothing to weigh without deletions (the local files are not counted then: a
+            // big folder's count is a walk).
+            guard deletions > 0 || sentDeletions > 0 else { continue }
+            let localFiles = states.first { $0.input.id == folder.id }?.input.local.entries.values.filter { $0.kind != .directory }.count ?? 0
             if sentDeletions > 0 && !maxDelete.allows(sentDeletions, of: localFiles + sentDeletions) {
                 throw ApplyError(
                     .brake, path: "",

@@ -428,36 +428,40 @@ struct Builder {
 
         // Directories the deletions leave empty.
         let deleted = Set(deletes.map(\.path))
-        var occupied: Set<String> = []
-        var touched: Set<String> = []
-        func markAncestors(_ path: String, in set: inout Set<String>) {
-            var p = Substring(path)
-            while let slash = p.lastIndex(of: "/") {
-                p = p[..<slash]
-                if !set.insert(String(p)).inserted { break }
+        // Only deletions, or directories deleted on the peers, leave directories to remove: a
+        // plan without them (a service's round after an edit on a peer) walks no local tree here.
+        var rmdirs: [Action] = []
+        if !deleted.isEmpty || !deletedSelectedDirectories.isEmpty {
+            var occupied: Set<String> = []
+            var touched: Set<String> = []
+            func markAncestors(_ path: String, in set: inout Set<String>) {
+                var p = Substring(path)
+                while let slash = p.lastIndex(of: "/") {
+                    p = p[..<slash]
+                    if !set.insert(String(p)).inserted { break }
+                }
             }
-        }
-        for (path, file) in local.entries {
-            if file.kind == .directory {
-                if selection.isSelected(path), let g = input.global.global(path), !g.file.isDeleted, g.file.type == .directory {
-                    occupied.insert(path)
+            for (path, file) in local.entries {
+                if file.kind == .directory {
+                    if selection.isSelected(path), let g = input.global.global(path), !g.file.isDeleted, g.file.type == .directory {
+                        occupied.insert(path)
+                        markAncestors(path, in: &occupied)
+                    }
+                } else if deleted.contains(path) {
+                    markAncestors(path, in: &touched)
+                } else {
                     markAncestors(path, in: &occupied)
                 }
-            } else if deleted.contains(path) {
-                markAncestors(path, in: &touched)
-            } else {
-                markAncestors(path, in: &occupied)
             }
-        }
-        for pull in keptPulls { markAncestors(pull.path, in: &occupied) }
-        for dir in mkdirs.keys { occupied.insert(dir); markAncestors(dir, in: &occupied) }
-        var rmdirs: [Action] = []
-        let replacing = Set(replacingRmdirs.map(\.path))
-        for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) && !replacing.contains(path) {
-            if touched.contains(path) {
-                rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory", cause: .emptied))
-            } else if deletedSelectedDirectories.contains(path) {
-                rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: "directory", cause: .emptied))
+            for pull in keptPulls { markAncestors(pull.path, in: &occupied) }
+            for dir in mkdirs.keys { occupied.insert(dir); markAncestors(dir, in: &occupied) }
+            let replacing = Set(replacingRmdirs.map(\.path))
+            for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) && !replacing.contains(path) {
+                if touched.contains(path) {
+                    rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory", cause: .emptied))
+                } else if deletedSelectedDirectories.contains(path) {
+                    rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: "directory", cause: .emptied))
+                }
             }
         }
 

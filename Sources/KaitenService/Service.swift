@@ -337,9 +337,13 @@ public final class Service: Sendable {
         if let scopes = scopes(of: woken, folders: folders, live: live) {
             // Only the echo of the service's own writes: nothing to look at.
             if scopes.isEmpty { return false }
-            if let prepared = scopedPlan(scopes, home: home, sessions: sessions, live: live, warn: warn) {
-                let (acted, failed) = await decideAndApply(
-                    prepared, home: home, status: status, standing: standing, stop: stop, reason: reason, log: log)
+            // The plan goes out of scope before the folders' scans are brought up to date: it
+            // shares their storage, and a scan held twice is copied whole at the first change.
+            func applyScoped() async -> (acted: [String: Set<String>], failed: Int)? {
+                guard let prepared = scopedPlan(scopes, home: home, sessions: sessions, live: live, warn: warn) else { return nil }
+                return await decideAndApply(prepared, home: home, status: status, standing: standing, stop: stop, reason: reason, log: log)
+            }
+            if let (acted, failed) = await applyScoped() {
                 for (folder, paths) in scopes {
                     guard let view = live[folder] else { continue }
                     let touched = paths.union(acted[folder] ?? [])
