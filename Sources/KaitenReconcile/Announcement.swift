@@ -70,49 +70,47 @@ public enum Announcement {
         _ g: GlobalEntry, local: LocalTree, selection: Selection, sending: Sending?, announced: (String) -> FileEntry?,
         _ body: (BEPFileInfo) throws -> Void
     ) rethrows {
-        do {
-            let file = g.file
-            let here = local[g.path]
-            if let sending, let before = announced(g.path) {
-                // Sent by this device and not yet replaced by the peers: stays as sent while the
-                // disk has it.
-                if before.version.counters.contains(where: { $0.id == sending.me }), before.version.compare(file.version) != .equal,
-                    before.version.compare(file.version) != .lesser, Self.diskHas(before, here)
-                {
-                    return
-                }
-                // A change the plan proposes to send: announced once apply sends it.
-                if selection.isSelected(g.path),
-                    LocalChange.of(global: file, local: here, announced: before, me: sending.me, rule: sending.rule) != nil
-                {
-                    return
-                }
-            }
-            if file.isDeleted {
-                try body(entry(file, invalid: here != nil && here?.kind != .directory, deleted: true))
+        let file = g.file
+        let here = local[g.path]
+        if let sending, let before = announced(g.path) {
+            // Sent by this device and not yet replaced by the peers: stays as sent while the
+            // disk has it.
+            if before.version.counters.contains(where: { $0.id == sending.me }), before.version.compare(file.version) != .equal,
+                before.version.compare(file.version) != .lesser, Self.diskHas(before, here)
+            {
                 return
             }
-            let holds: Bool
-            switch file.type {
-            case .directory:
-                holds = here?.kind == .directory
-            case .file:
-                holds = here?.kind == .file && here.map { Reconciler.contentHash(of: $0) } == Reconciler.contentHash(of: file)
-            default:
-                holds = here?.kind == .symlink && here?.symlinkTarget == file.symlinkTarget
+            // A change the plan proposes to send: announced once apply sends it.
+            if selection.isSelected(g.path),
+                LocalChange.of(global: file, local: here, announced: before, me: sending.me, rule: sending.rule) != nil
+            {
+                return
             }
-            if holds {
-                try body(entry(file, invalid: false, deleted: false))
-            } else if file.type != .directory && selection.state(of: g.path) != .no {
-                // Wanted and missing: needed. Withdraw an earlier announcement, if any.
-                if let before = announced(g.path), !(before.isInvalid && before.version.counters.isEmpty) {
-                    var withdrawn = entry(file, invalid: true, deleted: false)
-                    withdrawn.version = BEPVector()
-                    try body(withdrawn)
-                }
-            } else {
-                try body(entry(file, invalid: true, deleted: false))
+        }
+        if file.isDeleted {
+            try body(entry(file, invalid: here != nil && here?.kind != .directory, deleted: true))
+            return
+        }
+        let holds: Bool
+        switch file.type {
+        case .directory:
+            holds = here?.kind == .directory
+        case .file:
+            holds = here?.kind == .file && here.map { Reconciler.contentHash(of: $0) } == Reconciler.contentHash(of: file)
+        default:
+            holds = here?.kind == .symlink && here?.symlinkTarget == file.symlinkTarget
+        }
+        if holds {
+            try body(entry(file, invalid: false, deleted: false))
+        } else if file.type != .directory && selection.state(of: g.path) != .no {
+            // Wanted and missing: needed. Withdraw an earlier announcement, if any.
+            if let before = announced(g.path), !(before.isInvalid && before.version.counters.isEmpty) {
+                var withdrawn = entry(file, invalid: true, deleted: false)
+                withdrawn.version = BEPVector()
+                try body(withdrawn)
             }
+        } else {
+            try body(entry(file, invalid: true, deleted: false))
         }
     }
 

@@ -51,7 +51,7 @@ public final class Service: Sendable {
         public var debounce: Double = 1
         /// Quiet time after a peer's index update: the batches a peer sends together are one
         /// round, and a change made on a peer is in place here without waiting for --debounce.
-        public var peerQuiet: Double = 0.05
+        public var peerQuiet: Double = 0.01
         public var maxDelete: DeleteLimit = DeleteLimit("10%")!
         public var requirePeers: Int = 1
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.

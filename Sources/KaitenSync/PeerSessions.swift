@@ -259,14 +259,23 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// until the sessions close: the redial loop and a service's status wait on it instead of
     /// looking every second.
     public func connectionChanges() -> AsyncStream<Void> {
-        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        subscribe(\.watchers, buffering: .bufferingNewest(1))
+    }
+
+    /// A stream whose continuation is kept in `slot` until the stream is dropped; finished at
+    /// once when the sessions are closed already.
+    private func subscribe<Element>(
+        _ slot: WritableKeyPath<State, [UUID: AsyncStream<Element>.Continuation]> & Sendable,
+        buffering: AsyncStream<Element>.Continuation.BufferingPolicy
+    ) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: buffering)
         let id = UUID()
         let closed = state.withLock { state in
-            if !state.closed { state.watchers[id] = continuation }
+            if !state.closed { state[keyPath: slot][id] = continuation }
             return state.closed
         }
         if closed { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.watchers.removeValue(forKey: id) } }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0[keyPath: slot].removeValue(forKey: id) } }
         return stream
     }
 
@@ -302,15 +311,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// Every index batch taken in from now on (after it is in the log), until the stream is
     /// dropped or the sessions close.
     public func updates() -> AsyncStream<IndexUpdate> {
-        let (stream, continuation) = AsyncStream<IndexUpdate>.makeStream(bufferingPolicy: .unbounded)
-        let id = UUID()
-        let closed = state.withLock { state in
-            if !state.closed { state.subscribers[id] = continuation }
-            return state.closed
-        }
-        if closed { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.subscribers.removeValue(forKey: id) } }
-        return stream
+        subscribe(\.subscribers, buffering: .unbounded)
     }
 
     /// A ``PeerSession`` over the open connections, for an apply run by this process.
