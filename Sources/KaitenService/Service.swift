@@ -49,9 +49,10 @@ public final class Service: Sendable {
         public var rescanInterval: Double?
         /// Quiet time after a change on disk before planning, so a burst of writes is one round.
         public var debounce: Double = 1
-        /// Quiet time after a peer's index update: the batches a peer sends together are one
-        /// round, and a change made on a peer is in place here without waiting for --debounce.
-        public var peerQuiet: Double = 0.01
+        /// Quiet time after a peer's index update. None: a round starts at once, as syncthing
+        /// pulls at once, and whatever arrives while it runs (the rest of a peer's batches) is
+        /// the next round; a round of named paths costs little.
+        public var peerQuiet: Double = 0
         public var maxDelete: DeleteLimit = DeleteLimit("10%")!
         public var requirePeers: Int = 1
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.
