@@ -286,7 +286,8 @@ public final class Service: Sendable {
             woken = await trigger.wait()
             if woken.stop || stop.isSet { break loop }
             if !woken.config {
-                try? await Task.sleep(for: .seconds(isNews(woken, live: live) ? options.debounce : options.peerQuiet))
+                let news = settleDiskPaths(&woken, live: live)
+                try? await Task.sleep(for: .seconds(news ? options.debounce : options.peerQuiet))
                 woken.merge(trigger.take())
                 if woken.stop || stop.isSet { break loop }
             }
@@ -298,6 +299,7 @@ public final class Service: Sendable {
                 emit(ServiceEvent("error", "\(homePath.configPath) changed but does not load; keeping the last good configuration"))
             }
             reason = woken.reason ?? "the periodic rescan"
+            _ = settleDiskPaths(&woken, live: live)
             if retryWhole { woken.whole = true }
         }
 
@@ -314,15 +316,23 @@ public final class Service: Sendable {
         return outcome
     }
 
-    /// Whether a wake-up holds a change on disk worth waiting for quiet after (a burst of
-    /// writes is one round): not when the only changes are the echo of the service's own writes.
-    private func isNews(_ woken: Triggers.Woken, live: [String: LiveFolder]) -> Bool {
-        guard woken.disk else { return false }
-        guard !woken.whole else { return true }
-        return woken.diskPaths.contains { folder, paths in
+    /// Sorts the paths the watcher reported: the echo of the service's own writes (the disk
+    /// is what it last scanned or wrote there) is dropped; a real change makes the round whole
+    /// (the scan finds what the watcher may not have named: a new directory's contents, an edit
+    /// that is a conflict). Returns whether there is a change on disk worth waiting for quiet
+    /// after (a burst of writes is one round).
+    private func settleDiskPaths(_ woken: inout Triggers.Woken, live: [String: LiveFolder]) -> Bool {
+        guard !woken.whole else { return woken.disk }
+        let news = woken.diskPaths.contains { folder, paths in
             guard let view = live[folder] else { return true }
             return paths.contains { !view.unchanged(at: $0) }
         }
+        woken.diskPaths = [:]
+        if news {
+            woken.whole = true
+            woken.peerPaths = [:]
+        }
+        return news
     }
 
     /// One round: plans what the triggers call for — the paths they named when that is enough
@@ -381,17 +391,9 @@ public final class Service: Sendable {
     }
 
     /// The paths a round may limit itself to, per folder, or nil when it must look at every
-    /// path. Changes on disk the watcher reported count only when the disk differs from what
-    /// the service last scanned or wrote there: its own pulls and renames wake the watcher
-    /// too, and are not news. A real change on disk is planned with the whole folder (a new
-    /// directory's contents, an edit that is a conflict: the scan finds what the watcher may
-    /// not have named).
+    /// path (the watcher's paths are settled before: ``settleDiskPaths(_:live:)``).
     private func scopes(of woken: Triggers.Woken, folders: [String], live: [String: LiveFolder]) -> [String: Set<String>]? {
         guard !woken.whole else { return nil }
-        for (folder, paths) in woken.diskPaths where folders.contains(folder) {
-            guard let view = live[folder] else { return nil }
-            if paths.contains(where: { !view.unchanged(at: $0) }) { return nil }
-        }
         var scopes: [String: Set<String>] = [:]
         for (folder, paths) in woken.peerPaths where folders.contains(folder) && !paths.isEmpty {
             guard live[folder] != nil else { return nil }

@@ -55,14 +55,8 @@ public final class LiveFolder {
     /// Scans `paths` again (after an apply wrote them, or before planning them) and records,
     /// for each that now holds its global version, that it is synced.
     public func rescan(_ paths: Set<String>, warn: (String) -> Void = { _ in }) throws {
-        let global = log.index
-        _ = try FolderScanner(root: config.path).rescan(
-            paths, in: &tree,
-            blockSizeHint: { path, size in
-                guard let g = global.global(path), g.file.type == .file, g.file.size == size, g.file.blockSize > 0 else { return nil }
-                return g.file.blockSize
-            }, warn: warn)
-        Reconciler.confirmSynced(&tree, global: global, only: paths)
+        _ = try FolderScanner(root: config.path).rescan(paths, in: &tree, blockSizeHint: Planner.blockSizeHint(log.index), warn: warn)
+        Reconciler.confirmSynced(&tree, global: log.index, only: paths)
     }
 
     /// What the reconciler needs to plan `scope` (the log refreshed and the paths scanned
@@ -75,8 +69,7 @@ public final class LiveFolder {
         try rescan(scope, warn: warn)
         let selectionPath = home.home.selectionPath(folderID: config.id)
         let (selection, selectionBytes) = try Planner.readSelection(selectionPath)
-        let stignore = FileManager.default.contents(atPath: (config.path as NSString).appendingPathComponent(".stignore"))
-            .map { String(decoding: $0, as: UTF8.self) }
+        let stignore = Planner.readStIgnore(config)
         var input = try Planner.input(
             config, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: tree,
             requirePeers: requirePeers,

@@ -27,19 +27,13 @@ public enum Planner {
         let log = try openLog ?? PeerGenerations.openLog(home: home, folder: folder.id, readOnly: true, warn: warn)
         let selectionPath = home.home.selectionPath(folderID: folder.id)
         let (selection, selectionBytes) = try readSelection(selectionPath)
-        let stignorePath = (folder.path as NSString).appendingPathComponent(".stignore")
-        let stignore = FileManager.default.contents(atPath: stignorePath).map { String(decoding: $0, as: UTF8.self) }
+        let stignore = readStIgnore(folder)
 
         let cachePath = home.home.scanCachePath(folderID: folder.id)
         let previous = ScanCache.load(path: cachePath, warn: warn)
         let global = log.index
         let scanner = FolderScanner(root: folder.path)
-        var (tree, statistics) = try scanner.scan(
-            previous: previous,
-            blockSizeHint: { path, size in
-                guard let g = global.global(path), g.file.type == .file, g.file.size == size, g.file.blockSize > 0 else { return nil }
-                return g.file.blockSize
-            }, warn: warn)
+        var (tree, statistics) = try scanner.scan(previous: previous, blockSizeHint: blockSizeHint(global), warn: warn)
         // Versions an apply wrote after the cache was last saved (it may have been cut off).
         let journaled = SyncedJournal.merge(
             path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
@@ -100,6 +94,21 @@ public enum Planner {
             if owner == me && !entry.isInvalid { announced[name] = entry }
         }
         return announced
+    }
+
+    /// A file is hashed with its global version's block size, so that equal content gives an
+    /// equal content hash; nil (syncthing's rule) where there is no such version.
+    static func blockSizeHint(_ global: GlobalIndex) -> (String, Int64) -> Int32? {
+        { path, size in
+            guard let g = global.global(path), g.file.type == .file, g.file.size == size, g.file.blockSize > 0 else { return nil }
+            return g.file.blockSize
+        }
+    }
+
+    /// The folder's `.stignore` as text; nil when there is none.
+    static func readStIgnore(_ folder: FolderConfiguration) -> String? {
+        FileManager.default.contents(atPath: (folder.path as NSString).appendingPathComponent(".stignore"))
+            .map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// The selection file of a folder; a missing one selects nothing.

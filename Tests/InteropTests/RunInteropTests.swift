@@ -44,8 +44,12 @@ struct RunInteropTests {
         FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    @Test func runConvergesAsThePeerAndTheSelectionChangeAndStopsCleanly() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-run")
+    /// A peer `a` sharing the folder with Kaiten: `docs/a.txt`, `docs/b.txt` and `other/c.txt`,
+    /// `docs` selected; `body` runs while the peer is up.
+    static func withDocsSelected(
+        _ prefix: String, _ body: (World, SyncthingInstance, TemporaryDirectory) async throws -> Void
+    ) async throws {
+        let dir = try TemporaryDirectory(prefix: prefix)
         defer { dir.remove() }
         let world = try World(dir)
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
@@ -55,6 +59,12 @@ struct RunInteropTests {
         try await withSyncthing(st) { st in
             try await world.share(st, files: 3)
             #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+            try await body(world, st, dir)
+        }
+    }
+
+    @Test func runConvergesAsThePeerAndTheSelectionChangeAndStopsCleanly() async throws {
+        try await Self.withDocsSelected("kaiten-run") { world, st, dir in
             var run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10"])
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
@@ -327,16 +337,7 @@ extension RunInteropTests {
     /// announced at once (the peer sees Kaiten at 100 % again without any apply), and what a
     /// scoped round cannot decide alone (a deletion, a new directory's files) still arrives.
     @Test func aPeersChangeIsPlannedByItsPathsAloneAndItsEchoIsNoRound() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-run-scoped")
-        defer { dir.remove() }
-        let world = try World(dir)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
-        try TestFiles.write(world.peerData + "/docs/a.txt", "a, first\n")
-        try TestFiles.write(world.peerData + "/docs/b.txt", "b\n")
-        try TestFiles.write(world.peerData + "/other/c.txt", "c, not selected\n")
-        try await withSyncthing(st) { st in
-            try await world.share(st, files: 3)
-            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+        try await Self.withDocsSelected("kaiten-run-scoped") { world, st, dir in
             let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10", "--rescan-interval", "3600"])
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
