@@ -1,30 +1,55 @@
 # Shared by scripts/test, scripts/demo and scripts/bench. Source it; do not run it.
 #
 # ensure_deps installs what a fresh Debian machine with Swift lacks: syncthing (the real peer
-# the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev, pkg-config,
-# curl, and systemd (for systemd-analyze, which checks the example units).
+# the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev, libxml2-dev
+# (FoundationXML links it), pkg-config, curl, and systemd (for systemd-analyze, which checks the
+# example units). ensure_build_deps installs only what building the release binary needs
+# (scripts/install, scripts/package); ensure_packaging_deps what making and checking the .deb
+# needs (dpkg-dev for dpkg-shlibdeps, lintian, man-db for `man -w`).
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-missing_deps() {
+missing_build_deps() {
     local missing=()
-    command -v syncthing >/dev/null 2>&1 || missing+=(syncthing)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     [[ -f /usr/include/lz4.h ]] || missing+=(liblz4-dev)
     [[ -f /usr/include/zlib.h ]] || missing+=(zlib1g-dev)
+    [[ -f /usr/include/libxml2/libxml/parser.h ]] || missing+=(libxml2-dev)
+    echo "${missing[@]:-}"
+}
+
+missing_deps() {
+    local missing=()
+    command -v syncthing >/dev/null 2>&1 || missing+=(syncthing)
+    # shellcheck disable=SC2207
+    missing+=($(missing_build_deps))
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     # systemd-analyze verifies the example units (ExamplesTests).
     command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
     echo "${missing[@]:-}"
 }
 
-ensure_deps() {
+missing_packaging_deps() {
+    local missing=()
+    command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+    command -v lintian >/dev/null 2>&1 || missing+=(lintian)
+    command -v man >/dev/null 2>&1 || missing+=(man-db)
+    echo "${missing[@]:-}"
+}
+
+ensure_deps() { install_missing missing_deps; }
+ensure_build_deps() { install_missing missing_build_deps; }
+ensure_packaging_deps() { install_missing missing_packaging_deps; }
+
+# install_missing CHECK: apt-get installs the packages the function CHECK names, if any.
+install_missing() {
+    local check=$1
     command -v swift >/dev/null 2>&1 || die "swift is not on PATH; install the Swift toolchain first (https://swift.org/install)"
     local missing
-    missing=$(missing_deps)
+    missing=$($check)
     [[ -z $missing ]] && return 0
     log "installing: $missing"
     local sudo=()
@@ -36,7 +61,100 @@ ensure_deps() {
     "${sudo[@]}" apt-get update -qq
     # shellcheck disable=SC2086
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends $missing >/dev/null
-    [[ -z $(missing_deps) ]] || die "still missing after apt-get: $(missing_deps)"
+    [[ -z $($check) ]] || die "still missing after apt-get: $($check)"
+}
+
+# The release build: the Swift runtime and Foundation linked into the binary, so that it runs
+# where no Swift toolchain is (it needs glibc, libstdc++, zlib, liblz4 and libxml2 only), and no
+# $ORIGIN run path. Every release build uses these flags (install, package, bench): SwiftPM
+# recompiles every module when they change, so mixing them would rebuild from scratch each time.
+# -z now: every symbol bound at start, so that with RELRO the whole GOT is read-only (Debian's
+# hardening "bindnow"; RELRO itself is the linker's default).
+RELEASE_FLAGS=(-c release --static-swift-stdlib --disable-local-rpath -Xlinker -z -Xlinker now)
+
+# build_release: builds kaiten and swift-argument-parser's generate-manual (the engine of its
+# generate-manual plugin, built here with the same flags: the plugin would make a second
+# release build with its own) and prints the directory that holds them.
+build_release() {
+    log "building kaiten (release, Swift runtime linked in; the first build takes minutes)"
+    (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --product kaiten >&2)
+    (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --product generate-manual >&2)
+    (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --show-bin-path)
+}
+
+# The date the generated manual pages carry: the last commit's, so that the same source makes
+# the same pages (today's date outside a git checkout).
+source_date() {
+    git -C "$ROOT" log -1 --format=%cs 2>/dev/null || date -u +%F
+}
+
+# stage_tree BINDIR DEST PREFIX FLAVOUR: lays out everything an installation holds under
+# DEST/PREFIX: the binary (stripped), one manual page per command (`man kaiten-index-sync`),
+# completions for bash, zsh and fish, the systemd user units from examples/ (their ExecStart
+# pointing at PREFIX/bin/kaiten) and the examples and README under share/doc/kaiten.
+# FLAVOUR is "local" (scripts/install) or "deb" (scripts/package): Debian's zsh reads packaged
+# completions from vendor-completions, a /usr/local one from site-functions.
+stage_tree() {
+    local bindir=$1 dest=$2 prefix=$3 flavour=$4
+    local root="$dest$prefix"
+    install -d -m 0755 "$root/bin"
+    # Stripped as dh_strip strips (no symbols, no .comment or .note): 78 MiB instead of 152.
+    install -m 0755 "$bindir/kaiten" "$root/bin/kaiten"
+    strip --remove-section=.comment --remove-section=.note "$root/bin/kaiten"
+
+    local pages
+    pages=$(mktemp -d)
+    "$bindir/generate-manual" "$bindir/kaiten" --multi-page --date "$(source_date)" \
+        --output-directory "$pages" >/dev/null
+    install -d -m 0755 "$root/share/man/man1"
+    local page name command
+    for page in "$pages"/*.1; do
+        # generate-manual names a subcommand's page kaiten.index.sync; git's convention
+        # (man kaiten-index-sync) is what people type. The page is renamed, and so are its title,
+        # its cross-references and the NAME entry (whatis and apropos index that one name); the
+        # synopsis keeps the command as typed. A blank line becomes the paragraph macro (troff
+        # reads a blank line as text).
+        name=$(basename "$page" .1)
+        command=${name//./ }
+        name=${name//./-}
+        sed -e '/^\.Dt /s/\./-/2g' -e '/^\.Xr kaiten\./s/\./-/2g' "$page" \
+            | awk -v page="$name" -v command="$command" '
+                /^\.Nm / && !named { print ".Nm " page; named = 1; next }
+                /^\.Nm$/ { print ".Nm \"" command "\""; next }
+                /^$/ { print ".Pp"; next }
+                { print }' \
+            | gzip -9n >"$root/share/man/man1/$name.1.gz"
+        chmod 0644 "$root/share/man/man1/$name.1.gz"
+    done
+    rm -rf "$pages"
+
+    local zsh_dir=site-functions
+    [[ $flavour == deb ]] && zsh_dir=vendor-completions
+    install -d -m 0755 "$root/share/bash-completion/completions" "$root/share/zsh/$zsh_dir" \
+        "$root/share/fish/vendor_completions.d"
+    # bash sources a completion file; its #! line would only mislead.
+    "$bindir/kaiten" --generate-completion-script bash | sed '1{/^#!/d}' >"$root/share/bash-completion/completions/kaiten"
+    "$bindir/kaiten" --generate-completion-script zsh >"$root/share/zsh/$zsh_dir/_kaiten"
+    "$bindir/kaiten" --generate-completion-script fish >"$root/share/fish/vendor_completions.d/kaiten.fish"
+    chmod 0644 "$root/share/bash-completion/completions/kaiten" "$root/share/zsh/$zsh_dir/_kaiten" \
+        "$root/share/fish/vendor_completions.d/kaiten.fish"
+
+    # systemd looks for user units in PREFIX/lib/systemd/user for /usr and /usr/local, and in
+    # ~/.local/share/systemd/user for a prefix of ~/.local.
+    local units="$root/lib/systemd/user"
+    [[ -n ${HOME:-} && $prefix == "$HOME/.local" ]] && units="$root/share/systemd/user"
+    install -d -m 0755 "$units"
+    local unit
+    for unit in "$ROOT"/examples/systemd/*.service "$ROOT"/examples/systemd/*.timer; do
+        sed "s|/usr/local/bin/kaiten|$prefix/bin/kaiten|g" "$unit" >"$units/$(basename "$unit")"
+        chmod 0644 "$units/$(basename "$unit")"
+    done
+
+    local doc="$root/share/doc/kaiten"
+    install -d -m 0755 "$doc/examples"
+    cp -R "$ROOT"/examples/. "$doc/examples/"
+    find "$doc/examples" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
+    install -m 0644 "$ROOT/README.md" "$doc/README.md"
 }
 
 # A TCP port on 127.0.0.1 that nothing listens on.
