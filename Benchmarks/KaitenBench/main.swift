@@ -10,6 +10,8 @@
 //                                       folder: 4 random files of M/4 MiB, then N files of 4 KiB
 //   kaiten-bench serve [--mib M] [--files N] [--runs R]  a syncthing receiver pulling from kaiten
 //                                       serve vs from a syncthing source: medians of R runs
+//   kaiten-bench deselect [--files N] [--runs R]  kaiten apply freeing N deselected files vs rm -r
+//                                       of a copy of the same tree followed by sync, medians of R
 //   kaiten-bench stream [--mib M]       time to first byte of a mid-file range through kaiten serve,
 //                                       streaming the whole file, kaiten get, a syncthing pull
 //
@@ -353,10 +355,14 @@ do {
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         let changes = args.firstIndex(of: "--changes").flatMap { Int(args[$0 + 1]) } ?? 20
         try await runServiceBench(files: files, seconds: seconds, runs: runs, changes: changes)
+    case "deselect":
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try await runDeselectBench(files: files, runs: runs)
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R]")
         exit(64)
     }
 } catch {

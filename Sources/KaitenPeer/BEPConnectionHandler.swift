@@ -254,8 +254,11 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         let eventLoop = context.eventLoop
         for request in requests {
             Task {
-                var response = await answer(request)
-                response.id = request.id
+                let response = { (answered: BEPResponse) in
+                    var numbered = answered
+                    numbered.id = request.id
+                    return numbered
+                }(await answer(request))
                 eventLoop.execute {
                     let handler = loopBound.value
                     let next = handler.serving.finished(request)

@@ -24,6 +24,7 @@ public final class BlockServer: Sendable {
     private let home: Home
     private let folders: [String: FolderConfiguration]
     private let logs = LogCache()
+    private let buffers = BlockBuffers()
 
     public init(home: KaitenHome) {
         me = home.identity.deviceID
@@ -84,15 +85,18 @@ public final class BlockServer: Sendable {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .failure(.noSuchFile("\(name): not a regular file")) }
-        // Read into memory that is not zeroed first (Data(count:) would clear every block).
+        // Read into a buffer from the pool: memory neither zeroed first (as Data(count:) would)
+        // nor new (a fresh 128 KiB allocation is fresh pages, and the kernel's page faults and
+        // zeroing cost more than the read).
         let count = Int(request.size)
-        guard let buffer = malloc(count) else { return .failure(.generic("out of memory")) }
+        let buffers = self.buffers
+        guard let buffer = buffers.take(count) else { return .failure(.generic("out of memory")) }
         let n = pread(fd, buffer, count, off_t(request.offset))
         guard n == count else {
-            free(buffer)
+            buffers.give(buffer, count)
             return .failure(.noSuchFile("\(name): shorter than announced"))
         }
-        let data = Data(bytesNoCopy: buffer, count: count, deallocator: .free)
+        let data = Data(bytesNoCopy: buffer, count: count, deallocator: .custom { pointer, size in buffers.give(pointer, size) })
         let hash = Data(SHA256.hash(data: data))
         guard hash == block.hash, request.hash.isEmpty || request.hash == hash else {
             return .failure(.noSuchFile("\(name): changed on disk since it was announced"))
@@ -149,5 +153,43 @@ private final class LogCache: @unchecked Sendable {
                 return list
             }
         }
+    }
+}
+
+/// Block-sized buffers kept for reuse between requests. A peer pulling a file asks for its blocks
+/// a few dozen at a time, all of one size: the same few buffers serve them all. What is kept is
+/// bounded (16 MiB), so a burst of large blocks does not stay resident.
+final class BlockBuffers: @unchecked Sendable {
+    private let lock = NSLock()
+    private var free: [Int: [UnsafeMutableRawPointer]] = [:]
+    private var keptBytes = 0
+    private let maxKeptBytes: Int
+
+    init(maxKeptBytes: Int = 16 << 20) {
+        self.maxKeptBytes = maxKeptBytes
+    }
+
+    /// A buffer of exactly `size` bytes (contents undefined); give it back when done.
+    func take(_ size: Int) -> UnsafeMutableRawPointer? {
+        let reused: UnsafeMutableRawPointer? = lock.withLock {
+            guard let pointer = free[size]?.popLast() else { return nil }
+            keptBytes -= size
+            return pointer
+        }
+        return reused ?? malloc(size)
+    }
+
+    func give(_ pointer: UnsafeMutableRawPointer, _ size: Int) {
+        let kept: Bool = lock.withLock {
+            guard keptBytes + size <= maxKeptBytes else { return false }
+            free[size, default: []].append(pointer)
+            keptBytes += size
+            return true
+        }
+        if !kept { Glibc.free(pointer) }
+    }
+
+    deinit {
+        for pointers in free.values { for pointer in pointers { Glibc.free(pointer) } }
     }
 }

@@ -40,7 +40,18 @@ missing_packaging_deps() {
     echo "${missing[@]:-}"
 }
 
+# kaiten-bench talks to syncthing's REST API through FoundationNetworking, which, linked
+# statically (RELEASE_FLAGS), needs libcurl's development library.
+missing_bench_deps() {
+    local missing=()
+    # shellcheck disable=SC2207
+    missing+=($(missing_deps))
+    ls /usr/lib/*/libcurl.so >/dev/null 2>&1 || missing+=(libcurl4-openssl-dev)
+    echo "${missing[@]:-}"
+}
+
 ensure_deps() { install_missing missing_deps; }
+ensure_bench_deps() { install_missing missing_bench_deps; }
 ensure_build_deps() { install_missing missing_build_deps; }
 ensure_packaging_deps() { install_missing missing_packaging_deps; }
 

@@ -23,13 +23,19 @@ public enum WireNameError: Error, Equatable, Sendable, CustomStringConvertible {
 /// The wire rules for names: UTF-8 NFC, `/`-separated, clean, relative, inside the folder.
 public enum WireName {
     /// Checks a name as syncthing checks every FileInfo.name and Request.name.
+    /// Every byte below 0x80: such a name is in NFC without normalising it.
+    public static func isASCII(_ name: String) -> Bool {
+        name.utf8.allSatisfy { $0 < 0x80 }
+    }
+
     public static func validate(_ name: String) throws(WireNameError) {
         guard !name.isEmpty, name != ".", name != ".." else {
             throw name.isEmpty ? .empty : .escapesFolder(name)
         }
         if name.hasPrefix("/") || name.hasPrefix("../") { throw .escapesFolder(name) }
-        // Swift's String == compares canonically equivalent strings as equal; compare the bytes.
-        if !name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8) { throw .notNFC(name) }
+        // Swift's String == compares canonically equivalent strings as equal; compare the bytes
+        // (ASCII is NFC as it is: no normalisation for most names).
+        if !isASCII(name) && !name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8) { throw .notNFC(name) }
         if name.contains("\0") { throw .notCanonical(name) }
         for component in name.split(separator: "/", omittingEmptySubsequences: false) {
             switch component {
