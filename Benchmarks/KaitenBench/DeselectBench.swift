@@ -59,6 +59,10 @@ func runDeselectBench(files: Int, runs: Int) async throws {
             if let perfFile = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
                 applied = try ProcessRunner.run(
                     "/usr/bin/perf", ["record", "-F", "999", "-g", "-o", perfFile, KaitenCLI.executable] + applyArguments + ["--home", bench.home])
+            } else if let straceFile = ProcessInfo.processInfo.environment["KAITEN_BENCH_STRACE"] {
+                // KAITEN_BENCH_STRACE=FILE: a count of every system call the apply makes, and their time.
+                applied = try ProcessRunner.run(
+                    "/usr/bin/strace", ["-f", "-c", "-w", "-o", straceFile, KaitenCLI.executable] + applyArguments + ["--home", bench.home])
             } else {
                 applied = try bench.run(applyArguments)
             }
