@@ -26,13 +26,7 @@ func runApplyBench(mib: Int, files: Int, directories: Int) async throws {
     }
     guard files > 0 else { return }
     try await applyComparison(label: "\(files) files of 4 KiB in \(directories) directories", expectedFiles: files) { data in
-        var content = [UInt8](repeating: 0, count: 4096)
-        for i in 0..<files {
-            let dir = "\(data)/d\(i % directories)"
-            if i < directories { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
-            withUnsafeBytes(of: UInt64(i)) { raw in for (j, b) in raw.enumerated() { content[j] = b } }
-            FileManager.default.createFile(atPath: "\(dir)/f\(i).bin", contents: Data(content))
-        }
+        try makeFourKiBFiles(data, files: files, directories: directories)
     }
 }
 
@@ -56,11 +50,7 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
     try await withSyncthing(source) { a in
         try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])
         try await a.addDevice(me, name: "kaiten")
-        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [receiver.deviceID, me])
-        try await a.waitUntil("source scanned", timeout: 1800) {
-            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == expectedFiles
-        }
+        try await a.shareScanned(folderID, path: data, devices: [receiver.deviceID, me], files: expectedFiles)
         _ = try kaiten(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
         _ = try kaiten(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
         _ = try kaiten(["index", "sync"])

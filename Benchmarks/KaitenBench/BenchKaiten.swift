@@ -44,3 +44,15 @@ struct BenchKaiten {
         server.waitUntilExit()
     }
 }
+
+extension SyncthingInstance {
+    /// Shares `path` as the send-only folder `folderID` with `devices`, and waits until this
+    /// syncthing has scanned its `files` files (the first step of every benchmark with a source).
+    func shareScanned(_ folderID: String, path: String, devices: [DeviceID], files: Int) async throws {
+        try await addFolder(id: folderID, path: path, type: "sendonly", devices: devices)
+        try await waitUntil("source scanned", timeout: 1800) {
+            let s = try await self.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == files
+        }
+    }
+}

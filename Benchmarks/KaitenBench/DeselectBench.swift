@@ -28,11 +28,7 @@ func runDeselectBench(files: Int, runs: Int) async throws {
     var deleted = 0
     try await withSyncthing(source) { a in
         try await a.addDevice(bench.me, name: "kaiten")
-        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [bench.me])
-        try await a.waitUntil("source scanned", timeout: 1800) {
-            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == files
-        }
+        try await a.shareScanned(folderID, path: data, devices: [bench.me], files: files)
         try bench.run(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
         try bench.run(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
         try bench.run(["index", "sync"])
@@ -100,7 +96,9 @@ private func shell(_ tool: String, _ arguments: [String]) throws {
     guard result.status == 0 else { throw HarnessError("\(tool) \(arguments.joined(separator: " ")) failed: \(result.stderr)") }
 }
 
-/// `files` files of 4 KiB (each starting with its number) in `directories` directories.
+/// `files` files of 4 KiB (each starting with its number) dealt round robin over `directories`
+/// directories, as the apply, serve and deselect benches make them (`makeSmallFiles` fills one
+/// directory after another instead, as the index, scan and service benches expect).
 func makeFourKiBFiles(_ root: String, files: Int, directories: Int) throws {
     try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
     var content = [UInt8](repeating: 0, count: 4096)

@@ -19,14 +19,7 @@ func runServeBench(mib: Int, files: Int, runs: Int) async throws {
     }
     if files > 0 {
         try await serveComparison(label: "\(files) files of 4 KiB in \(max(1, files / 100)) directories", expectedFiles: files, runs: runs) { data in
-            var content = [UInt8](repeating: 0, count: 4096)
-            let directories = max(1, files / 100)
-            for i in 0..<files {
-                let dir = "\(data)/d\(i % directories)"
-                if i < directories { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
-                withUnsafeBytes(of: UInt64(i)) { raw in for (j, b) in raw.enumerated() { content[j] = b } }
-                FileManager.default.createFile(atPath: "\(dir)/f\(i).bin", contents: Data(content))
-            }
+            try makeFourKiBFiles(data, files: files, directories: max(1, files / 100))
         }
     }
 }
@@ -60,11 +53,7 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
     var theirs: [SenderRun] = []
     try await withSyncthing(source) { a in
         try await a.addDevice(me, name: "kaiten")
-        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [me])
-        try await a.waitUntil("source scanned", timeout: 1800) {
-            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == expectedFiles
-        }
+        try await a.shareScanned(folderID, path: data, devices: [me], files: expectedFiles)
         // Kaiten takes the whole folder first (not measured).
         try kaiten(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
         try kaiten(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])

@@ -30,11 +30,7 @@ func runServiceBench(files: Int, seconds: Int, runs: Int, changes: Int) async th
     }
     try await withSyncthing(source) { a in
         try await a.addDevice(bench.me, name: "kaiten")
-        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [bench.me])
-        try await a.waitUntil("source scanned", timeout: 1800) {
-            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == files
-        }
+        try await a.shareScanned(folderID, path: data, devices: [bench.me], files: files)
         log("source scanned")
         // Kaiten takes the whole folder (not measured).
         try bench.run(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])

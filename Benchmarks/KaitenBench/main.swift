@@ -165,11 +165,7 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
         try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])
         try await a.addDevice(kaiten.deviceID, name: "kaiten")
         let scanStart = now()
-        try await a.addFolder(id: folderID, path: data, type: "sendonly", devices: [receiver.deviceID, kaiten.deviceID])
-        try await a.waitUntil("source scanned", timeout: 1800) {
-            let s = try await a.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == expectedFiles
-        }
+        try await a.shareScanned(folderID, path: data, devices: [receiver.deviceID, kaiten.deviceID], files: expectedFiles)
         log(String(format: "source syncthing scanned in %.1f s", now() - scanStart))
 
         // Kaiten, in its own process.
