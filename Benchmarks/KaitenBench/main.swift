@@ -12,6 +12,8 @@
 //                                       serve vs from a syncthing source: medians of R runs
 //   kaiten-bench deselect [--files N] [--runs R]  kaiten apply freeing N deselected files vs rm -r
 //                                       of a copy of the same tree followed by sync, medians of R
+//   kaiten-bench resume [--mib M] [--runs R]  apply of one M MiB file killed past half its bytes,
+//                                       then the share of blocks the next apply fetches
 //   kaiten-bench stream [--mib M]       time to first byte of a mid-file range through kaiten serve,
 //                                       streaming the whole file, kaiten get, a syncthing pull
 //
@@ -355,10 +357,14 @@ do {
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runDeselectBench(files: files, runs: runs)
+    case "resume":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 256
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try await runResumeBench(mib: mib, runs: runs)
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R]")
         exit(64)
     }
 } catch {
