@@ -443,11 +443,7 @@ public enum Applier {
             func syncRemovedFrom() async {
                 let directories = removedFrom
                 removedFrom = []
-                await withTaskGroup(of: Void.self) { group in
-                    for directory in directories {
-                        group.addTask { _ = try? await Blocking.run { SafePath.syncDirectory(directory) } }
-                    }
-                }
+                await SafePath.syncDirectories(directories)
             }
 
             // Deletions and rmdirs, each re-checked as it runs. Those that make room for a path the
@@ -721,11 +717,7 @@ public enum Applier {
             // Each directory that received files is fsynced once, before anything is deleted; the
             // synced journal is made durable first, so no rename outlives its record.
             journal?.sync()
-            await withTaskGroup(of: Void.self) { group in
-                for directory in renamedInto {
-                    group.addTask { _ = try? await Blocking.run { SafePath.syncDirectory(directory) } }
-                }
-            }
+            await SafePath.syncDirectories(renamedInto)
             let stats = source.statistics
             report.blocksCopiedLocally += stats.copied
             report.blocksFetched += stats.fetched

@@ -87,6 +87,16 @@ public enum SafePath {
         return directory.isEmpty ? renamed : directory + "/" + renamed
     }
 
+    /// fsyncs each directory once, all at the same time off the cooperative pool (apply's
+    /// renames and deletions are made durable this way, per directory rather than per file).
+    public static func syncDirectories(_ directories: Set<String>) async {
+        await withTaskGroup(of: Void.self) { group in
+            for directory in directories {
+                group.addTask { _ = try? await Blocking.run { syncDirectory(directory) } }
+            }
+        }
+    }
+
     /// fsyncs a directory, so a rename or unlink in it is durable.
     public static func syncDirectory(_ path: String) {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
