@@ -38,7 +38,7 @@ let package = Package(
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
-            exclude: ["Proto/bep.proto"]
+            exclude: ["Proto/bep.proto", "Proto/discovery.proto"]
         ),
         // zlib from the system, for CRC32 in index log records.
         .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
@@ -117,11 +117,26 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // Finding peers' addresses: local discovery (UDP broadcast/multicast on the LAN) and
+        // global discovery (HTTPS announce/lookup), merged with config.xml's static addresses.
+        .target(
+            name: "KaitenDiscovery",
+            dependencies: [
+                "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // Orchestration over several concerns: index sync (peers + log), planning (log + scan + selection).
         .target(
             name: "KaitenSync",
             dependencies: [
-                "KaitenPeer", "KaitenIndex", "KaitenConfig", "KaitenProtocol", "KaitenScan", "KaitenSelection",
+                "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenConfig", "KaitenProtocol", "KaitenScan", "KaitenSelection",
                 "KaitenReconcile",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -132,7 +147,7 @@ let package = Package(
         .target(
             name: "KaitenService",
             dependencies: [
-                "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
+                "KaitenDiscovery", "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
                 "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -146,6 +161,7 @@ let package = Package(
                 "KaitenProtocol",
                 "KaitenConfig",
                 "KaitenPeer",
+                "KaitenDiscovery",
                 "KaitenIndex",
                 "KaitenSync",
                 "KaitenSelection",
@@ -182,6 +198,7 @@ let package = Package(
         .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTransfer", "KaitenTestSupport"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
+        .testTarget(name: "KaitenDiscoveryTests", dependencies: ["KaitenDiscovery", "KaitenProtocol"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenConfigTests",
@@ -196,7 +213,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KaitenPeerTests",
-            dependencies: ["KaitenPeer", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
+            dependencies: ["KaitenPeer", "KaitenDiscovery", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
         .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport", "KaitenIndex", "KaitenConfig", "KaitenProtocol"]),
         .testTarget(
@@ -204,6 +221,7 @@ let package = Package(
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream", "KaitenService",
+                "KaitenDiscovery",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

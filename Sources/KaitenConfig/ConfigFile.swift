@@ -97,12 +97,15 @@ public final class ConfigFile {
     }
 
     /// A new configuration for a fresh home, the way `syncthing generate` lays it out, with
-    /// global discovery, local discovery, relays, NAT traversal, usage and crash reporting and
-    /// auto-upgrade off: Kaiten talks only to the addresses it is given.
+    /// NAT traversal, usage and crash reporting and auto-upgrade off; global and local
+    /// discovery on only with `discovery`, relays only with `relays` (by default Kaiten talks
+    /// only to the addresses it is given).
     public static func makeNew(
-        path: String, myID: DeviceID, name: String, listenAddress: String, apiKey: String
+        path: String, myID: DeviceID, name: String, listenAddress: String, apiKey: String, discovery: Bool = false,
+        relays: Bool = false
     ) throws(ConfigError) -> ConfigFile {
-        let text = ConfigTemplate.render(myID: myID, name: name, listenAddress: listenAddress, apiKey: apiKey)
+        let text = ConfigTemplate.render(
+            myID: myID, name: name, listenAddress: listenAddress, apiKey: apiKey, discovery: discovery, relays: relays)
         return try parse(data: Data(text.utf8), path: path)
     }
 
@@ -127,12 +130,28 @@ public final class ConfigFile {
         func text(_ name: String) -> String? { element?.elements(forName: name).first?.stringValue }
         return OptionsConfiguration(
             listenAddresses: element?.elements(forName: "listenAddress").compactMap(\.stringValue) ?? [],
-            globalAnnounceEnabled: text("globalAnnounceEnabled") == "true",
-            localAnnounceEnabled: text("localAnnounceEnabled") == "true",
-            relaysEnabled: text("relaysEnabled") == "true",
-            natEnabled: text("natEnabled") == "true",
+            // An element left out takes syncthing's default, as syncthing reads it (defaults
+            // first, then the XML): discovery and relays on.
+            globalAnnounceEnabled: flag(text("globalAnnounceEnabled"), default: true),
+            localAnnounceEnabled: flag(text("localAnnounceEnabled"), default: true),
+            relaysEnabled: flag(text("relaysEnabled"), default: true),
+            natEnabled: flag(text("natEnabled"), default: true),
             urAccepted: Int(text("urAccepted") ?? "") ?? 0,
-            reconnectionIntervalS: Int(text("reconnectionIntervalS") ?? "") ?? 60)
+            reconnectionIntervalS: Int(text("reconnectionIntervalS") ?? "") ?? 60,
+            globalAnnounceServers: element.map { element in
+                let servers = element.elements(forName: "globalAnnounceServer").compactMap(\.stringValue)
+                return element.elements(forName: "globalAnnounceServer").isEmpty ? ["default"] : servers
+            } ?? ["default"],
+            localAnnouncePort: Int(text("localAnnouncePort") ?? "").flatMap { (1...65535).contains($0) ? $0 : nil } ?? 21027,
+            localAnnounceMulticastAddress: text("localAnnounceMCAddr") ?? "[ff12::8384]:21027",
+            announceLANAddresses: flag(text("announceLANAddresses"), default: true))
+    }
+
+    /// A boolean element as syncthing's XML decoder reads it: absent, the default.
+    private func flag(_ text: String?, default value: Bool) -> Bool {
+        guard let text = text?.trimmingCharacters(in: .whitespaces) else { return value }
+        // Go's strconv.ParseBool; an empty element is false.
+        return ["1", "t", "T", "true", "TRUE", "True"].contains(text)
     }
 
     /// The `<gui>` element's address and API key.

@@ -3,7 +3,9 @@ import KaitenProtocol
 /// The config.xml of a new home: the layout `syncthing generate --no-default-folder` writes
 /// (config version 36), with everything that reaches beyond the given addresses switched off.
 enum ConfigTemplate {
-    static func render(myID: DeviceID, name: String, listenAddress: String, apiKey: String) -> String {
+    static func render(
+        myID: DeviceID, name: String, listenAddress: String, apiKey: String, discovery: Bool = false, relays: Bool = false
+    ) -> String {
         let id = myID.description
         return """
             <configuration version="36">
@@ -26,14 +28,14 @@ enum ConfigTemplate {
                 <options>
                     <listenAddress>\(escape(listenAddress))</listenAddress>
                     <globalAnnounceServer>default</globalAnnounceServer>
-                    <globalAnnounceEnabled>false</globalAnnounceEnabled>
-                    <localAnnounceEnabled>false</localAnnounceEnabled>
+                    <globalAnnounceEnabled>\(discovery)</globalAnnounceEnabled>
+                    <localAnnounceEnabled>\(discovery)</localAnnounceEnabled>
                     <localAnnouncePort>21027</localAnnouncePort>
                     <localAnnounceMCAddr>[ff12::8384]:21027</localAnnounceMCAddr>
                     <maxSendKbps>0</maxSendKbps>
                     <maxRecvKbps>0</maxRecvKbps>
                     <reconnectionIntervalS>60</reconnectionIntervalS>
-                    <relaysEnabled>false</relaysEnabled>
+                    <relaysEnabled>\(relays)</relaysEnabled>
                     <relayReconnectIntervalM>10</relayReconnectIntervalM>
                     <startBrowser>false</startBrowser>
                     <natEnabled>false</natEnabled>

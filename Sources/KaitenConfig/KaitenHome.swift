@@ -33,7 +33,7 @@ public struct KaitenHome {
     /// - Throws: ``ConfigError/Code/alreadyExists`` naming every file already present.
     public static func initialize(
         _ home: Home, name: String?, listenAddress: String = "tcp://0.0.0.0:22000", keyType: Identity.KeyType = .default,
-        now: Date = Date()
+        discovery: Bool = false, relays: Bool = false, now: Date = Date()
     ) throws(ConfigError) -> Created {
         try validateListenAddress(listenAddress, file: home.configPath)
         let existing = [home.configPath, home.certificatePath, home.keyPath].filter {
@@ -60,7 +60,7 @@ public struct KaitenHome {
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let config = try ConfigFile.makeNew(
             path: home.configPath, myID: identity.deviceID, name: deviceName, listenAddress: listenAddress,
-            apiKey: randomAPIKey())
+            apiKey: randomAPIKey(), discovery: discovery, relays: relays)
         try identity.write(certificatePath: home.certificatePath, keyPath: home.keyPath)
         do {
             try AtomicFile.write(Array(config.serialized().utf8), to: home.configPath, mode: 0o600, exclusive: true)

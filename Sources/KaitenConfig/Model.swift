@@ -109,6 +109,12 @@ public struct OptionsConfiguration: Sendable, Equatable {
     public var natEnabled: Bool
     public var urAccepted: Int
     public var reconnectionIntervalS: Int
+    /// `<globalAnnounceServer>` entries: `default`, `default-v4`, `default-v6` or URLs.
+    public var globalAnnounceServers: [String] = ["default"]
+    public var localAnnouncePort = 21027
+    public var localAnnounceMulticastAddress = "[ff12::8384]:21027"
+    /// Whether LAN addresses are announced to global discovery too (syncthing's default).
+    public var announceLANAddresses = true
 
     /// The TCP listen addresses Kaiten would bind, with `default` expanded.
     public var tcpListenAddresses: [String] {

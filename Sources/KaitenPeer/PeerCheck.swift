@@ -10,6 +10,8 @@ public enum PeerCheck {
         public var deviceID: String
         public var name: String
         public var address: String?
+        /// How the address was learnt: `static` (config.xml), `lan`, `global`.
+        public var reachedVia: String?
         public var ok: Bool
         /// Why the check failed; nil when `ok`.
         public var problem: String?
@@ -30,8 +32,10 @@ public enum PeerCheck {
     }
 
     /// Checks one peer, or every configured peer when `only` is nil.
+    /// - Parameter addresses: where to dial each peer (config.xml's addresses, or discovery).
     public static func run(
-        home: KaitenHome, only: DeviceID?, timeout: Double = 10, logger: Logger = Logger(label: "kaiten.peer")
+        home: KaitenHome, only: DeviceID?, timeout: Double = 10, addresses: PeerAddressBook = ConfiguredAddresses(),
+        logger: Logger = Logger(label: "kaiten.peer")
     ) async throws -> [Result] {
         let me = home.identity.deviceID
         let devices = home.config.devices.filter { $0.id != me && (only == nil || $0.id == only) }
@@ -50,26 +54,27 @@ public enum PeerCheck {
                 await check(
                     device: device, me: me, identity: home.identity, hello: hello, clusterConfig: clusterConfig,
                     ourFolders: Set(folders.filter { $0.devices.contains(device.id) }.map(\.id)),
-                    timeout: timeout, logger: logger))
+                    timeout: timeout, addresses: addresses, logger: logger))
         }
         return results
     }
 
     static func check(
         device: DeviceConfiguration, me: DeviceID, identity: Identity, hello: BEPHello, clusterConfig: BEPClusterConfig,
-        ourFolders: Set<String>, timeout: Double, logger: Logger
+        ourFolders: Set<String>, timeout: Double, addresses book: PeerAddressBook, logger: Logger
     ) async -> Result {
         var result = Result(deviceID: device.id.description, name: device.name, ok: false)
-        let addresses = device.addresses.compactMap(PeerAddress.init)
-        guard !addresses.isEmpty else {
-            result.problem =
-                "no tcp:// address configured (\(device.addresses.joined(separator: ", "))); Kaiten does not use discovery, so it cannot dial this peer"
+        let routes = await book.routes(for: device)
+        guard !routes.isEmpty else {
+            result.problem = book.whyNoRoute(for: device)
             return result
         }
         var connection: PeerConnection?
         var lastError = ""
-        for address in addresses {
+        for route in routes {
+            let address = route.address
             result.address = address.description
+            result.reachedVia = route.source.rawValue
             do {
                 var settings = PeerSettings()
                 settings.helloTimeout = timeout

@@ -8,7 +8,7 @@ import NIOSSL
 /// Only the leaf certificate is sent; ALPN offers `bep/1.0`. Trust is not a chain question:
 /// a peer is who its certificate's SHA-256 says it is, so verification is a callback that
 /// derives the device ID and compares it with what we expect (dialling) or allow (listening).
-enum TLSContexts {
+public enum TLSContexts {
     static func client(identity: Identity) throws -> NIOSSLContext {
         var configuration = TLSConfiguration.makeClientConfiguration()
         try apply(identity: identity, to: &configuration)
@@ -46,7 +46,9 @@ enum TLSContexts {
         .rsaPssRsaeSha256, .rsaPssRsaeSha384, .rsaPssRsaeSha512,
     ]
 
-    private static func material(_ identity: Identity) throws -> ([NIOSSLCertificateSource], NIOSSLPrivateKeySource) {
+    /// This device's certificate and key, as NIOSSL takes them (discovery's HTTPS client
+    /// presents them too).
+    public static func material(_ identity: Identity) throws -> ([NIOSSLCertificateSource], NIOSSLPrivateKeySource) {
         let certificates = try NIOSSLCertificate.fromPEMBytes(Array(identity.certificatePEM.utf8))
         guard let leaf = certificates.first else { throw NIOSSLError.failedToLoadCertificate }
         let key = try NIOSSLPrivateKey(bytes: Array(identity.privateKeyPEM.utf8), format: .pem)
@@ -54,7 +56,7 @@ enum TLSContexts {
     }
 
     /// The device ID of the leaf certificate a peer presented.
-    static func deviceID(of certificates: [NIOSSLCertificate]) -> DeviceID? {
+    public static func deviceID(of certificates: [NIOSSLCertificate]) -> DeviceID? {
         guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else { return nil }
         return DeviceID(certificateDER: der)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import KaitenApply
 import KaitenConfig
+import KaitenDiscovery
 import KaitenPeer
 import KaitenProtocol
 import KaitenReconcile
@@ -157,10 +158,13 @@ public final class Service: Sendable {
         let folderIDs = folders.map(\.id)
         let note: @Sendable (String) -> Void = { [emit] in emit(ServiceEvent("peer", $0)) }
         let server = BlockServer(home: home)
-        let sessions = PeerSessions(home: home, logger: logger, serve: server.answer)
+        // Discovery as config.xml says (off in a home `kaiten init` made, unless asked for).
+        let discovery = await Discovery.start(home: home, listens: true, logger: logger, warn: note)
+        let sessions = PeerSessions(home: home, logger: logger, serve: server.answer, addresses: discovery)
         let status = StatusKeeper(home: home, options: options, folders: folderIDs, started: started)
         let (listeners, addresses) = await sessions.listen(warn: note)
         if !addresses.isEmpty { note("listening for peers on \(addresses.joined(separator: ", "))") }
+        discovery.setListenAddresses(addresses)
         do {
             let reports = try await sessions.connect(folders: folderIDs, warn: note)
             for r in reports where !r.ok {
@@ -169,7 +173,7 @@ public final class Service: Sendable {
         } catch {
             emit(ServiceEvent("error", "\(error)"))
         }
-        let redial = sessions.keepConnected(warn: note)
+        let redial = sessions.keepConnected(found: discovery.local?.discoveries(), warn: note)
         let watcher = ChangeWatcher(
             folders: folders.map { ($0.id, $0.path) }, selectionDirectory: home.home.selectionsDirectory,
             configPath: home.home.configPath, warn: { [emit] in emit(ServiceEvent("watch", $0)) })
@@ -313,6 +317,7 @@ public final class Service: Sendable {
         _ = await controlTask.result
         for listener in listeners { await listener.close() }
         await sessions.close(reason: outcome == .reload ? "reloading" : "stopping")
+        await discovery.close()
         return outcome
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import KaitenConfig
+import KaitenDiscovery
 import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
@@ -130,11 +131,15 @@ public enum IndexSync {
     }
 
     /// Syncs the given folders (all configured folders when empty).
+    /// - Parameter addresses: where to dial the peers; nil: config.xml's addresses, and
+    ///   discovery for `dynamic` peers when config.xml turns it on (started for this run).
     public static func run(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
-        logger: Logger = Logger(label: "kaiten.sync"), warn: (String) -> Void = { _ in }
+        logger: Logger = Logger(label: "kaiten.sync"), addresses: PeerAddressBook? = nil, warn: (String) -> Void = { _ in }
     ) async throws -> [Report] {
-        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: false, warn: warn).reports
+        try await run(
+            home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: false, addresses: addresses, warn: warn
+        ).reports
     }
 
     /// Syncs the given folders and keeps each peer's connection open (for pulling blocks).
@@ -145,9 +150,11 @@ public enum IndexSync {
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
-        warn: (String) -> Void = { _ in }
+        addresses: PeerAddressBook? = nil, warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
-        try await run(home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only, warn: warn)
+        try await run(
+            home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only,
+            addresses: addresses, warn: warn)
     }
 
     /// Answers one block request from a peer.
@@ -155,7 +162,23 @@ public enum IndexSync {
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, warn: (String) -> Void
+        serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, warn: (String) -> Void
+    ) async throws -> (reports: [Report], session: PeerSession) {
+        if let addresses {
+            return try await run(
+                home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
+                book: addresses, warn: warn)
+        }
+        return try await Discovery.using(home: home, logger: logger) { book in
+            try await run(
+                home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
+                book: book, warn: warn)
+        }
+    }
+
+    static func run(
+        home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
+        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
@@ -192,7 +215,8 @@ public enum IndexSync {
             for delay in [0, 500, 1000, 2000, 3000] {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
                 do {
-                    let connection = try await dial(device, identity: home.identity, hello: hello, logger: logger, retryClosed: metBefore)
+                    let connection = try await dial(
+                        device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore)
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
@@ -330,14 +354,13 @@ public enum IndexSync {
     }
 
     /// - Parameter retryClosed: dial again (up to 6.5 s) when the peer closes during the hello.
-    static func dial(_ device: DeviceConfiguration, identity: Identity, hello: BEPHello, logger: Logger, retryClosed: Bool = true) async throws
-        -> PeerConnection
-    {
-        let addresses = device.addresses.compactMap(PeerAddress.init)
+    static func dial(
+        _ device: DeviceConfiguration, identity: Identity, hello: BEPHello, addresses book: PeerAddressBook, logger: Logger,
+        retryClosed: Bool = true
+    ) async throws -> PeerConnection {
+        let addresses = await book.routes(for: device).map(\.address)
         guard !addresses.isEmpty else {
-            throw PeerError(
-                .invalidAddress, peer: device.id.shortDescription,
-                "no tcp:// address configured; Kaiten does not use discovery, so it cannot dial this peer")
+            throw PeerError(.invalidAddress, peer: device.id.shortDescription, book.whyNoRoute(for: device))
         }
         var lastError: Error = PeerError(.unreachable, peer: device.id.shortDescription, "unreachable")
         // A peer that still counts an earlier connection of ours as alive (this process's

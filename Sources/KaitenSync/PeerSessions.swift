@@ -1,5 +1,6 @@
 import Foundation
 import KaitenConfig
+import KaitenDiscovery
 import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
@@ -24,6 +25,8 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     let timeout: Double
     let logger: Logger
     let serve: IndexSync.RequestHandler?
+    /// Where peers are dialled: config.xml's addresses, or discovery.
+    let addresses: PeerAddressBook
 
     private struct State {
         var connections: [DeviceID: PeerConnection] = [:]
@@ -46,7 +49,11 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
 
     /// - Parameter serve: answers the peers' block requests (the block server); without it
     ///   they get NO_SUCH_FILE.
-    public init(home: KaitenHome, timeout: Double = 120, logger: Logger, serve: IndexSync.RequestHandler?) {
+    public init(
+        home: KaitenHome, timeout: Double = 120, logger: Logger, serve: IndexSync.RequestHandler?,
+        addresses: PeerAddressBook = ConfiguredAddresses()
+    ) {
+        self.addresses = addresses
         self.home = home
         self.timeout = timeout
         self.logger = logger
@@ -76,22 +83,32 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// Dials (only `only`, when given) and keeps what connects; the caller holds the queue.
     private func dial(folders: [String], only: Set<DeviceID>?, warn: (String) -> Void) async throws -> [IndexSync.Report] {
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, warn: warn)
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, addresses: addresses, warn: warn)
         for (device, connection) in fresh.connections { adopt(connection, device: device, announced: fresh.announced[device] ?? [:]) }
         return reports
     }
 
     /// Redials, with backoff (2 s doubling to 60 s), every configured peer that shares a folder,
-    /// has a tcp:// address and has no open connection — one that restarted, a connection cut.
-    /// Cancel the task to stop.
-    public func keepConnected(warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
+    /// has an address (a tcp:// one, or `dynamic` with discovery on) and has no open
+    /// connection — one that restarted, a connection cut. A peer discovery just found
+    /// (`found`) is dialled at once. Cancel the task to stop.
+    public func keepConnected(found: AsyncStream<DeviceID>? = nil, warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
         let me = home.identity.deviceID
         let wanted = home.config.devices.filter { device in
-            device.id != me && !device.addresses.compactMap(PeerAddress.init).isEmpty
-                && home.config.folders.contains { $0.devices.contains(device.id) }
+            device.id != me && addresses.mayRoute(device) && home.config.folders.contains { $0.devices.contains(device.id) }
         }.map(\.id)
         let changes = connectionChanges()
+        let rushed = Rushed()
+        let listener = found.map { found in
+            Task {
+                for await device in found where wanted.contains(device) {
+                    rushed.devices.withLock { _ = $0.insert(device) }
+                    self.connectionsChanged()
+                }
+            }
+        }
         return Task {
+            defer { listener?.cancel() }
             var delay: [DeviceID: Int] = [:]
             var due: [DeviceID: ContinuousClock.Instant] = [:]
             var said: [DeviceID: String] = [:]
@@ -116,6 +133,10 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                     // Lost a moment ago: the first redial after 2 s.
                     delay[device] = 2
                     due[device] = now + .seconds(2)
+                }
+                // Just heard on the LAN: dialled now, whatever the backoff said.
+                for device in rushed.devices.withLock({ rushed in defer { rushed = [] }; return rushed }) where open[device] == nil {
+                    due[device] = now
                 }
                 let missing = wanted.filter { open[$0] == nil && (due[$0].map { $0 <= now } ?? false) }
                 guard !missing.isEmpty, !Task.isCancelled else { continue }
@@ -397,6 +418,11 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             logs = [:]
         }
     }
+}
+
+/// The peers discovery just found, waiting for the redial loop to dial them.
+private final class Rushed: Sendable {
+    let devices = Mutex<Set<DeviceID>>([])
 }
 
 /// Runs async work one piece after another (an actor would interleave them at every await).

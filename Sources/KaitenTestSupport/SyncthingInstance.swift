@@ -22,6 +22,9 @@ public final class SyncthingInstance: @unchecked Sendable {
     public let deviceID: DeviceID
     private let lock = NSLock()
     private var process: Process?
+    /// The network namespace it runs in (``generate(in:name:party:)``), or nil for the
+    /// machine's own loopback.
+    public let party: NetworkNamespaces.Party?
 
     /// The syncthing binary, `$KAITEN_SYNCTHING` or `syncthing` on `$PATH`.
     public static var binary: String? {
@@ -58,18 +61,25 @@ public final class SyncthingInstance: @unchecked Sendable {
     }
 
     /// Where syncthing's BEP listener is, as a `tcp://` address for config.xml.
-    public var address: String { "tcp://127.0.0.1:\(listenPort)" }
+    public var address: String { "tcp://\(party?.address ?? "127.0.0.1"):\(listenPort)" }
 
-    private init(home: String, listenPort: Int, guiPort: Int, apiKey: String, deviceID: DeviceID) {
+    private init(home: String, listenPort: Int, guiPort: Int, apiKey: String, deviceID: DeviceID, party: NetworkNamespaces.Party? = nil) {
         self.home = home
         self.listenPort = listenPort
         self.guiPort = guiPort
         self.apiKey = apiKey
         self.deviceID = deviceID
+        self.party = party
     }
 
-    /// Makes a new syncthing home with `syncthing generate` and configures it for loopback only.
-    public static func generate(in directory: String, name: String = "st") throws -> SyncthingInstance {
+    /// Makes a new syncthing home with `syncthing generate` and configures it for loopback
+    /// only; with `party`, for that network namespace: it listens on the party's address (port
+    /// 22000, the namespace is the test's own) and its GUI on the namespace's loopback, reached
+    /// through `ip netns exec … curl`. Discovery and relays stay off until the test turns them
+    /// on (``setOptions(_:)``).
+    public static func generate(in directory: String, name: String = "st", party: NetworkNamespaces.Party? = nil) throws
+        -> SyncthingInstance
+    {
         guard let binary else { throw HarnessError("syncthing is not installed; scripts/test installs it") }
         let home = (directory as NSString).appendingPathComponent(name)
         // 2.x: subcommand flags changed, and it makes no default folder.
@@ -81,15 +91,24 @@ public final class SyncthingInstance: @unchecked Sendable {
             binary, arguments, environment: ["STNODEFAULTFOLDER": "1", "HOME": directory, "PATH": "/usr/bin:/bin"])
         guard result.status == 0 else { throw HarnessError("syncthing generate failed: \(result.stderr)") }
         let config = try ConfigFile.load(path: (home as NSString).appendingPathComponent("config.xml"))
-        let listenPort = try FreePort.next()
-        let guiPort = try FreePort.next()
+        let listenPort = party == nil ? try FreePort.next() : 22000
+        let guiPort = party == nil ? try FreePort.next() : 8384
         let apiKey = "kaiten-test-" + UUID().uuidString.prefix(8)
-        config.setListenAddresses(["tcp://127.0.0.1:\(listenPort)"])
+        // In a namespace it listens on every address, as syncthing's default does, so that
+        // what it announces is `tcp://0.0.0.0:22000` and a finder must fill in the address.
+        config.setListenAddresses(["tcp://\(party == nil ? "127.0.0.1" : "0.0.0.0"):\(listenPort)"])
         for (name, value) in loopbackOnlyOptions { config.setOption(name, value) }
         config.setGUI(address: "127.0.0.1:\(guiPort)", apiKey: apiKey)
         try config.write()
         let id = try Identity.deviceID(certificatePath: (home as NSString).appendingPathComponent("cert.pem"))
-        return SyncthingInstance(home: home, listenPort: listenPort, guiPort: guiPort, apiKey: apiKey, deviceID: id)
+        return SyncthingInstance(home: home, listenPort: listenPort, guiPort: guiPort, apiKey: apiKey, deviceID: id, party: party)
+    }
+
+    /// Sets options in config.xml before ``start(timeout:)`` (discovery on, say).
+    public func setOptions(_ options: [(String, String)]) throws {
+        let config = try ConfigFile.load(path: (home as NSString).appendingPathComponent("config.xml"))
+        for (name, value) in options { config.setOption(name, value) }
+        try config.write()
     }
 
     /// Uses an existing home (one made by Kaiten, say) as it is; only the GUI address and API
@@ -125,12 +144,15 @@ public final class SyncthingInstance: @unchecked Sendable {
         FileManager.default.createFile(atPath: logPath, contents: nil)
         let logHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments =
+        let arguments =
             [
                 "serve", "--home", home, "--no-browser", "--no-restart", "--no-upgrade",
                 "--gui-address=http://127.0.0.1:\(guiPort)", "--gui-apikey=\(apiKey)",
             ] + (Self.majorVersion >= 2 ? ["--log-level=INFO"] : ["--logflags=7"])
+        // `ip netns exec` execs the program in place: the PID held is syncthing's.
+        let (executable, argv) = party.map { NetworkNamespaces.wrap($0, binary, arguments) } ?? (binary, arguments)
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = argv
         process.environment = [
             "STMONITORED": "1", "STNOUPGRADE": "1", "STNODEFAULTFOLDER": "1", "STNORESTART": "1",
             "HOME": (home as NSString).deletingLastPathComponent, "PATH": "/usr/bin:/bin",
@@ -193,6 +215,7 @@ public final class SyncthingInstance: @unchecked Sendable {
     }
 
     private func request(_ method: String, _ path: String, body: Any?) async throws -> Any {
+        if let party { return try namespacedRequest(method, path, body: body, party: party) }
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(guiPort)\(path)")!)
         request.httpMethod = method
         request.setValue(apiKey, forHTTPHeaderField: "X-API-Key")
@@ -203,6 +226,31 @@ public final class SyncthingInstance: @unchecked Sendable {
         }
         let (data, response) = try await URLSession.shared.data(for: request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard (200..<300).contains(status) else {
+            throw HarnessError("\(method) \(path): HTTP \(status): \(String(decoding: data, as: UTF8.self))")
+        }
+        if data.isEmpty { return [String: Any]() }
+        return (try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])) ?? [String: Any]()
+    }
+
+    /// A REST call to a syncthing in a namespace: its GUI is on that namespace's loopback, so
+    /// curl runs there.
+    private func namespacedRequest(_ method: String, _ path: String, body: Any?, party: NetworkNamespaces.Party) throws -> Any {
+        var arguments = [
+            "-sS", "-m", "30", "-X", method, "-H", "X-API-Key: \(apiKey)", "-w", "\n%{http_code}",
+            "http://127.0.0.1:\(guiPort)\(path)",
+        ]
+        var input: String?
+        if let body {
+            input = String(decoding: try JSONSerialization.data(withJSONObject: body), as: UTF8.self)
+            arguments += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+        }
+        let (executable, argv) = NetworkNamespaces.wrap(party, "/usr/bin/curl", arguments)
+        let result = try ProcessRunner.run(executable, argv, environment: ["PATH": "/usr/bin:/bin"], stdin: input, timeout: 60)
+        guard result.status == 0 else { throw HarnessError("\(method) \(path): curl failed: \(result.stderr)") }
+        var lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let status = Int(lines.popLast() ?? "") ?? 0
+        let data = Data(lines.joined(separator: "\n").utf8)
         guard (200..<300).contains(status) else {
             throw HarnessError("\(method) \(path): HTTP \(status): \(String(decoding: data, as: UTF8.self))")
         }

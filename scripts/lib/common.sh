@@ -2,8 +2,8 @@
 #
 # ensure_deps installs what a fresh Debian machine with Swift lacks: syncthing (the real peer
 # the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev, libxml2-dev
-# (FoundationXML links it), pkg-config, curl, and systemd (for systemd-analyze, which checks the
-# example units). ensure_build_deps installs only what building the release binary needs
+# (FoundationXML links it), pkg-config, curl, systemd (for systemd-analyze, which checks the
+# example units) and iproute2 (network namespaces for the discovery tests). ensure_build_deps installs only what building the release binary needs
 # (scripts/install, scripts/package); ensure_packaging_deps what making and checking the .deb
 # needs (dpkg-dev for dpkg-shlibdeps, lintian, man-db for `man -w`).
 
@@ -29,7 +29,33 @@ missing_deps() {
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     # systemd-analyze verifies the example units (ExamplesTests).
     command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+    # ip makes the network namespaces the discovery tests run their parties in.
+    [[ -x /usr/sbin/ip ]] || missing+=(iproute2)
     echo "${missing[@]:-}"
+}
+
+# The discovery and relay servers the discovery tests run: Debian's syncthing-discosrv and
+# syncthing-relaysrv (1.19.2), unpacked into .build/peer-servers rather than installed, because
+# installing them enables system services that serve anyone on ports 8443 and 22067. The tests
+# find them through KAITEN_STDISCOSRV and KAITEN_STRELAYSRV.
+PEER_SERVERS="$ROOT/.build/peer-servers"
+ensure_peer_servers() {
+    export KAITEN_STDISCOSRV="$PEER_SERVERS/usr/bin/stdiscosrv" KAITEN_STRELAYSRV="$PEER_SERVERS/usr/bin/strelaysrv"
+    [[ -x $KAITEN_STDISCOSRV && -x $KAITEN_STRELAYSRV ]] && return 0
+    log "unpacking syncthing-discosrv and syncthing-relaysrv into $PEER_SERVERS (not installed: no services start)"
+    local tmp sudo=()
+    tmp=$(mktemp -d)
+    [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+    if ! (cd "$tmp" && apt-get download -qq syncthing-discosrv syncthing-relaysrv 2>/dev/null); then
+        "${sudo[@]}" apt-get update -qq
+        (cd "$tmp" && apt-get download -qq syncthing-discosrv syncthing-relaysrv 2>/dev/null) \
+            || die "cannot download syncthing-discosrv and syncthing-relaysrv with apt-get"
+    fi
+    mkdir -p "$PEER_SERVERS"
+    local deb
+    for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$PEER_SERVERS"; done
+    rm -rf "$tmp"
+    [[ -x $KAITEN_STDISCOSRV && -x $KAITEN_STRELAYSRV ]] || die "no stdiscosrv/strelaysrv in the unpacked packages"
 }
 
 missing_packaging_deps() {

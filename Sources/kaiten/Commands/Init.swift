@@ -9,9 +9,18 @@ extension Kaiten {
                 Makes a certificate the way `syncthing generate` does — Ed25519 as syncthing 2.x \
                 does, or ECDSA P-384 as 1.x with --key-type ecdsa (both kinds of peer accept \
                 either) — key.pem \
-                (mode 0600), and config.xml (version 36) with global discovery, local discovery, \
-                relays, NAT traversal and usage reporting off: Kaiten only talks to the peer \
-                addresses you give it. Prints the new device ID; give it to your peers.
+                (mode 0600), and config.xml (version 36) with NAT traversal and usage reporting \
+                off. Prints the new device ID; give it to your peers.
+
+                Discovery and relays are off unless asked for: Kaiten then talks only to the \
+                peer addresses you give it (tcp://HOST:PORT), and to no outside server. With \
+                --discovery on it finds peers whose address is `dynamic` as syncthing does: on \
+                the LAN (UDP broadcasts on port 21027) and through the global discovery \
+                servers run by the Syncthing project (discovery-lookup.syncthing.net, \
+                discovery-announce-v4/-v6.syncthing.net), to which it also announces its \
+                addresses. --relays on is written to config.xml for syncthing's sake; Kaiten \
+                does not connect through relays yet. A Syncthing home dropped in keeps its own \
+                settings (discovery on, as syncthing's default).
 
                 Never overwrites: if config.xml, cert.pem or key.pem already exists, nothing is \
                 written and the command exits 1. To reuse a Syncthing identity, copy its \
@@ -20,6 +29,7 @@ extension Kaiten {
                 Examples:
                   kaiten init --name laptop --listen tcp://0.0.0.0:22000
                   kaiten init --home /srv/kaiten --key-type ecdsa
+                  kaiten init --name laptop --discovery on
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -40,13 +50,24 @@ extension Kaiten {
             case ed25519, ecdsa
         }
 
+        @Option(help: ArgumentHelp("Find peers on the LAN and through the global discovery servers, and announce this device.", valueName: "on|off"))
+        var discovery: Switch = .off
+
+        @Option(help: ArgumentHelp("Allow connections through relays (config.xml's relaysEnabled).", valueName: "on|off"))
+        var relays: Switch = .off
+
+        enum Switch: String, ExpressibleByArgument, CaseIterable {
+            case on, off
+        }
+
         @Flag(help: "Print the result as JSON.")
         var json = false
 
         func run() async throws {
             try await reportingErrors {
                 let created = try KaitenHome.initialize(
-                    global.resolvedHome, name: name, listenAddress: listen, keyType: Identity.KeyType(rawValue: keyType.rawValue)!)
+                    global.resolvedHome, name: name, listenAddress: listen, keyType: Identity.KeyType(rawValue: keyType.rawValue)!,
+                    discovery: discovery == .on, relays: relays == .on)
                 if json {
                     try Terminal.json(["device_id": created.deviceID.description, "home": created.home.path])
                 } else {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenConfig
+import KaitenDiscovery
 import KaitenPeer
 import KaitenProtocol
 import KaitenSync
@@ -258,7 +259,9 @@ extension Kaiten.Peer {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let only = try deviceID.map { text throws(ConfigError) in try opened.config.resolveDevice(text) }
-                let results = try await PeerCheck.run(home: opened, only: only, timeout: timeout, logger: global.logger)
+                let results = try await Discovery.using(home: opened, logger: global.logger) { addresses in
+                    try await PeerCheck.run(home: opened, only: only, timeout: timeout, addresses: addresses, logger: global.logger)
+                }
                 if json {
                     try Terminal.json(results)
                 } else {
@@ -271,7 +274,7 @@ extension Kaiten.Peer {
 
         static func render(_ r: PeerCheck.Result) -> String {
             let who = (r.name.isEmpty ? "" : r.name + " ") + "(" + String(r.deviceID.prefix(7)) + ")"
-            let at = r.address.map { " at \($0)" } ?? ""
+            let at = r.address.map { " at \($0)" + (r.reachedVia.map { " (\($0))" } ?? "") } ?? ""
             var lines: [String] = []
             if let client = r.clientName {
                 lines.append(

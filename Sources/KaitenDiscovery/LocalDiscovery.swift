@@ -1,0 +1,242 @@
+import Foundation
+import KaitenProtocol
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// Local discovery (protocol v4) over IPv4 broadcast: announces this device's addresses on the
+/// LAN every 30 s, and remembers for 90 s what the peers on the LAN announce, as syncthing does
+/// (`lib/discover/local.go`). One job: addresses on the LAN; dialling is the caller's.
+///
+/// Hearing a device it did not know (or one that restarted) makes it announce at once, and
+/// syncthing does the same: so a Kaiten that just started hears its LAN peers within a moment,
+/// not after their next 30 s tick — which is what lets a one-shot verb (`index sync`) use local
+/// discovery at all.
+public final class LocalDiscovery: Sendable {
+    public static let interval: Duration = .seconds(30)
+    public static let lifetime: Duration = .seconds(90)
+
+    public let me: DeviceID
+    public let port: Int
+    /// Random per start: peers that see it change announce themselves at once.
+    public let instanceID = Int64.random(in: 1...Int64.max)
+    /// Whether announcements from the LAN can be heard (the port could be bound).
+    public let isListening: Bool
+
+    private struct Entry {
+        var addresses: [String]
+        var instanceID: Int64
+        var seen: ContinuousClock.Instant
+    }
+
+    private struct State {
+        var announced: [String] = []
+        var cache: [DeviceID: Entry] = [:]
+        var subscribers: [UUID: AsyncStream<DeviceID>.Continuation] = [:]
+        var warnedAbout: Set<String> = []
+        var closed = false
+    }
+
+    private let state = Mutex(State())
+    private let channel: Channel
+    private let ticks: AsyncStream<Void>.Continuation
+    private let tasks = Mutex<[Task<Void, Never>]>([])
+    private let logger: Logger
+    private let warn: @Sendable (String) -> Void
+
+    /// Starts listening on UDP `port` (SO_REUSEADDR, so that several Kaiten processes on one
+    /// machine all hear the LAN) and announcing `addresses` (this device's listen addresses;
+    /// empty for a verb that does not listen, which still makes the peers announce themselves).
+    /// A port that cannot be bound (a syncthing on this machine holds it without sharing) is
+    /// said once; Kaiten then announces from another port and hears nothing.
+    public static func start(
+        me: DeviceID, port: Int, addresses: [String], logger: Logger, warn: @escaping @Sendable (String) -> Void,
+        group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws -> LocalDiscovery {
+        let received = Mutex<(@Sendable ([UInt8], SocketAddress) -> Void)?>(nil)
+        func bootstrap() -> DatagramBootstrap {
+            DatagramBootstrap(group: group)
+                .channelOption(.socketOption(.so_reuseaddr), value: 1)
+                .channelOption(.socketOption(.so_broadcast), value: 1)
+                .channelInitializer { channel in
+                    channel.pipeline.addHandler(PacketHandler { bytes, source in received.withLock { $0 }?(bytes, source) })
+                }
+        }
+        let channel: Channel
+        let listening: Bool
+        do {
+            channel = try await bootstrap().bind(host: "0.0.0.0", port: port).get()
+            listening = true
+        } catch {
+            warn(
+                "local discovery: cannot listen on UDP port \(port) (\(error)); another program holds it "
+                    + "(a syncthing on this machine?): peers on the LAN are announced to but not heard")
+            channel = try await bootstrap().bind(host: "0.0.0.0", port: 0).get()
+            listening = false
+        }
+        let (ticks, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let discovery = LocalDiscovery(
+            me: me, port: port, isListening: listening, channel: channel, ticks: continuation, logger: logger, warn: warn)
+        discovery.state.withLock { $0.announced = addresses }
+        received.withLock { $0 = { [weak discovery] bytes, source in discovery?.receive(bytes, from: source) } }
+        discovery.run(ticks: ticks)
+        return discovery
+    }
+
+    private init(
+        me: DeviceID, port: Int, isListening: Bool, channel: Channel, ticks: AsyncStream<Void>.Continuation, logger: Logger,
+        warn: @escaping @Sendable (String) -> Void
+    ) {
+        self.me = me
+        self.port = port
+        self.isListening = isListening
+        self.channel = channel
+        self.ticks = ticks
+        self.logger = logger
+        self.warn = warn
+    }
+
+    private func run(ticks stream: AsyncStream<Void>) {
+        let ticks = self.ticks
+        ticks.yield()  // the first announcement at once
+        let timer = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: Self.interval)
+                ticks.yield()
+            }
+        }
+        let sender = Task { [weak self] in
+            for await _ in stream {
+                guard let self else { return }
+                await self.announce()
+            }
+        }
+        tasks.withLock { $0 = [timer, sender] }
+    }
+
+    /// Changes what this device announces (its listeners are up) and announces it at once.
+    public func setAddresses(_ addresses: [String]) {
+        state.withLock { $0.announced = addresses }
+        ticks.yield()
+    }
+
+    /// The addresses `device` announced on the LAN in the last 90 s, dialable as they are.
+    public func addresses(of device: DeviceID) -> [String] {
+        state.withLock { state in
+            guard let entry = state.cache[device], ContinuousClock.now - entry.seen < Self.lifetime else { return [] }
+            return entry.addresses
+        }
+    }
+
+    /// Waits until `device` has been heard on the LAN, or until `deadline`; its addresses.
+    public func addresses(of device: DeviceID, waitingUntil deadline: ContinuousClock.Instant) async -> [String] {
+        while true {
+            let found = addresses(of: device)
+            if !found.isEmpty || ContinuousClock.now >= deadline || !isListening { return found }
+            try? await Task.sleep(for: .milliseconds(50))
+            if Task.isCancelled { return addresses(of: device) }
+        }
+    }
+
+    /// Devices heard for the first time (or again after a restart or a silence), from now on.
+    public func discoveries() -> AsyncStream<DeviceID> {
+        let (stream, continuation) = AsyncStream<DeviceID>.makeStream(bufferingPolicy: .bufferingNewest(64))
+        let id = UUID()
+        let closed = state.withLock { state in
+            if !state.closed { state.subscribers[id] = continuation }
+            return state.closed
+        }
+        if closed { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.subscribers.removeValue(forKey: id) } }
+        return stream
+    }
+
+    func receive(_ bytes: [UInt8], from source: SocketAddress) {
+        let sourceText = source.ipAddress ?? "?"
+        let announcement: LocalAnnouncement
+        do {
+            announcement = try LocalAnnouncement.decode(bytes)
+        } catch {
+            let first = state.withLock { $0.warnedAbout.insert(sourceText).inserted }
+            if first { warn("local discovery: ignored \(error) from \(sourceText)") }
+            return
+        }
+        guard announcement.device != me, let ip = source.ipAddress else { return }
+        let addresses = announcement.dialable(source: ip)
+        let now = ContinuousClock.now
+        let (isNew, subscribers) = state.withLock { state -> (Bool, [AsyncStream<DeviceID>.Continuation]) in
+            let old = state.cache[announcement.device]
+            let isNew = old == nil || now - old!.seen > Self.lifetime || old!.instanceID != announcement.instanceID
+            state.cache[announcement.device] = Entry(addresses: addresses, instanceID: announcement.instanceID, seen: now)
+            return (isNew, isNew ? Array(state.subscribers.values) : [])
+        }
+        guard isNew else { return }
+        logger.debug("local discovery: \(announcement.device.shortDescription) at \(addresses.joined(separator: ", "))")
+        // A device new to us may not know us either: announce at once (as syncthing does).
+        ticks.yield()
+        for subscriber in subscribers { subscriber.yield(announcement.device) }
+    }
+
+    /// One announcement to the broadcast address of every IPv4 network this machine is on
+    /// (255.255.255.255 when there is none), as syncthing sends it.
+    private func announce() async {
+        let addresses = state.withLock { $0.announced }
+        let packet = LocalAnnouncement(device: me, addresses: addresses, instanceID: instanceID).encoded()
+        var sent = 0
+        var lastError: Error?
+        for target in Self.broadcastTargets() {
+            guard let address = try? SocketAddress(ipAddress: target, port: port) else { continue }
+            let buffer = channel.allocator.buffer(bytes: packet)
+            do {
+                try await channel.writeAndFlush(AddressedEnvelope(remoteAddress: address, data: buffer)).get()
+                sent += 1
+            } catch {
+                lastError = error
+            }
+        }
+        if sent == 0, let lastError { logger.debug("local discovery: could not announce: \(lastError)") }
+    }
+
+    /// The directed broadcast address of each IPv4 network with a global-unicast address
+    /// (private ranges included; loopback and link-local not), or 255.255.255.255.
+    static func broadcastTargets() -> [String] {
+        var targets: [String] = []
+        for device in (try? System.enumerateDevices()) ?? [] {
+            guard case .v4 = device.address, let ip = device.address?.ipAddress, !ip.hasPrefix("127."), !ip.hasPrefix("169.254."),
+                let broadcast = device.broadcastAddress?.ipAddress, !targets.contains(broadcast)
+            else { continue }
+            targets.append(broadcast)
+        }
+        return targets.isEmpty ? ["255.255.255.255"] : targets
+    }
+
+    public func close() async {
+        let subscribers = state.withLock { state -> [AsyncStream<DeviceID>.Continuation] in
+            state.closed = true
+            defer { state.subscribers = [:] }
+            return Array(state.subscribers.values)
+        }
+        for task in tasks.withLock({ $0 }) { task.cancel() }
+        ticks.finish()
+        for subscriber in subscribers { subscriber.finish() }
+        try? await channel.close()
+    }
+}
+
+/// Hands each datagram's bytes and source to a closure.
+private final class PacketHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = AddressedEnvelope<ByteBuffer>
+    let onPacket: @Sendable ([UInt8], SocketAddress) -> Void
+
+    init(_ onPacket: @escaping @Sendable ([UInt8], SocketAddress) -> Void) {
+        self.onPacket = onPacket
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let envelope = unwrapInboundIn(data)
+        var buffer = envelope.data
+        guard buffer.readableBytes <= LocalAnnouncement.maximumSize, let bytes = buffer.readBytes(length: buffer.readableBytes) else { return }
+        onPacket(bytes, envelope.remoteAddress)
+    }
+}

@@ -1,0 +1,62 @@
+import KaitenConfig
+
+/// How Kaiten learnt an address of a peer.
+public enum AddressSource: String, Sendable, Codable, CaseIterable {
+    /// A `tcp://` address written in config.xml.
+    case configured = "static"
+    /// Announced by the peer on this LAN (local discovery).
+    case lan
+    /// Looked up on a global discovery server.
+    case global
+}
+
+/// An address to dial a peer at, and where it came from (`kaiten peer ls` shows it).
+public struct PeerRoute: Sendable, Equatable, CustomStringConvertible {
+    public var address: PeerAddress
+    public var source: AddressSource
+
+    public init(address: PeerAddress, source: AddressSource) {
+        self.address = address
+        self.source = source
+    }
+
+    public var description: String { "\(address) (\(source.rawValue))" }
+}
+
+/// Where to reach peers. The dialling code asks it for each peer it dials; what stands behind
+/// it (config.xml only, or discovery as well) is the caller's choice, so that this target needs
+/// no discovery and discovery can use this target's addresses.
+public protocol PeerAddressBook: Sendable {
+    /// The addresses to try for `device`, best first. Empty: nowhere known to dial.
+    func routes(for device: DeviceConfiguration) async -> [PeerRoute]
+    /// Why `device` has no address, in words (for `peer check` and the redial log).
+    func whyNoRoute(for device: DeviceConfiguration) -> String
+    /// Whether `device` may ever get an address from this book (a service redials only those).
+    func mayRoute(_ device: DeviceConfiguration) -> Bool
+}
+
+/// config.xml's `tcp://` addresses only: what Kaiten dials with discovery off.
+public struct ConfiguredAddresses: PeerAddressBook {
+    public init() {}
+
+    public func routes(for device: DeviceConfiguration) async -> [PeerRoute] {
+        Self.configured(device)
+    }
+
+    public static func configured(_ device: DeviceConfiguration) -> [PeerRoute] {
+        device.addresses.compactMap(PeerAddress.init).map { PeerRoute(address: $0, source: .configured) }
+    }
+
+    public func mayRoute(_ device: DeviceConfiguration) -> Bool {
+        !Self.configured(device).isEmpty
+    }
+
+    public func whyNoRoute(for device: DeviceConfiguration) -> String {
+        if device.addresses.contains("dynamic") {
+            return "its address is `dynamic` and discovery is off in config.xml; turn it on "
+                + "(`kaiten init --discovery on` for a new home, or localAnnounceEnabled/globalAnnounceEnabled) "
+                + "or give a tcp:// address (`kaiten peer add ID --address tcp://HOST:22000`)"
+        }
+        return "no tcp:// address configured (\(device.addresses.joined(separator: ", ")))"
+    }
+}
