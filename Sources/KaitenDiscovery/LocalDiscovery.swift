@@ -24,15 +24,23 @@ public final class LocalDiscovery: Sendable {
     /// Whether announcements from the LAN can be heard (the port could be bound).
     public let isListening: Bool
 
+    /// What one sender (by its IP) last announced for a device. Kept per sender, not per
+    /// device: a packet from elsewhere claiming a device's ID adds its addresses (the TLS
+    /// check by device ID refuses whoever answers there) but cannot hide the real ones.
     private struct Entry {
         var addresses: [String]
         var instanceID: Int64
         var seen: ContinuousClock.Instant
     }
 
+    /// At most this many senders per device and devices in all (a LAN flooding announcements
+    /// costs a bounded table, not memory without end).
+    static let maximumSenders = 8
+    static let maximumDevices = 1024
+
     private struct State {
         var announced: [String] = []
-        var cache: [DeviceID: Entry] = [:]
+        var cache: [DeviceID: [String: Entry]] = [:]
         var subscribers: [UUID: AsyncStream<DeviceID>.Continuation] = [:]
         var warnedAbout: Set<String> = []
         var closed = false
@@ -110,6 +118,9 @@ public final class LocalDiscovery: Sendable {
             for await _ in stream {
                 guard let self else { return }
                 await self.announce()
+                // At most one announcement a second, however many new devices speak up (each
+                // one heard makes this device announce).
+                try? await Task.sleep(for: .seconds(1))
             }
         }
         tasks.withLock { $0 = [timer, sender] }
@@ -123,9 +134,12 @@ public final class LocalDiscovery: Sendable {
 
     /// The addresses `device` announced on the LAN in the last 90 s, dialable as they are.
     public func addresses(of device: DeviceID) -> [String] {
-        state.withLock { state in
-            guard let entry = state.cache[device], ContinuousClock.now - entry.seen < Self.lifetime else { return [] }
-            return entry.addresses
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            var addresses: [String] = []
+            let fresh = (state.cache[device] ?? [:]).values.filter { now - $0.seen < Self.lifetime }.sorted { $0.seen > $1.seen }
+            for entry in fresh { for address in entry.addresses where !addresses.contains(address) { addresses.append(address) } }
+            return addresses
         }
     }
 
@@ -166,9 +180,17 @@ public final class LocalDiscovery: Sendable {
         let addresses = announcement.dialable(source: ip)
         let now = ContinuousClock.now
         let (isNew, subscribers) = state.withLock { state -> (Bool, [AsyncStream<DeviceID>.Continuation]) in
-            let old = state.cache[announcement.device]
-            let isNew = old == nil || now - old!.seen > Self.lifetime || old!.instanceID != announcement.instanceID
-            state.cache[announcement.device] = Entry(addresses: addresses, instanceID: announcement.instanceID, seen: now)
+            var senders = (state.cache[announcement.device] ?? [:]).filter { now - $0.value.seen < Self.lifetime }
+            // New: not heard from this sender lately, or it restarted (syncthing's rule, per sender).
+            let old = senders[ip]
+            let isNew = old == nil || old!.instanceID != announcement.instanceID
+            if old == nil && senders.count >= Self.maximumSenders { return (false, []) }
+            if state.cache[announcement.device] == nil && state.cache.count >= Self.maximumDevices {
+                state.cache = state.cache.filter { $0.value.values.contains { now - $0.seen < Self.lifetime } }
+                if state.cache.count >= Self.maximumDevices { return (false, []) }
+            }
+            senders[ip] = Entry(addresses: addresses, instanceID: announcement.instanceID, seen: now)
+            state.cache[announcement.device] = senders
             return (isNew, isNew ? Array(state.subscribers.values) : [])
         }
         guard isNew else { return }

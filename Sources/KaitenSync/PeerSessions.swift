@@ -25,8 +25,9 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     let timeout: Double
     let logger: Logger
     let serve: IndexSync.RequestHandler?
-    /// Where peers are dialled: config.xml's addresses, or discovery.
-    let addresses: PeerAddressBook
+    /// Where peers are dialled: a long-running discovery (`run`), or nil: config.xml's
+    /// addresses, and discovery started for each dial when a `dynamic` peer needs it.
+    let addresses: PeerAddressBook?
 
     private struct State {
         var connections: [DeviceID: PeerConnection] = [:]
@@ -51,7 +52,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     ///   they get NO_SUCH_FILE.
     public init(
         home: KaitenHome, timeout: Double = 120, logger: Logger, serve: IndexSync.RequestHandler?,
-        addresses: PeerAddressBook = ConfiguredAddresses()
+        addresses: PeerAddressBook? = nil
     ) {
         self.addresses = addresses
         self.home = home
@@ -95,7 +96,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     public func keepConnected(found: AsyncStream<DeviceID>? = nil, warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
         let me = home.identity.deviceID
         let wanted = home.config.devices.filter { device in
-            device.id != me && addresses.mayRoute(device) && home.config.folders.contains { $0.devices.contains(device.id) }
+            device.id != me && mayRoute(device) && home.config.folders.contains { $0.devices.contains(device.id) }
         }.map(\.id)
         let changes = connectionChanges()
         let rushed = Rushed()
@@ -175,6 +176,11 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                 }
             }
         }
+    }
+
+    private func mayRoute(_ device: DeviceConfiguration) -> Bool {
+        if let addresses { return addresses.mayRoute(device) }
+        return ConfiguredAddresses().mayRoute(device) || Discovery.isNeeded(for: [device], options: home.config.options)
     }
 
     /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each

@@ -1,5 +1,13 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// setns(2): Glibc's module map leaves it out.
+@_silgen_name("setns")
+private func enterNamespace(_ fd: Int32, _ type: Int32) -> Int32
+
 /// A private network for a test, made of Linux network namespaces: one namespace per party
 /// (a syncthing, a Kaiten, a discovery server), each with a veth link into a bridge that lives
 /// in a namespace of its own. The addresses (10.x.y.0/24, x and y random) exist only inside
@@ -71,6 +79,41 @@ public final class NetworkNamespaces: @unchecked Sendable {
     /// The command line that runs `executable arguments` inside `party`'s namespace.
     public static func wrap(_ party: Party, _ executable: String, _ arguments: [String]) -> (String, [String]) {
         (ip, ["netns", "exec", party.namespace, executable] + arguments)
+    }
+
+    /// Sends one UDP datagram from inside `party`'s namespace (a spoofed or broken discovery
+    /// packet, say). A thread of its own enters the namespace, since setns(2) moves only the
+    /// calling thread, makes the socket there and sends; the thread then ends.
+    public static func sendDatagram(_ bytes: [UInt8], from party: Party, to host: String, port: Int) throws {
+        let outcome = NSLock()
+        nonisolated(unsafe) var failure: String?
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            defer { done.signal() }
+            func fail(_ what: String) { outcome.withLock { failure = "\(what): \(String(cString: strerror(errno)))" } }
+            let namespace = open("/run/netns/\(party.namespace)", O_RDONLY | O_CLOEXEC)
+            guard namespace >= 0 else { return fail("open /run/netns/\(party.namespace)") }
+            defer { close(namespace) }
+            guard enterNamespace(namespace, 0x4000_0000 /* CLONE_NEWNET */) == 0 else { return fail("setns") }
+            let socket = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+            guard socket >= 0 else { return fail("socket") }
+            defer { close(socket) }
+            var on: Int32 = 1
+            setsockopt(socket, SOL_SOCKET, SO_BROADCAST, &on, socklen_t(MemoryLayout<Int32>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { return fail("address \(host)") }
+            let sent = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(socket, bytes, bytes.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            if sent != bytes.count { fail("sendto") }
+        }
+        thread.start()
+        done.wait()
+        if let failure = outcome.withLock({ failure }) { throw HarnessError("sending a datagram from \(party.namespace): \(failure)") }
     }
 
     /// Deletes every namespace (and with them the links and the bridge).

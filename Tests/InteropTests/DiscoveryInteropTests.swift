@@ -163,6 +163,58 @@ struct DiscoveryInteropTests {
         #expect(check.stdout.contains("discovery is off") && check.stdout.contains("--discovery on"), "\(check.stdout)\(check.stderr)")
     }
 
+    /// A device on the LAN announcing another device's ID (its own listener behind it), and
+    /// garbage on the discovery port: the TLS check by device ID decides who a peer is. With
+    /// only the impostor heard, `peer check` refuses it and names who answered; with the real
+    /// peer up as well, Kaiten reaches the real one while the impostor keeps announcing.
+    @Test func aSpoofedAnnouncementDoesNotMakeAnotherDeviceThePeer() async throws {
+        guard let net = try Self.network(3) else { return }
+        defer { net.remove() }
+        let (stParty, impostorParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+        let dir = try TemporaryDirectory(prefix: "kaiten-spoof")
+        defer { dir.remove() }
+        let home = try Home(dir, party: kParty, options: [("globalAnnounceEnabled", "false")])
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
+        try st.setOptions([("localAnnounceEnabled", "true")])
+        let impostor = try SyncthingInstance.generate(in: dir.path, name: "b", party: impostorParty)
+        #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
+        #expect(try home.kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
+
+        // The impostor's namespace sends, five times a second, an announcement claiming a's ID
+        // (its own address, which the receiver fills in) and three kinds of garbage.
+        let claim = LocalAnnouncementBytes.make(device: st.deviceID, addresses: ["tcp://0.0.0.0:22000"])
+        let garbage: [[UInt8]] = [[0x2E, 0xA7, 0xD9, 0x0B, 0xFF, 0xFF, 0xFF], [0x7D, 0x79, 0xBC, 0x40, 1, 2], Array("hello".utf8)]
+        let target = kParty.address
+        let spoofer = Task.detached {
+            while !Task.isCancelled {
+                for packet in [claim] + garbage {
+                    try? NetworkNamespaces.sendDatagram(packet, from: impostorParty, to: target, port: 21027)
+                }
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        defer { spoofer.cancel() }
+        // The sender works (its failure would say why) before anything depends on it.
+        try NetworkNamespaces.sendDatagram(claim, from: impostorParty, to: target, port: 21027)
+
+        try await withSyncthing(impostor) { _ in
+            let refused = try home.kaiten("peer", "check")
+            #expect(refused.status == 1)
+            #expect(
+                refused.stdout.contains("at tcp://\(impostorParty.address):22000 (lan)")
+                    && refused.stdout.contains("the device answering there is \(impostor.deviceID)"), "\(refused.stdout)\(refused.stderr)")
+            #expect(refused.stderr.contains("local discovery: ignored"), "garbage is said: \(refused.stderr)")
+
+            try await withSyncthing(st) { st in
+                try await st.addDevice(home.me, name: "k", addresses: ["dynamic"])
+                try await st.addFolder(id: Self.folder, path: dir.file("peer"), devices: [home.me])
+                let check = try home.kaiten("peer", "check")
+                #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+                #expect(check.stdout.contains("at tcp://\(stParty.address):22000 (lan)"), "\(check.stdout)")
+            }
+        }
+    }
+
     // MARK: - Global discovery
 
     /// Debian's discovery server in one namespace, syncthing and Kaiten in two others, each
@@ -248,6 +300,16 @@ struct DiscoveryInteropTests {
         #expect(check.status == 1)
         #expect(check.stderr.contains("not the id= in config.xml"), "\(check.stdout)\(check.stderr)")
         #expect(check.stdout.contains("its address is `dynamic`"), "\(check.stdout)")
+    }
+}
+
+/// A local discovery packet as syncthing writes it, built here by hand (the magic, then the
+/// Announce fields), so that a test can claim any device ID.
+enum LocalAnnouncementBytes {
+    static func make(device: DeviceID, addresses: [String], instance: UInt8 = 7) -> [UInt8] {
+        var bytes: [UInt8] = [0x2E, 0xA7, 0xD9, 0x0B, 0x0A, 0x20] + device.bytes
+        for address in addresses { bytes += [0x12, UInt8(address.utf8.count)] + Array(address.utf8) }
+        return bytes + [0x18, instance]
     }
 }
 
