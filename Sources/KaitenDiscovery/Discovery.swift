@@ -47,7 +47,9 @@ public final class Discovery: PeerAddressBook {
             for problem in problems { warn("global discovery: \(problem) in \(home.config.path); skipped") }
             if !servers.isEmpty { global = GlobalDiscovery(servers: servers, identity: home.identity, logger: logger, warn: warn) }
         }
-        return Discovery(local: local, global: global, patience: patience, problems: problems, listens: listens)
+        return Discovery(
+            local: local, global: global, patience: patience, problems: problems, listens: listens,
+            relaysEnabled: options.relaysEnabled)
     }
 
     /// Runs `body` with what a one-shot verb dials by: discovery, started for the verb and
@@ -58,7 +60,7 @@ public final class Discovery: PeerAddressBook {
     ) async throws -> T {
         let me = home.identity.deviceID
         guard isNeeded(for: home.config.devices.filter { $0.id != me }, options: home.config.options) else {
-            return try await body(ConfiguredAddresses())
+            return try await body(ConfiguredAddresses(relaysEnabled: home.config.options.relaysEnabled))
         }
         let discovery = await start(home: home, listens: false, logger: logger, warn: { logger.warning("\($0)") })
         do {
@@ -74,7 +76,13 @@ public final class Discovery: PeerAddressBook {
     private let listens: Bool
     private let announcing = Mutex(false)
 
-    init(local: LocalDiscovery?, global: GlobalDiscovery?, patience: Duration, problems: [String], listens: Bool) {
+    /// Whether `relay://` addresses are dialled (config.xml's relaysEnabled).
+    public let relaysEnabled: Bool
+
+    init(
+        local: LocalDiscovery?, global: GlobalDiscovery?, patience: Duration, problems: [String], listens: Bool, relaysEnabled: Bool
+    ) {
+        self.relaysEnabled = relaysEnabled
         self.listens = listens
         self.local = local
         self.global = global
@@ -91,13 +99,14 @@ public final class Discovery: PeerAddressBook {
     public var isEnabled: Bool { local != nil || global != nil }
 
     public func routes(for device: DeviceConfiguration) async -> [PeerRoute] {
-        var routes = ConfiguredAddresses.configured(device)
+        var routes = ConfiguredAddresses.configured(device, relaysEnabled: relaysEnabled)
         guard device.addresses.contains("dynamic") else { return routes }
         async let lan = local?.addresses(of: device.id, waitingUntil: started + patience) ?? []
         async let looked = global?.lookup(device.id) ?? []
         for (texts, source) in [(await lan, AddressSource.lan), (await looked, .global)] {
             for text in texts {
-                guard let address = PeerAddress(text), !routes.contains(where: { $0.address == address }) else { continue }
+                guard let address = PeerAddress(text), relaysEnabled || !address.isRelay, !routes.contains(where: { $0.address == address })
+                else { continue }
                 routes.append(PeerRoute(address: address, source: source))
             }
         }
@@ -105,15 +114,15 @@ public final class Discovery: PeerAddressBook {
     }
 
     public func mayRoute(_ device: DeviceConfiguration) -> Bool {
-        !ConfiguredAddresses.configured(device).isEmpty || (isEnabled && device.addresses.contains("dynamic"))
+        !ConfiguredAddresses.configured(device, relaysEnabled: relaysEnabled).isEmpty || (isEnabled && device.addresses.contains("dynamic"))
     }
 
     public func whyNoRoute(for device: DeviceConfiguration) -> String {
-        guard device.addresses.contains("dynamic") else { return ConfiguredAddresses().whyNoRoute(for: device) }
+        guard device.addresses.contains("dynamic") else { return ConfiguredAddresses(relaysEnabled: relaysEnabled).whyNoRoute(for: device) }
         var tried: [String] = []
         if let local { tried.append(local.isListening ? "not heard on the LAN (local discovery)" : "local discovery cannot listen here") }
         if let global { tried.append("not known to \(global.servers.filter(\.looksUp).map(\.url).joined(separator: ", "))") }
-        if tried.isEmpty { return ConfiguredAddresses().whyNoRoute(for: device) }
+        if tried.isEmpty { return ConfiguredAddresses(relaysEnabled: relaysEnabled).whyNoRoute(for: device) }
         return "its address is `dynamic`: " + tried.joined(separator: "; ") + "; is the peer on and announcing?"
     }
 

@@ -10,7 +10,7 @@ public enum PeerCheck {
         public var deviceID: String
         public var name: String
         public var address: String?
-        /// How the address was learnt: `static` (config.xml), `lan`, `global`.
+        /// How the peer was reached: `static` (config.xml), `lan`, `global`, `relay`.
         public var reachedVia: String?
         public var ok: Bool
         /// Why the check failed; nil when `ok`.
@@ -74,7 +74,7 @@ public enum PeerCheck {
         for route in routes {
             let address = route.address
             result.address = address.description
-            result.reachedVia = route.source.rawValue
+            result.reachedVia = route.how
             do {
                 var settings = PeerSettings()
                 settings.helloTimeout = timeout

@@ -6,7 +6,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 
-/// Opens connections to peers: TCP, TLS 1.3, then the Hello exchange.
+/// Opens connections to peers: TCP (or a relay's session), TLS 1.3, then the Hello exchange.
 public enum PeerDialer {
     /// Connects to `address` and accepts the connection only if the peer's certificate is
     /// `expected`'s.
@@ -18,6 +18,10 @@ public enum PeerDialer {
         settings: PeerSettings = PeerSettings(), logger: Logger = Logger(label: "kaiten.peer"),
         group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> PeerConnection {
+        if address.isRelay {
+            return try await RelayClient.connect(
+                through: address, to: expected, identity: identity, hello: hello, settings: settings, logger: logger, group: group)
+        }
         let context = try TLSContexts.client(identity: identity)
         let presented = NIOLockedValueBox<DeviceID?>(nil)
         let (events, continuation) = AsyncStream<PeerEvent>.makeStream()

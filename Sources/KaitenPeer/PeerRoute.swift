@@ -20,7 +20,10 @@ public struct PeerRoute: Sendable, Equatable, CustomStringConvertible {
         self.source = source
     }
 
-    public var description: String { "\(address) (\(source.rawValue))" }
+    /// How the peer is reached, for people: `relay` for a relay address, else where it came from.
+    public var how: String { address.isRelay ? "relay" : source.rawValue }
+
+    public var description: String { "\(address) (\(how))" }
 }
 
 /// Where to reach peers. The dialling code asks it for each peer it dials; what stands behind
@@ -35,20 +38,26 @@ public protocol PeerAddressBook: Sendable {
     func mayRoute(_ device: DeviceConfiguration) -> Bool
 }
 
-/// config.xml's `tcp://` addresses only: what Kaiten dials with discovery off.
+/// config.xml's addresses only (`tcp://`, and `relay://` when relays are enabled): what
+/// Kaiten dials with discovery off.
 public struct ConfiguredAddresses: PeerAddressBook {
-    public init() {}
+    public let relaysEnabled: Bool
 
-    public func routes(for device: DeviceConfiguration) async -> [PeerRoute] {
-        Self.configured(device)
+    public init(relaysEnabled: Bool = false) {
+        self.relaysEnabled = relaysEnabled
     }
 
-    public static func configured(_ device: DeviceConfiguration) -> [PeerRoute] {
-        device.addresses.compactMap(PeerAddress.init).map { PeerRoute(address: $0, source: .configured) }
+    public func routes(for device: DeviceConfiguration) async -> [PeerRoute] {
+        Self.configured(device, relaysEnabled: relaysEnabled)
+    }
+
+    public static func configured(_ device: DeviceConfiguration, relaysEnabled: Bool) -> [PeerRoute] {
+        device.addresses.compactMap(PeerAddress.init).filter { relaysEnabled || !$0.isRelay }
+            .map { PeerRoute(address: $0, source: .configured) }
     }
 
     public func mayRoute(_ device: DeviceConfiguration) -> Bool {
-        !Self.configured(device).isEmpty
+        !Self.configured(device, relaysEnabled: relaysEnabled).isEmpty
     }
 
     public func whyNoRoute(for device: DeviceConfiguration) -> String {

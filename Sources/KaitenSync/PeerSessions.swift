@@ -180,7 +180,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
 
     private func mayRoute(_ device: DeviceConfiguration) -> Bool {
         if let addresses { return addresses.mayRoute(device) }
-        return ConfiguredAddresses().mayRoute(device) || Discovery.isNeeded(for: [device], options: home.config.options)
+        return ConfiguredAddresses(relaysEnabled: home.config.options.relaysEnabled).mayRoute(device) || Discovery.isNeeded(for: [device], options: home.config.options)
     }
 
     /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each

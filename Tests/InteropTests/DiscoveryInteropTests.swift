@@ -215,6 +215,63 @@ struct DiscoveryInteropTests {
         }
     }
 
+    // MARK: - Relays
+
+    /// Debian's relay server in one namespace; a syncthing that listens only through it (no
+    /// TCP listener: it cannot be dialled directly); Kaiten, relays on, with the peer's relay
+    /// URI as its address. `peer check` reaches it via the relay, and index sync, apply and
+    /// cat work through it, the bytes verified as always.
+    @Test func aPeerThatListensOnlyThroughARelayIsReachedThroughIt() async throws {
+        guard let binary = RelayServerProcess.binary else {
+            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
+            return
+        }
+        guard let net = try Self.network(3) else { return }
+        defer { net.remove() }
+        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+        let dir = try TemporaryDirectory(prefix: "kaiten-relay")
+        defer { dir.remove() }
+        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
+        defer { relay.stop() }
+        let home = try Home(
+            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
+        let local = dir.file("local")
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/docs/a.txt", "through the relay\n")
+        try TestFiles.random(peerData + "/docs/big.bin", size: 3_000_000)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
+        try st.setOptions([("relaysEnabled", "true")])
+        let config = try ConfigFile.load(path: st.home + "/config.xml")
+        config.setListenAddresses([relay.uri])
+        try config.write()
+        try await withSyncthing(st) { st in
+            try await st.addDevice(home.me, name: "k", addresses: ["dynamic"])
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
+            try await ApplyInteropTests.waitScanned(st, files: 2)
+            #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", relay.uri).status == 0)
+            #expect(try home.kaiten("folder", "add", Self.folder, "--path", local, "--share", st.deviceID.description).status == 0)
+
+            // Syncthing joins the relay when it starts; until then the relay does not know it.
+            var check = try home.kaiten("peer", "check")
+            let deadline = Date().addingTimeInterval(30)
+            while check.status != 0 && Date() < deadline {
+                try await Task.sleep(for: .milliseconds(500))
+                check = try home.kaiten("peer", "check")
+            }
+            #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+            #expect(check.stdout.contains("(relay)"), "\(check.stdout)")
+            let sync = try home.kaiten("index", "sync")
+            #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+            #expect(try home.kaiten("select", Self.folder, "docs").status == 0)
+            let applied = try home.kaiten("apply", "--yes")
+            #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+            #expect(RunInteropTests.content(local + "/docs/a.txt") == "through the relay\n")
+            #expect(ApplyInteropTests.sha(local + "/docs/big.bin") == ApplyInteropTests.sha(peerData + "/docs/big.bin"))
+            let cat = try home.kaiten("cat", Self.folder, "docs/a.txt")
+            #expect(cat.status == 0 && cat.stdout == "through the relay\n", "\(cat.stdout)\(cat.stderr)")
+        }
+    }
+
     // MARK: - Global discovery
 
     /// Debian's discovery server in one namespace, syncthing and Kaiten in two others, each
@@ -300,6 +357,54 @@ struct DiscoveryInteropTests {
         #expect(check.status == 1)
         #expect(check.stderr.contains("not the id= in config.xml"), "\(check.stdout)\(check.stderr)")
         #expect(check.stdout.contains("its address is `dynamic`"), "\(check.stdout)")
+    }
+}
+
+/// Debian's `strelaysrv` in a namespace, private (`-pools=""`: it joins no public pool): it
+/// makes its keys on first start; its device ID is what a relay URI's `?id=` pins.
+struct RelayServerProcess {
+    let process: Process
+    let deviceID: DeviceID
+    let uri: String
+
+    /// `$KAITEN_STRELAYSRV` (scripts/test sets it), or an installed one.
+    static var binary: String? {
+        let candidates = [ProcessInfo.processInfo.environment["KAITEN_STRELAYSRV"] ?? "", "/usr/bin/strelaysrv"]
+        return candidates.first { !$0.isEmpty && FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    static func start(_ binary: String, in directory: String, party: NetworkNamespaces.Party) throws -> RelayServerProcess {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let process = Process()
+        let (executable, argv) = NetworkNamespaces.wrap(
+            party, binary, ["-listen", "\(party.address):22067", "-keys", directory, "-pools=", "-status-srv=", "-nat=false"])
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = argv
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        FileManager.default.createFile(atPath: directory + "/log", contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/log"))
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, process.isRunning {
+            if let text = try? String(contentsOfFile: directory + "/log", encoding: .utf8), text.contains("URI:"),
+                let id = try? Identity.deviceID(certificatePath: directory + "/cert.pem")
+            {
+                return RelayServerProcess(process: process, deviceID: id, uri: "relay://\(party.address):22067/?id=\(id)")
+            }
+            usleep(100_000)
+        }
+        let text = (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? ""
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        throw HarnessError("strelaysrv did not come up:\n\(text)")
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        try? process.waitForExit(timeout: 10, what: "strelaysrv")
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 }
 

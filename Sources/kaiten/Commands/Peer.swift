@@ -11,14 +11,21 @@ extension Kaiten {
             abstract: "Add, remove and list the peers this device talks to.",
             subcommands: [Add.self, Edit.self, Remove.self, List.self, Check.self])
 
-        /// `--address` values: each `tcp://HOST:PORT` or `dynamic`. An argument, not config.xml,
-        /// is wrong: it says which, and exits 64.
+        /// `--address` values: each `tcp://HOST:PORT`, a relay URI or `dynamic`. An argument,
+        /// not config.xml, is wrong: it says which, and exits 64.
         static func checkAddresses(_ addresses: [String], config: ConfigFile) throws {
             for address in addresses where address != "dynamic" {
+                if address.hasPrefix("relay://") {
+                    guard PeerAddress(address) != nil else {
+                        throw ArgumentError("--address \"\(address)\": want relay://HOST:PORT/?id=RELAY-DEVICE-ID")
+                    }
+                    continue
+                }
                 do {
                     try KaitenHome.validateListenAddress(address, file: config.path)
                 } catch {
-                    throw ArgumentError("--address \"\(address)\": want tcp://HOST:PORT (or dynamic), e.g. tcp://nas.local:22000")
+                    throw ArgumentError(
+                        "--address \"\(address)\": want tcp://HOST:PORT, relay://HOST:PORT/?id=RELAY-ID or dynamic, e.g. tcp://nas.local:22000")
                 }
             }
         }
