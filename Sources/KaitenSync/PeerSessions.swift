@@ -186,11 +186,11 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each
     /// connection taken in by ``accept(_:warn:)``; only configured peers get past TLS. An address
     /// that cannot be bound (a syncthing on the same machine has it) is said and skipped.
-    public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerListener], addresses: [String]) {
+    public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerEntrance], addresses: [String]) {
         let me = home.identity.deviceID
         let configured = Set(home.config.devices.map(\.id)).subtracting([me])
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
-        var listeners: [PeerListener] = []
+        var listeners: [PeerEntrance] = []
         var addresses: [String] = []
         for text in home.config.options.tcpListenAddresses {
             guard let address = PeerAddress.listening(text) else { continue }
@@ -206,6 +206,26 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             } catch {
                 warn("cannot listen for peers at \(text): \(error); peers cannot dial this device")
             }
+        }
+        // A relay:// listen address: joined, and announced as written, so that peers that
+        // cannot dial this device reach it through the relay (with relaysEnabled, as syncthing).
+        for text in home.config.options.listenAddresses where text.hasPrefix("relay://") {
+            guard home.config.options.relaysEnabled else {
+                warn("listen address \(text) is not used: relaysEnabled is false in config.xml")
+                continue
+            }
+            guard let relay = PeerAddress(text), relay.isRelay else {
+                warn("listen address \(text) is not a relay URI (relay://HOST:PORT/?id=RELAY-ID); skipped")
+                continue
+            }
+            listeners.append(
+                RelayListener.start(
+                    relay: relay, identity: home.identity, hello: hello, logger: logger, isAllowed: { configured.contains($0) },
+                    onRejected: { id, remote in
+                        warn("refused a connection from \(id?.description ?? "a device") \(remote): not a configured peer")
+                    },
+                    onConnection: { connection in await self.accept(connection, warn: warn) }, warn: warn))
+            addresses.append(text)
         }
         return (listeners, addresses)
     }

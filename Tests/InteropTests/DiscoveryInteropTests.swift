@@ -272,6 +272,57 @@ struct DiscoveryInteropTests {
         }
     }
 
+    /// The other way round: Kaiten listens only through the relay (its one listen address is
+    /// the relay URI, and it cannot dial the peer: `dynamic`, discovery off); syncthing, given
+    /// Kaiten's relay URI, connects through the relay, and `kaiten run` pulls the selection
+    /// over that connection.
+    @Test func kaitenRunIsReachedThroughTheRelayItJoined() async throws {
+        guard let binary = RelayServerProcess.binary else {
+            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
+            return
+        }
+        guard let net = try Self.network(3) else { return }
+        defer { net.remove() }
+        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+        let dir = try TemporaryDirectory(prefix: "kaiten-relayed")
+        defer { dir.remove() }
+        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
+        defer { relay.stop() }
+        let home = try Home(
+            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
+        let config = try ConfigFile.load(path: home.path + "/config.xml")
+        config.setListenAddresses([relay.uri])
+        try config.write()
+        let local = dir.file("local")
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/docs/a.txt", "pulled over a relayed connection\n")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
+        try st.setOptions([("relaysEnabled", "true")])
+        try await withSyncthing(st) { st in
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [])
+            try await ApplyInteropTests.waitScanned(st, files: 1)
+            #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
+            #expect(try home.kaiten("folder", "add", Self.folder, "--path", local, "--share", st.deviceID.description).status == 0)
+            // Selected before any index came in (Kaiten has never reached the peer).
+            #expect(try home.kaiten("select", Self.folder, "docs", "--force").status == 0)
+
+            let log = dir.file("run.log")
+            let run = try home.startRun(log: log)
+            defer { Self.stop(run) }
+            // Joined before syncthing hears of Kaiten (a relay that does not know a device
+            // makes syncthing wait ten minutes before it asks again).
+            try await Self.waitFor("Kaiten joined the relay") { (RunInteropTests.content(log) ?? "").contains("joined relay") }
+            try await st.addDevice(home.me, name: "k", addresses: [relay.uri])
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
+            try await Self.waitFor("the selection pulled through the relay", timeout: 90) {
+                RunInteropTests.content(local + "/docs/a.txt") == "pulled over a relayed connection\n"
+            }
+            let all = try await st.get("/rest/system/connections") as? [String: Any]
+            let connection = (all?["connections"] as? [String: Any])?[home.me.description] as? [String: Any]
+            #expect((connection?["type"] as? String ?? "").contains("relay"), "\(connection ?? [:])\n\(RunInteropTests.content(log) ?? "")")
+        }
+    }
+
     // MARK: - Global discovery
 
     /// Debian's discovery server in one namespace, syncthing and Kaiten in two others, each
