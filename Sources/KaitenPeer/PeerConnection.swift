@@ -22,6 +22,12 @@ public final class PeerConnection: Sendable {
     public let remoteAddress: String
     /// Everything the peer says, in order; ends with `.closed`.
     public let events: PeerEvents
+    /// How the connection came about: `static`, `lan`, `global` (dialled at an address from
+    /// there), `relay` (through a relay, either way), `incoming` (the peer dialled).
+    public var reachedVia: String { via.withLockedValue { $0 } }
+    /// Whether it runs through a relay (a direct connection replaces it when one comes).
+    public var isRelayed: Bool { reachedVia == "relay" }
+    private let via: NIOLockedValueBox<String>
 
     private let channel: Channel
     private let handler: NIOLoopBound<BEPConnectionHandler>
@@ -30,8 +36,10 @@ public final class PeerConnection: Sendable {
 
     init(
         deviceID: DeviceID, hello: BEPHello, channel: Channel, handler: NIOLoopBound<BEPConnectionHandler>,
-        stats: NIOLockedValueBox<PeerStats>, closed: EventLoopFuture<PeerCloseReason>, events: AsyncStream<PeerEvent>
+        stats: NIOLockedValueBox<PeerStats>, closed: EventLoopFuture<PeerCloseReason>, events: AsyncStream<PeerEvent>,
+        reachedVia: String
     ) {
+        self.via = NIOLockedValueBox(reachedVia)
         self.deviceID = deviceID
         self.hello = hello
         self.channel = channel
@@ -44,6 +52,11 @@ public final class PeerConnection: Sendable {
                 loop.execute { handler.value.indexBatchConsumed() }
             })
         self.remoteAddress = channel.remoteAddress?.description ?? "?"
+    }
+
+    /// Records where the dialler found the address it connected to (`lan`, `global`, …).
+    public func noteReached(via how: String) {
+        via.withLockedValue { $0 = how }
     }
 
     /// A short name for messages: the peer's short device ID.

@@ -58,7 +58,7 @@ public enum PeerDialer {
             let peerHello = try await parts.hello.get()
             return PeerConnection(
                 deviceID: expected, hello: peerHello, channel: channel, handler: parts.handler, stats: parts.stats,
-                closed: parts.closed, events: events)
+                closed: parts.closed, events: events, reachedVia: "static")
         } catch {
             _ = try? await channel.close()
             if let other = presented.withLockedValue({ $0 }), other != expected {

@@ -651,12 +651,14 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
     func peers(_ connections: [DeviceID: PeerConnection]) {
         let me = home.identity.deviceID
         let peers = home.config.devices.filter { $0.id != me }.map {
-            ServiceRecord.Peer(id: $0.id.description, name: $0.name, connected: connections[$0.id] != nil)
+            ServiceRecord.Peer(
+                id: $0.id.description, name: $0.name, connected: connections[$0.id] != nil,
+                address: connections[$0.id]?.remoteAddress, via: connections[$0.id]?.reachedVia)
         }
         let changed = record.withLock { record -> Bool in
-            let old = record.peers.map { "\($0.id)\($0.connected)" }
+            let old = record.peers.map { "\($0.id)\($0.connected)\($0.address ?? "")\($0.via ?? "")" }
             record.peers = peers
-            return old != peers.map { "\($0.id)\($0.connected)" }
+            return old != peers.map { "\($0.id)\($0.connected)\($0.address ?? "")\($0.via ?? "")" }
         }
         if changed { save() }
     }

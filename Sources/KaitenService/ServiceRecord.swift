@@ -13,6 +13,10 @@ public struct ServiceRecord: Codable, Sendable {
         public var id: String
         public var name: String
         public var connected: Bool
+        /// Where it is connected (the peer's address) and how it was reached (`static`,
+        /// `lan`, `global`, `relay`, `incoming`), while connected.
+        public var address: String?
+        public var via: String?
     }
 
     public struct Round: Codable, Sendable {

@@ -150,11 +150,11 @@ public enum IndexSync {
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
-        addresses: PeerAddressBook? = nil, warn: (String) -> Void = { _ in }
+        addresses: PeerAddressBook? = nil, directOnly: Bool = false, warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
         try await run(
             home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only,
-            addresses: addresses, warn: warn)
+            addresses: addresses, directOnly: directOnly, warn: warn)
     }
 
     /// Answers one block request from a peer.
@@ -162,23 +162,24 @@ public enum IndexSync {
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, warn: (String) -> Void
+        serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, directOnly: Bool = false,
+        warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         if let addresses {
             return try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: addresses, warn: warn)
+                book: addresses, directOnly: directOnly, warn: warn)
         }
         return try await Discovery.using(home: home, logger: logger) { book in
             try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: book, warn: warn)
+                book: book, directOnly: directOnly, warn: warn)
         }
     }
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, warn: (String) -> Void
+        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
@@ -216,7 +217,8 @@ public enum IndexSync {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
                 do {
                     let connection = try await dial(
-                        device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore)
+                        device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore,
+                        directOnly: directOnly)
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
@@ -356,11 +358,15 @@ public enum IndexSync {
     /// - Parameter retryClosed: dial again (up to 6.5 s) when the peer closes during the hello.
     static func dial(
         _ device: DeviceConfiguration, identity: Identity, hello: BEPHello, addresses book: PeerAddressBook, logger: Logger,
-        retryClosed: Bool = true
+        retryClosed: Bool = true, directOnly: Bool = false
     ) async throws -> PeerConnection {
-        let addresses = await book.routes(for: device).map(\.address)
-        guard !addresses.isEmpty else {
-            throw PeerError(.invalidAddress, peer: device.id.shortDescription, book.whyNoRoute(for: device))
+        // Direct addresses before relays, as syncthing ranks them.
+        let found = await book.routes(for: device)
+        let routes = found.filter { !$0.address.isRelay } + (directOnly ? [] : found.filter(\.address.isRelay))
+        guard !routes.isEmpty else {
+            throw PeerError(
+                .invalidAddress, peer: device.id.shortDescription,
+                directOnly && !found.isEmpty ? "no direct address (only relays)" : book.whyNoRoute(for: device))
         }
         var lastError: Error = PeerError(.unreachable, peer: device.id.shortDescription, "unreachable")
         // A peer that still counts an earlier connection of ours as alive (this process's
@@ -371,10 +377,12 @@ public enum IndexSync {
         for delay in [0, 500, 1000, 2000, 3000] {
             if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
             var closedDuringHello = false
-            for address in addresses {
+            for route in routes {
                 do {
-                    return try await PeerDialer.connect(
-                        to: address, expecting: device.id, identity: identity, hello: hello, logger: logger)
+                    let connection = try await PeerDialer.connect(
+                        to: route.address, expecting: device.id, identity: identity, hello: hello, logger: logger)
+                    connection.noteReached(via: route.how)
+                    return connection
                 } catch {
                     lastError = error
                     if (error as? PeerError)?.code == .closed { closedDuringHello = true }

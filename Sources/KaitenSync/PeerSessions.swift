@@ -82,9 +82,12 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     }
 
     /// Dials (only `only`, when given) and keeps what connects; the caller holds the queue.
-    private func dial(folders: [String], only: Set<DeviceID>?, warn: (String) -> Void) async throws -> [IndexSync.Report] {
+    private func dial(folders: [String], only: Set<DeviceID>?, directOnly: Bool = false, warn: (String) -> Void) async throws
+        -> [IndexSync.Report]
+    {
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, addresses: addresses, warn: warn)
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, addresses: addresses,
+            directOnly: directOnly, warn: warn)
         for (device, connection) in fresh.connections { adopt(connection, device: device, announced: fresh.announced[device] ?? [:]) }
         return reports
     }
@@ -108,8 +111,24 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                 }
             }
         }
+        // A connection through a relay is replaced by a direct one when one can be made: tried
+        // every reconnectionIntervalS (as syncthing redials better addresses).
+        let interval = max(5, home.config.options.reconnectionIntervalS)
+        let upgrader = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(interval))
+                let relayed = Set(self.connections().filter { $0.value.isRelayed }.keys).intersection(wanted)
+                guard !relayed.isEmpty, !Task.isCancelled else { continue }
+                await self.exchanges.run {
+                    _ = try? await self.dial(folders: [], only: relayed, directOnly: true, warn: { self.logger.debug("\($0)") })
+                }
+            }
+        }
         return Task {
-            defer { listener?.cancel() }
+            defer {
+                listener?.cancel()
+                upgrader.cancel()
+            }
             var delay: [DeviceID: Int] = [:]
             var due: [DeviceID: ContinuousClock.Instant] = [:]
             var said: [DeviceID: String] = [:]
@@ -235,7 +254,9 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// closes it, so that exactly one stays.
     public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
         await exchanges.run {
-            if self.connections()[connection.deviceID] != nil {
+            // One connection per peer, as syncthing keeps: a second one is closed, unless it
+            // is direct and the one held runs through a relay (then it replaces it, in adopt).
+            if let held = self.connections()[connection.deviceID], !(held.isRelayed && !connection.isRelayed) {
                 await connection.close(reason: "already connected")
                 return
             }
@@ -255,8 +276,10 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     private func adopt(_ connection: PeerConnection, device: DeviceID, announced: [String: RemoteIndexState]) {
         guard connection.isOpen else { return }
         let intake = Task { await self.takeIn(connection, device: device) }
+        var replaced: PeerConnection?
         let refused: Bool = state.withLock { state in
             if state.closed { return true }
+            if let held = state.connections[device], held !== connection { replaced = held }
             state.connections[device] = connection
             state.announced[device] = announced
             // The folders both share: its index of each was just exchanged.
@@ -265,6 +288,10 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             return false
         }
         if !refused { connectionsChanged() }
+        if !refused, let replaced {
+            logger.info("\(device.shortDescription): a direct connection replaces the one through a relay")
+            Task { await replaced.close(reason: "replaced by a direct connection") }
+        }
         if refused {
             intake.cancel()
             Task { await connection.close(reason: "shutting down") }

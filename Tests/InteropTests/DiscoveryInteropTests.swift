@@ -290,8 +290,9 @@ struct DiscoveryInteropTests {
         defer { relay.stop() }
         let home = try Home(
             dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
+        // It listens through the relay and on TCP; syncthing is told only the relay at first.
         let config = try ConfigFile.load(path: home.path + "/config.xml")
-        config.setListenAddresses([relay.uri])
+        config.setListenAddresses([relay.uri, "tcp://0.0.0.0:22000"])
         try config.write()
         let local = dir.file("local")
         let peerData = dir.file("peer")
@@ -317,10 +318,36 @@ struct DiscoveryInteropTests {
             try await Self.waitFor("the selection pulled through the relay", timeout: 90) {
                 RunInteropTests.content(local + "/docs/a.txt") == "pulled over a relayed connection\n"
             }
-            let all = try await st.get("/rest/system/connections") as? [String: Any]
-            let connection = (all?["connections"] as? [String: Any])?[home.me.description] as? [String: Any]
-            #expect((connection?["type"] as? String ?? "").contains("relay"), "\(connection ?? [:])\n\(RunInteropTests.content(log) ?? "")")
+            #expect(try await Self.connectionType(st, home.me).contains("relay"), "\(RunInteropTests.content(log) ?? "")")
+            // The service says how the peer is connected.
+            try await Self.waitFor("peer ls shows the relayed connection") {
+                let listed = try home.kaiten("peer", "ls")
+                return listed.stdout.contains("(relay)")
+            }
+
+            // Told Kaiten's direct address too, syncthing dials it (a better way than a relay);
+            // Kaiten takes the direct connection in place of the relayed one.
+            try await st.addDevice(home.me, name: "k", addresses: ["tcp://\(kParty.address):22000", relay.uri])
+            try await Self.waitFor("the relayed connection replaced by a direct one", timeout: 90) {
+                try await Self.connectionType(st, home.me).hasPrefix("tcp")
+            }
+            try await Self.waitFor("peer ls shows the direct connection") {
+                try home.kaiten("peer", "ls").stdout.contains("(incoming)")
+            }
+            try TestFiles.write(peerData + "/docs/b.txt", "over the direct connection\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("a new file pulled over it") {
+                RunInteropTests.content(local + "/docs/b.txt") == "over the direct connection\n"
+            }
+            #expect(try await Self.connectionType(st, home.me).hasPrefix("tcp"))
         }
+    }
+
+    /// How syncthing is connected to `device` (`tcp-client`, `relay-server`, …), or "".
+    static func connectionType(_ st: SyncthingInstance, _ device: DeviceID) async throws -> String {
+        let all = try await st.get("/rest/system/connections") as? [String: Any]
+        let connection = (all?["connections"] as? [String: Any])?[device.description] as? [String: Any]
+        return connection?["type"] as? String ?? ""
     }
 
     // MARK: - Global discovery

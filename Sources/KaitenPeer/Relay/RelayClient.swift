@@ -142,7 +142,7 @@ public enum RelayClient {
             try await channel.eventLoop.submit { handler.value.peerLabel.withLockedValue { $0 = id.shortDescription } }.get()
             return PeerConnection(
                 deviceID: id, hello: peerHello, channel: channel, handler: parts.handler, stats: parts.stats, closed: parts.closed,
-                events: events)
+                events: events, reachedVia: "relay")
         } catch {
             _ = try? await channel.close()
             if let other = presented.withLockedValue({ $0 }), !expecting(other) {

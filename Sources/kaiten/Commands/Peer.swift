@@ -3,6 +3,7 @@ import KaitenConfig
 import KaitenDiscovery
 import KaitenPeer
 import KaitenProtocol
+import KaitenService
 import KaitenSync
 
 extension Kaiten {
@@ -203,29 +204,44 @@ extension Kaiten.Peer {
             let paused: Bool
             let is_self: Bool
             let folders: [String]
+            /// While `kaiten run` or `serve` runs: whether it is connected to the peer, where,
+            /// and how it reached it (`static`, `lan`, `global`, `relay`, `incoming`).
+            let connected: Bool?
+            let address: String?
+            let reached_via: String?
         }
 
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let folders = opened.config.folders
+                let service = ServiceRecord.running(opened.home)
                 let rows = opened.config.devices.map { device in
-                    Row(
+                    let live = service?.peers.first { $0.id == device.id.description }
+                    return Row(
                         device_id: device.id.description, name: device.name, addresses: device.addresses,
                         compression: device.compression.rawValue, introducer: device.isIntroducer,
                         paused: device.isPaused, is_self: device.id == opened.identity.deviceID,
-                        folders: folders.filter { $0.devices.contains(device.id) }.map(\.id))
+                        folders: folders.filter { $0.devices.contains(device.id) }.map(\.id),
+                        connected: live?.connected, address: live?.address, reached_via: live?.via)
                 }
                 if json {
                     try Terminal.json(rows)
                 } else {
+                    // The CONNECTED column only while the service runs (it holds the connections).
+                    let live = service != nil
                     Terminal.table(
-                        ["DEVICE ID", "NAME", "ADDRESSES", "FOLDERS"],
-                        rows.map {
-                            [
-                                $0.device_id, $0.name + ($0.is_self ? " (self)" : "") + ($0.paused ? " (paused)" : ""),
-                                $0.addresses.joined(separator: ","), $0.folders.joined(separator: ","),
+                        ["DEVICE ID", "NAME", "ADDRESSES", "FOLDERS"] + (live ? ["CONNECTED"] : []),
+                        rows.map { row in
+                            var cells = [
+                                row.device_id, row.name + (row.is_self ? " (self)" : "") + (row.paused ? " (paused)" : ""),
+                                row.addresses.joined(separator: ","), row.folders.joined(separator: ","),
                             ]
+                            if live {
+                                cells.append(
+                                    row.is_self ? "" : row.connected == true ? "\(row.address ?? "?") (\(row.reached_via ?? "?"))" : "no")
+                            }
+                            return cells
                         })
                 }
             }

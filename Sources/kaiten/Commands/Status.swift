@@ -102,6 +102,11 @@ extension Kaiten {
                     let connected = service.peers.filter(\.connected).map { $0.name.isEmpty ? String($0.id.prefix(7)) : $0.name }
                     print("service: kaiten run (pid \(service.pid)) since \(service.startedAt), --apply \(service.applyMode)")
                     print("  peers connected: \(connected.isEmpty ? "none" : connected.joined(separator: ", ")) (\(connected.count) of \(service.peers.count))")
+                    for peer in service.peers where peer.connected {
+                        if let address = peer.address {
+                            print("    \(peer.name.isEmpty ? String(peer.id.prefix(7)) : peer.name) at \(address) (\(peer.via ?? "?"))")
+                        }
+                    }
                     print("  last index update: \(service.lastIndexUpdate ?? "none yet")")
                     if let round = service.lastRound {
                         print(
