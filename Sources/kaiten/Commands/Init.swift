@@ -18,9 +18,11 @@ extension Kaiten {
                 the LAN (UDP broadcasts on port 21027) and through the global discovery \
                 servers run by the Syncthing project (discovery-lookup.syncthing.net, \
                 discovery-announce-v4/-v6.syncthing.net), to which it also announces its \
-                addresses. --relays on is written to config.xml for syncthing's sake; Kaiten \
-                does not connect through relays yet. A Syncthing home dropped in keeps its own \
-                settings (discovery on, as syncthing's default).
+                addresses. With --relays on, Kaiten dials peers through the relays their \
+                relay:// addresses name, and joins a relay named among its own listen \
+                addresses (README, "Relays"); it picks none from the public pool by itself. A \
+                Syncthing home dropped in keeps its own settings (discovery and relays on, as \
+                syncthing's defaults).
 
                 Never overwrites: if config.xml, cert.pem or key.pem already exists, nothing is \
                 written and the command exits 1. To reuse a Syncthing identity, copy its \
