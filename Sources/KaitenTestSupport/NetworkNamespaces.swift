@@ -81,16 +81,20 @@ public final class NetworkNamespaces: @unchecked Sendable {
         (ip, ["netns", "exec", party.namespace, executable] + arguments)
     }
 
-    /// Sends one UDP datagram from inside `party`'s namespace (a spoofed or broken discovery
-    /// packet, say). A thread of its own enters the namespace, since setns(2) moves only the
-    /// calling thread, makes the socket there and sends; the thread then ends.
-    public static func sendDatagram(_ bytes: [UInt8], from party: Party, to host: String, port: Int) throws {
-        let outcome = NSLock()
-        nonisolated(unsafe) var failure: String?
-        let done = DispatchSemaphore(value: 0)
+    /// Sends UDP datagrams from inside `party`'s namespace (spoofed or broken discovery
+    /// packets, say): `packets` in turn, again every `interval`, until ``DatagramSender/stop()``.
+    /// A thread of its own does it (setns(2) moves only the calling thread; and it must not
+    /// wait on Swift's few cooperative threads, which the tests keep busy), so the packets keep
+    /// coming whatever else runs. Throws when the first round cannot be sent.
+    public static func sendDatagrams(
+        _ packets: [[UInt8]], from party: Party, to host: String, port: Int, every interval: TimeInterval
+    ) throws -> DatagramSender {
+        let sender = DatagramSender()
+        let started = DispatchSemaphore(value: 0)
         let thread = Thread {
-            defer { done.signal() }
-            func fail(_ what: String) { outcome.withLock { failure = "\(what): \(String(cString: strerror(errno)))" } }
+            var signalled = false
+            defer { if !signalled { started.signal() } }
+            func fail(_ what: String) { sender.fail("\(what): \(String(cString: strerror(errno)))") }
             let namespace = open("/run/netns/\(party.namespace)", O_RDONLY | O_CLOEXEC)
             guard namespace >= 0 else { return fail("open /run/netns/\(party.namespace)") }
             defer { close(namespace) }
@@ -104,16 +108,26 @@ public final class NetworkNamespaces: @unchecked Sendable {
             address.sin_family = sa_family_t(AF_INET)
             address.sin_port = in_port_t(UInt16(port).bigEndian)
             guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { return fail("address \(host)") }
-            let sent = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    sendto(socket, bytes, bytes.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            while !sender.isStopped {
+                for packet in packets {
+                    // A refusal (nothing listens there yet) is no failure: the next round tries again.
+                    _ = withUnsafePointer(to: &address) { pointer in
+                        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                            sendto(socket, packet, packet.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                        }
+                    }
                 }
+                if !signalled {
+                    signalled = true
+                    started.signal()
+                }
+                Thread.sleep(forTimeInterval: interval)
             }
-            if sent != bytes.count { fail("sendto") }
         }
         thread.start()
-        done.wait()
-        if let failure = outcome.withLock({ failure }) { throw HarnessError("sending a datagram from \(party.namespace): \(failure)") }
+        started.wait()
+        if let failure = sender.failure { throw HarnessError("sending datagrams from \(party.namespace): \(failure)") }
+        return sender
     }
 
     /// Deletes every namespace (and with them the links and the bridge).
@@ -129,4 +143,17 @@ public final class NetworkNamespaces: @unchecked Sendable {
         }
         return result
     }
+}
+
+/// The sending thread of ``NetworkNamespaces/sendDatagrams(_:from:to:port:every:)``.
+public final class DatagramSender: @unchecked Sendable {  // its state behind the lock
+    private let lock = NSLock()
+    private var stopped = false
+    private var problem: String?
+
+    var isStopped: Bool { lock.withLock { stopped } }
+    var failure: String? { lock.withLock { problem } }
+    func fail(_ why: String) { lock.withLock { problem = why } }
+
+    public func stop() { lock.withLock { stopped = true } }
 }

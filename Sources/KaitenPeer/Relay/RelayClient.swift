@@ -154,7 +154,9 @@ public enum RelayClient {
 
     /// TLS to a relay: ALPN `bep-relay`, this device's certificate, and the relay checked
     /// against the URI's `id=` when it has one (any relay otherwise, as syncthing does).
-    static func relayTLS(identity: Identity, pinned: DeviceID?) throws -> (NIOSSLContext, NIOSSLCustomVerificationCallback) {
+    static func relayTLS(identity: Identity, pinned: DeviceID?, presented: NIOLockedValueBox<DeviceID?>) throws -> (
+        NIOSSLContext, NIOSSLCustomVerificationCallback
+    ) {
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.minimumTLSVersion = .tlsv12
         let (chain, key) = try TLSContexts.material(identity)
@@ -165,8 +167,10 @@ public enum RelayClient {
         configuration.verifySignatureAlgorithms = TLSContexts.signatureAlgorithms
         configuration.signingSignatureAlgorithms = TLSContexts.signatureAlgorithms
         let verify: NIOSSLCustomVerificationCallback = { certificates, promise in
+            let id = TLSContexts.deviceID(of: certificates)
+            presented.withLockedValue { $0 = id }
             guard let pinned else { return promise.succeed(.certificateVerified) }
-            promise.succeed(TLSContexts.deviceID(of: certificates) == pinned ? .certificateVerified : .failed)
+            promise.succeed(id == pinned ? .certificateVerified : .failed)
         }
         return (try NIOSSLContext(configuration: configuration), verify)
     }
@@ -178,15 +182,34 @@ final class RelayProtocolConnection: @unchecked Sendable {
     let channel: Channel
     private var messages: AsyncThrowingStream<RelayMessage, Error>.AsyncIterator
     let label: String
+    /// The relay's ID from its certificate, and the one its URI pins (if any).
+    private let presented: NIOLockedValueBox<DeviceID?>
+    private let pinned: DeviceID?
 
-    private init(channel: Channel, messages: AsyncThrowingStream<RelayMessage, Error>, label: String) {
+    private init(
+        channel: Channel, messages: AsyncThrowingStream<RelayMessage, Error>, label: String, presented: NIOLockedValueBox<DeviceID?>,
+        pinned: DeviceID?
+    ) {
         self.channel = channel
         self.messages = messages.makeAsyncIterator()
         self.label = label
+        self.presented = presented
+        self.pinned = pinned
+    }
+
+    /// A failure in words: a relay that is not the one the URI pins is said to be so.
+    private func failure(_ code: PeerError.Code, _ what: String) -> PeerError {
+        if let pinned, let other = presented.withLockedValue({ $0 }), other != pinned {
+            return PeerError(
+                .unexpectedDevice, peer: label,
+                "cannot connect to the relay: its certificate is device \(other.shortDescription), not the id= in the relay URI (\(pinned.shortDescription)); refused")
+        }
+        return PeerError(code, peer: label, what)
     }
 
     static func open(to relay: PeerAddress, identity: Identity, group: EventLoopGroup, label: String) async throws -> RelayProtocolConnection {
-        let (context, verify) = try RelayClient.relayTLS(identity: identity, pinned: relay.relay?.id)
+        let presented = NIOLockedValueBox<DeviceID?>(nil)
+        let (context, verify) = try RelayClient.relayTLS(identity: identity, pinned: relay.relay?.id, presented: presented)
         let (stream, continuation) = AsyncThrowingStream<RelayMessage, Error>.makeStream()
         let channel: Channel
         do {
@@ -208,14 +231,14 @@ final class RelayProtocolConnection: @unchecked Sendable {
             continuation.finish()
             throw PeerError(.unreachable, peer: label, "cannot connect to the relay: \(PeerDialer.describe(error))")
         }
-        return RelayProtocolConnection(channel: channel, messages: stream, label: label)
+        return RelayProtocolConnection(channel: channel, messages: stream, label: label, presented: presented, pinned: relay.relay?.id)
     }
 
     func send(_ message: RelayMessage) async throws {
         do {
             try await channel.writeAndFlush(message).get()
         } catch {
-            throw PeerError(.closed, peer: label, "the relay connection failed: \(error)")
+            throw failure(.closed, "the relay connection failed: \(error)")
         }
     }
 
@@ -226,13 +249,13 @@ final class RelayProtocolConnection: @unchecked Sendable {
         defer { timer.cancel() }
         do {
             guard let message = try await messages.next() else {
-                throw PeerError(.closed, peer: label, "the relay closed the connection (or was silent for \(limit.nanoseconds / 1_000_000_000) s)")
+                throw failure(.closed, "the relay closed the connection (or was silent for \(limit.nanoseconds / 1_000_000_000) s)")
             }
             return message
         } catch let error as PeerError {
             throw error
         } catch {
-            throw PeerError(.protocolError, peer: label, "the relay sent \(error)")
+            throw failure(.protocolError, "the relay sent \(error)")
         }
     }
 

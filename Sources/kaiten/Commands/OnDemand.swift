@@ -3,6 +3,7 @@ import Foundation
 import KaitenApply
 import KaitenTransfer
 import KaitenConfig
+import KaitenDiscovery
 import KaitenService
 import KaitenIndex
 import KaitenScan
@@ -177,15 +178,20 @@ extension Kaiten {
                 }
                 let opened = try KaitenHome.open(global.resolvedHome)
                 let signer = try URLSigner.load(home: opened.home)
-                let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger)
-                try await files.connect(warn: { Terminal.error($0) })
                 let stamps = LockedISO8601()
                 let log: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8)) }
+                // Discovery as config.xml says, for as long as it serves (announcing this device).
+                let discovery = await Discovery.start(home: opened, listens: true, logger: global.logger, warn: log)
+                let sessions = PeerSessions(
+                    home: opened, logger: global.logger, serve: BlockServer(home: opened).answer, addresses: discovery)
+                let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger, sessions: sessions)
+                try await files.connect(warn: { Terminal.error($0) })
                 // Peers may dial this device while it serves (the config's listen addresses).
                 let (listeners, peerAddresses) = await files.sessions.listen(warn: log)
                 if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
+                discovery.setListenAddresses(peerAddresses)
                 // A peer that goes away (restarted, a cut connection) is dialled again.
-                let redial = files.sessions.keepConnected(warn: log)
+                let redial = files.sessions.keepConnected(found: discovery.local?.discoveries(), warn: log)
                 defer { redial.cancel() }
                 // The verbs that need the peers (plan, apply, cat, get) go through this process
                 // while it holds their connections.
@@ -207,6 +213,7 @@ extension Kaiten {
                 _ = await controlTask.result
                 for listener in listeners { await listener.close() }
                 await files.close()
+                await discovery.close()
                 FileHandle.standardError.write(Data("stopped\n".utf8))
             }
         }
