@@ -34,7 +34,9 @@ public final class Discovery: PeerAddressBook {
         var local: LocalDiscovery?
         if options.localAnnounceEnabled {
             do {
-                local = try await LocalDiscovery.start(me: me, port: options.localAnnouncePort, addresses: [], logger: logger, warn: warn)
+                local = try await LocalDiscovery.start(
+                    me: me, port: options.localAnnouncePort, multicast: options.localAnnounceMulticastAddress, addresses: [], logger: logger,
+                    warn: warn)
             } catch {
                 warn("local discovery: cannot open a UDP socket (\(error)); LAN peers are not found")
             }

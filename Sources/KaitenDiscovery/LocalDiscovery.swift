@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 import Synchronization
 
-/// Local discovery (protocol v4) over IPv4 broadcast: announces this device's addresses on the
+/// Local discovery (protocol v4) over IPv4 broadcast and IPv6 multicast: announces this device's addresses on the
 /// LAN every 30 s, and remembers for 90 s what the peers on the LAN announce, as syncthing does
 /// (`lib/discover/local.go`). One job: addresses on the LAN; dialling is the caller's.
 ///
@@ -48,6 +48,10 @@ public final class LocalDiscovery: Sendable {
 
     private let state = Mutex(State())
     private let channel: Channel
+    /// IPv6: the socket joined to the multicast group (receiving) and the one sending to it.
+    private let multicastReceiver: Channel?
+    private let multicastSender: Channel?
+    private let group: SocketAddress?
     private let ticks: AsyncStream<Void>.Continuation
     private let tasks = Mutex<[Task<Void, Never>]>([])
     private let logger: Logger
@@ -58,9 +62,13 @@ public final class LocalDiscovery: Sendable {
     /// empty for a verb that does not listen, which still makes the peers announce themselves).
     /// A port that cannot be bound (a syncthing on this machine holds it without sharing) is
     /// said once; Kaiten then announces from another port and hears nothing.
+    ///
+    /// With `multicast` (`localAnnounceMCAddr`, `[ff12::8384]:21027`), IPv6 too, as syncthing:
+    /// the group joined on every interface that multicasts, and every announcement sent to it
+    /// on each of them (hop limit 1: the link only).
     public static func start(
-        me: DeviceID, port: Int, addresses: [String], logger: Logger, warn: @escaping @Sendable (String) -> Void,
-        group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        me: DeviceID, port: Int, multicast: String? = nil, addresses: [String], logger: Logger,
+        warn: @escaping @Sendable (String) -> Void, group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> LocalDiscovery {
         let received = Mutex<(@Sendable ([UInt8], SocketAddress) -> Void)?>(nil)
         func bootstrap() -> DatagramBootstrap {
@@ -83,9 +91,36 @@ public final class LocalDiscovery: Sendable {
             channel = try await bootstrap().bind(host: "0.0.0.0", port: 0).get()
             listening = false
         }
+        var receiver6: Channel?
+        var sender6: Channel?
+        var groupAddress: SocketAddress?
+        if let multicast, let (host, groupPort) = Self.hostAndPort(multicast), let address = try? SocketAddress(ipAddress: host, port: groupPort),
+            case .v6 = address
+        {
+            do {
+                // Bound to every IPv6 address (a link-scope group cannot be bound to without an
+                // interface), IPv6 only (the IPv4 socket hears the broadcasts), joined to the group.
+                let receiver = try await bootstrap()
+                    .channelOption(ChannelOptions.Types.SocketOption(level: .ipv6, name: .ipv6_v6only), value: 1)
+                    .bind(host: "::", port: groupPort).get()
+                var joined = 0
+                for device in Self.multicastDevices() {
+                    if (try? await (receiver as? MulticastChannel)?.joinGroup(address, device: device).get()) != nil { joined += 1 }
+                }
+                let sender = try await bootstrap().bind(host: "::", port: 0).get()
+                _ = try? await (sender as? SocketOptionProvider)?.setIPv6MulticastHops(1).get()
+                receiver6 = receiver
+                sender6 = sender
+                groupAddress = address
+                logger.debug("local discovery: IPv6 group \(multicast) joined on \(joined) interfaces")
+            } catch {
+                logger.debug("local discovery: no IPv6 multicast (\(error)); IPv4 broadcasts only")
+            }
+        }
         let (ticks, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let discovery = LocalDiscovery(
-            me: me, port: port, isListening: listening, channel: channel, ticks: continuation, logger: logger, warn: warn)
+            me: me, port: port, isListening: listening, channel: channel, multicastReceiver: receiver6, multicastSender: sender6,
+            group: groupAddress, ticks: continuation, logger: logger, warn: warn)
         discovery.state.withLock { $0.announced = addresses }
         received.withLock { $0 = { [weak discovery] bytes, source in discovery?.receive(bytes, from: source) } }
         discovery.run(ticks: ticks)
@@ -93,9 +128,12 @@ public final class LocalDiscovery: Sendable {
     }
 
     private init(
-        me: DeviceID, port: Int, isListening: Bool, channel: Channel, ticks: AsyncStream<Void>.Continuation, logger: Logger,
-        warn: @escaping @Sendable (String) -> Void
+        me: DeviceID, port: Int, isListening: Bool, channel: Channel, multicastReceiver: Channel?, multicastSender: Channel?,
+        group: SocketAddress?, ticks: AsyncStream<Void>.Continuation, logger: Logger, warn: @escaping @Sendable (String) -> Void
     ) {
+        self.multicastReceiver = multicastReceiver
+        self.multicastSender = multicastSender
+        self.group = group
         self.me = me
         self.port = port
         self.isListening = isListening
@@ -176,7 +214,7 @@ public final class LocalDiscovery: Sendable {
             if first { warn("local discovery: ignored \(error) from \(sourceText)") }
             return
         }
-        guard announcement.device != me, let ip = source.ipAddress else { return }
+        guard announcement.device != me, let ip = Self.host(of: source) else { return }
         let addresses = announcement.dialable(source: ip)
         let now = ContinuousClock.now
         let (isNew, subscribers) = state.withLock { state -> (Bool, [AsyncStream<DeviceID>.Continuation]) in
@@ -200,6 +238,17 @@ public final class LocalDiscovery: Sendable {
         for subscriber in subscribers { subscriber.yield(announcement.device) }
     }
 
+    /// The sender's address as a host to dial: an IPv6 link-local one with its interface
+    /// (`fe80::1%eth0`), which is how it can be dialled.
+    static func host(of source: SocketAddress) -> String? {
+        guard let ip = source.ipAddress else { return nil }
+        if case .v6(let address) = source, address.address.sin6_scope_id != 0, ip.lowercased().hasPrefix("fe80") {
+            var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+            if if_indextoname(address.address.sin6_scope_id, &name) != nil { return ip + "%" + String(cString: name) }
+        }
+        return ip
+    }
+
     /// One announcement to the broadcast address of every IPv4 network this machine is on
     /// (255.255.255.255 when there is none), as syncthing sends it.
     private func announce() async {
@@ -217,7 +266,36 @@ public final class LocalDiscovery: Sendable {
                 lastError = error
             }
         }
+        if let sender = multicastSender, let group, let options = sender as? SocketOptionProvider {
+            for device in Self.multicastDevices() {
+                do {
+                    try await options.setIPv6MulticastIF(CUnsignedInt(device.interfaceIndex)).get()
+                    try await sender.writeAndFlush(AddressedEnvelope(remoteAddress: group, data: sender.allocator.buffer(bytes: packet))).get()
+                    sent += 1
+                } catch {
+                    lastError = error
+                }
+            }
+        }
         if sent == 0, let lastError { logger.debug("local discovery: could not announce: \(lastError)") }
+    }
+
+    /// One interface per index that multicasts and has an IPv6 address (loopback left out).
+    static func multicastDevices() -> [NIONetworkDevice] {
+        var seen: Set<Int> = []
+        return ((try? System.enumerateDevices()) ?? []).filter { device in
+            guard device.multicastSupported, case .v6 = device.address, device.name != "lo" else { return false }
+            return seen.insert(device.interfaceIndex).inserted
+        }
+    }
+
+    /// `[ff12::8384]:21027` → ("ff12::8384", 21027).
+    static func hostAndPort(_ text: String) -> (String, Int)? {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
+            return nil
+        }
+        let host = text[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return host.isEmpty ? nil : (host, port)
     }
 
     /// The directed broadcast address of each IPv4 network with a global-unicast address
@@ -243,6 +321,8 @@ public final class LocalDiscovery: Sendable {
         ticks.finish()
         for subscriber in subscribers { subscriber.finish() }
         try? await channel.close()
+        try? await multicastReceiver?.close()
+        try? await multicastSender?.close()
     }
 }
 

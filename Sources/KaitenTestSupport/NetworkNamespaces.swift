@@ -65,6 +65,11 @@ public final class NetworkNamespaces: @unchecked Sendable {
                 try run(["-n", bridge, "link", "set", "p\(index)", "master", "br0", "up"])
                 let address = "\(subnet).\(index + 2)"
                 try run(["-n", name, "addr", "add", "\(address)/24", "brd", "+", "dev", "eth0"])
+                // The IPv6 link-local address usable at once (no duplicate detection: nothing
+                // else is on this link), for local discovery's IPv6 multicast.
+                _ = try? ProcessRunner.run(
+                    ip, ["netns", "exec", name, "/bin/sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad"],
+                    environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"])
                 try run(["-n", name, "link", "set", "eth0", "up"])
                 try run(["-n", name, "link", "set", "lo", "up"])
                 parties.append(Party(namespace: name, address: address, broadcast: "\(subnet).255"))
