@@ -458,6 +458,59 @@ struct DiscoveryInteropTests {
         }
     }
 
+    /// Kaiten reaches a peer through a relay while nothing better is known, and moves to a
+    /// direct connection itself once the peer can be found on the LAN: `kaiten run` tries the
+    /// direct addresses of a relayed peer every reconnectionIntervalS (5 s here). Syncthing
+    /// cannot dial Kaiten (its listener is on loopback), so the direct connection is Kaiten's.
+    @Test func kaitenRunMovesARelayedPeerToADirectConnection() async throws {
+        guard let binary = RelayServerProcess.binary else {
+            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
+            return
+        }
+        guard let net = try Self.network(3) else { return }
+        defer { net.remove() }
+        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+        let dir = try TemporaryDirectory(prefix: "kaiten-upgrade")
+        defer { dir.remove() }
+        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
+        defer { relay.stop() }
+        let home = try Home(
+            dir, party: kParty,
+            options: [("globalAnnounceEnabled", "false"), ("relaysEnabled", "true"), ("reconnectionIntervalS", "5")])
+        let config = try ConfigFile.load(path: home.path + "/config.xml")
+        config.setListenAddresses(["tcp://127.0.0.1:0"])
+        try config.write()
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/docs/a.txt", "a\n")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
+        try st.setOptions([("relaysEnabled", "true")])
+        let stConfig = try ConfigFile.load(path: st.home + "/config.xml")
+        stConfig.setListenAddresses([relay.uri, "tcp://0.0.0.0:22000"])
+        try stConfig.write()
+        try await withSyncthing(st) { st in
+            try await st.addDevice(home.me, name: "k", addresses: ["dynamic"])
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
+            try await ApplyInteropTests.waitScanned(st, files: 1)
+            #expect(
+                try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", relay.uri, "--address", "dynamic").status == 0)
+            #expect(try home.kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
+
+            let run = try home.startRun(log: dir.file("run.log"))
+            defer { Self.stop(run) }
+            try await Self.waitFor("connected through the relay", timeout: 60) {
+                try await Self.connectionType(st, home.me).contains("relay")
+            }
+            // Syncthing starts announcing on the LAN; Kaiten hears it and dials it directly.
+            var options = try await st.get("/rest/config/options") as? [String: Any] ?? [:]
+            options["localAnnounceEnabled"] = true
+            try await st.put("/rest/config/options", json: options)
+            try await Self.waitFor("the relayed connection replaced by Kaiten's direct one", timeout: 60) {
+                try await Self.connectionType(st, home.me) == "tcp-server"
+            }
+            try await Self.waitFor("peer ls shows it") { try home.kaiten("peer", "ls").stdout.contains("(lan)") }
+        }
+    }
+
     /// How syncthing is connected to `device` (`tcp-client`, `relay-server`, …), or "".
     static func connectionType(_ st: SyncthingInstance, _ device: DeviceID) async throws -> String {
         let all = try await st.get("/rest/system/connections") as? [String: Any]
