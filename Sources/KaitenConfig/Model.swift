@@ -116,6 +116,13 @@ public struct OptionsConfiguration: Sendable, Equatable {
     /// Whether LAN addresses are announced to global discovery too (syncthing's default).
     public var announceLANAddresses = true
 
+    /// The relay listen addresses (`relay://…` and pools, `dynamic+https://…`), with `default`
+    /// expanded as syncthing expands it (its pool, relays.syncthing.net).
+    public var relayListenAddresses: [String] {
+        listenAddresses.flatMap { $0 == "default" ? ["dynamic+https://relays.syncthing.net/endpoint"] : [$0] }
+            .filter { $0.hasPrefix("relay://") || $0.hasPrefix("dynamic+http://") || $0.hasPrefix("dynamic+https://") }
+    }
+
     /// The TCP listen addresses Kaiten would bind, with `default` expanded.
     public var tcpListenAddresses: [String] {
         listenAddresses.flatMap { $0 == "default" ? ["tcp://0.0.0.0:22000"] : [$0] }

@@ -56,6 +56,11 @@ enum DiscoveryHTTP {
             .connectTimeout(timeout)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if server.plainHTTP {
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        try channel.pipeline.syncOperations.addHandler(ResponseCollector(promise: promise, limit: maximumBody))
+                        return
+                    }
                     let tls: NIOSSLClientHandler
                     if let pinned {
                         tls = try NIOSSLClientHandler(

@@ -16,6 +16,9 @@ public struct DiscoveryServer: Sendable, Equatable, CustomStringConvertible {
     public var insecure: Bool
     public var announces: Bool
     public var looksUp: Bool
+    /// Plain HTTP (a relay pool named `dynamic+http://`, as syncthing allows); never for a
+    /// discovery server.
+    var plainHTTP = false
 
     public var description: String { url }
 
@@ -113,5 +116,33 @@ public struct DiscoveryServer: Sendable, Equatable, CustomStringConvertible {
         let host = rest[..<end]
         guard !host.isEmpty else { return nil }
         return "https://\(host):443\(rest[end...])"
+    }
+
+    /// A relay pool's endpoint (`dynamic+https://relays.syncthing.net/endpoint`, or
+    /// `dynamic+http://…`): fetched like a lookup, its certificate checked by a certificate
+    /// authority and host name as syncthing's HTTP client checks it.
+    init?(poolURL text: String) {
+        guard text.hasPrefix("dynamic+http") else { return nil }
+        let plain = text.hasPrefix("dynamic+http://")
+        let url = String(text.dropFirst("dynamic+".count))
+        let withPort: String
+        if AddressText(url) != nil {
+            withPort = url
+        } else {
+            let scheme = plain ? "http://" : "https://"
+            let rest = url.dropFirst(scheme.count)
+            let end = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
+            withPort = "\(scheme)\(rest[..<end]):\(plain ? 80 : 443)\(rest[end...])"
+        }
+        guard let address = AddressText(withPort), !address.host.isEmpty, address.port > 0 else { return nil }
+        host = address.host
+        port = address.port
+        path = address.rest.isEmpty ? "/" : address.rest
+        pinnedID = nil
+        insecure = false
+        announces = false
+        looksUp = true
+        plainHTTP = plain
+        self.url = url
     }
 }

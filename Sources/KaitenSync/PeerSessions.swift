@@ -228,14 +228,18 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         }
         // A relay:// listen address: joined, and announced as written, so that peers that
         // cannot dial this device reach it through the relay (with relaysEnabled, as syncthing).
-        for text in home.config.options.listenAddresses where text.hasPrefix("relay://") {
-            guard home.config.options.relaysEnabled else {
-                warn("listen address \(text) is not used: relaysEnabled is false in config.xml")
-                continue
-            }
-            guard let relay = PeerAddress(text), relay.isRelay else {
-                warn("listen address \(text) is not a relay URI (relay://HOST:PORT/?id=RELAY-ID); skipped")
-                continue
+        for text in home.config.options.relayListenAddresses where home.config.options.relaysEnabled {
+            // A pool (`default` has syncthing's): the relay that answers soonest.
+            let relay: PeerAddress
+            if text.hasPrefix("dynamic+") {
+                guard let chosen = await RelayPool.choose(text, logger: logger, warn: warn) else { continue }
+                relay = chosen
+            } else {
+                guard let parsed = PeerAddress(text), parsed.isRelay else {
+                    warn("listen address \(text) is not a relay URI (relay://HOST:PORT/?id=RELAY-ID); skipped")
+                    continue
+                }
+                relay = parsed
             }
             listeners.append(
                 RelayListener.start(
@@ -244,7 +248,11 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                         warn("refused a connection from \(id?.description ?? "a device") \(remote): not a configured peer")
                     },
                     onConnection: { connection in await self.accept(connection, warn: warn) }, warn: warn))
-            addresses.append(text)
+            addresses.append(text.hasPrefix("dynamic+") ? relay.description : text)
+        }
+        let unused = home.config.options.listenAddresses.filter { $0.hasPrefix("relay://") }
+        if !home.config.options.relaysEnabled && !unused.isEmpty {
+            warn("listen addresses \(unused.joined(separator: ", ")) are not used: relaysEnabled is false in config.xml")
         }
         return (listeners, addresses)
     }

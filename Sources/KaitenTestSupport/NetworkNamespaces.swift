@@ -135,6 +135,43 @@ public final class NetworkNamespaces: @unchecked Sendable {
         return sender
     }
 
+    /// A TCP socket listening on `party`'s address and `port`, made inside its namespace (by a
+    /// thread of its own, as setns(2) moves only the calling thread): a server in this process
+    /// (``ScriptedTLSServer``) serves the namespace through it.
+    public static func listeningSocket(in party: Party, port: Int) throws -> CInt {
+        let result = NSLock()
+        nonisolated(unsafe) var outcome: Result<CInt, HarnessError> = .failure(HarnessError("not run"))
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            defer { done.signal() }
+            func fail(_ what: String) { result.withLock { outcome = .failure(HarnessError("\(what): \(String(cString: strerror(errno)))")) } }
+            let namespace = open("/run/netns/\(party.namespace)", O_RDONLY | O_CLOEXEC)
+            guard namespace >= 0 else { return fail("open /run/netns/\(party.namespace)") }
+            defer { close(namespace) }
+            guard enterNamespace(namespace, 0x4000_0000 /* CLONE_NEWNET */) == 0 else { return fail("setns") }
+            let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { return fail("socket") }
+            var yes: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            _ = inet_pton(AF_INET, party.address, &address.sin_addr)
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0, listen(fd, 16) == 0 else {
+                fail("bind/listen")
+                close(fd)
+                return
+            }
+            result.withLock { outcome = .success(fd) }
+        }
+        thread.start()
+        done.wait()
+        return try result.withLock { outcome }.get()
+    }
+
     /// Deletes every namespace (and with them the links and the bridge).
     public func remove() {
         for name in names.reversed() { _ = try? Self.run(["netns", "del", name]) }

@@ -23,7 +23,11 @@ public final class ScriptedTLSServer: Sendable {
         }
     }
 
-    public init(alpn: [String] = [], answer: @escaping @Sendable ([UInt8]) -> Reply?) async throws {
+    /// - Parameters:
+    ///   - plain: no TLS (a plain HTTP endpoint).
+    ///   - socket: a listening socket to serve (``NetworkNamespaces/listeningSocket(in:port:)``);
+    ///     a free port on 127.0.0.1 when nil.
+    public init(alpn: [String] = [], plain: Bool = false, socket: CInt? = nil, answer: @escaping @Sendable ([UInt8]) -> Reply?) async throws {
         identity = try Identity.generate(keyType: .ecdsa)
         let certificates = try NIOSSLCertificate.fromPEMBytes(Array(identity.certificatePEM.utf8))
         let key = try NIOSSLPrivateKey(bytes: Array(identity.privateKeyPEM.utf8), format: .pem)
@@ -32,16 +36,19 @@ public final class ScriptedTLSServer: Sendable {
         configuration.applicationProtocols = alpn
         configuration.certificateVerification = .none
         let context = try NIOSSLContext(configuration: configuration)
-        channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([
-                        NIOSSLServerHandler(context: context), Script(answer: answer),
-                    ])
+                    if !plain { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context)) }
+                    try channel.pipeline.syncOperations.addHandler(Script(answer: answer))
                 }
             }
-            .bind(host: "127.0.0.1", port: 0).get()
+        if let socket {
+            channel = try await bootstrap.withBoundSocket(socket).get()
+        } else {
+            channel = try await bootstrap.bind(host: "127.0.0.1", port: 0).get()
+        }
         port = channel.localAddress?.port ?? 0
     }
 

@@ -458,6 +458,57 @@ struct DiscoveryInteropTests {
         }
     }
 
+    /// A relay pool as a listen address (syncthing's `default` has relays.syncthing.net's; here
+    /// a pool endpoint in the relay's namespace lists the test's relay): `kaiten run` fetches the
+    /// list, joins the relay and is reached by syncthing through it.
+    @Test func kaitenRunJoinsARelayFromAPool() async throws {
+        guard let binary = RelayServerProcess.binary else {
+            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
+            return
+        }
+        guard let net = try Self.network(3) else { return }
+        defer { net.remove() }
+        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+        let dir = try TemporaryDirectory(prefix: "kaiten-pool")
+        defer { dir.remove() }
+        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
+        defer { relay.stop() }
+        let list = Array(#"{"relays":[{"url":"relay://\#(relayParty.address):1/?id=NOT-AN-ID"},{"url":"\#(relay.uri)"}]}"#.utf8)
+        let pool = try await ScriptedTLSServer(plain: true, socket: NetworkNamespaces.listeningSocket(in: relayParty, port: 8080)) { received in
+            guard String(decoding: received, as: UTF8.self).contains("\r\n\r\n") else { return nil }
+            return .init(Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(list.count)\r\n\r\n".utf8) + list)
+        }
+        let home = try Home(
+            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
+        let config = try ConfigFile.load(path: home.path + "/config.xml")
+        config.setListenAddresses(["dynamic+http://\(relayParty.address):8080/endpoint"])
+        try config.write()
+        let local = dir.file("local")
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/docs/a.txt", "through a relay from the pool\n")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
+        try st.setOptions([("relaysEnabled", "true")])
+        try await withSyncthing(st) { st in
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [])
+            try await ApplyInteropTests.waitScanned(st, files: 1)
+            #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
+            #expect(try home.kaiten("folder", "add", Self.folder, "--path", local, "--share", st.deviceID.description).status == 0)
+            #expect(try home.kaiten("select", Self.folder, "docs", "--force").status == 0)
+            let log = dir.file("run.log")
+            let run = try home.startRun(log: log)
+            defer { Self.stop(run) }
+            try await Self.waitFor("Kaiten joined the pool's relay") {
+                (RunInteropTests.content(log) ?? "").contains("joined relay \(relayParty.address):22067")
+            }
+            try await st.addDevice(home.me, name: "k", addresses: [relay.uri])
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
+            try await Self.waitFor("the selection pulled through the relay", timeout: 90) {
+                RunInteropTests.content(local + "/docs/a.txt") == "through a relay from the pool\n"
+            }
+        }
+        await pool.close()
+    }
+
     /// Kaiten reaches a peer through a relay while nothing better is known, and moves to a
     /// direct connection itself once the peer can be found on the LAN: `kaiten run` tries the
     /// direct addresses of a relayed peer every reconnectionIntervalS (5 s here). Syncthing

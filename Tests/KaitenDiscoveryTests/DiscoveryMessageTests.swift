@@ -105,4 +105,16 @@ struct DiscoveryMessageTests {
             GlobalDiscovery.announceable(["tcp://127.0.0.1:22000", "tcp://0.0.0.0:22000", "tcp://0.0.0.0:0", "tcp://[::1]:1", "tcp://10.0.0.2:22000"])
                 == ["tcp://0.0.0.0:22000", "tcp://10.0.0.2:22000"])
     }
+
+    @Test func relayPoolAnswersAndURLs() throws {
+        let answer = Array(#"{"relays":[{"url":"relay://192.0.2.1:22067/?id=\#(Self.id)&pingInterval=1m0s"},{"url":"tcp://192.0.2.2:1"},{"nourl":1},"x"]}"#.utf8)
+        let relays = try RelayPool.relays(inPoolAnswer: answer)
+        #expect(relays.map(\.description) == ["relay://192.0.2.1:22067/?id=\(Self.id)"])
+        #expect(throws: (any Error).self) { try RelayPool.relays(inPoolAnswer: Array("<html>".utf8)) }
+        let pool = try #require(DiscoveryServer(poolURL: "dynamic+https://relays.syncthing.net/endpoint"))
+        #expect(pool.host == "relays.syncthing.net" && pool.port == 443 && pool.path == "/endpoint" && !pool.plainHTTP)
+        let plain = try #require(DiscoveryServer(poolURL: "dynamic+http://10.0.0.1:8080/endpoint"))
+        #expect(plain.port == 8080 && plain.plainHTTP)
+        #expect(DiscoveryServer(poolURL: "relay://x:1/") == nil)
+    }
 }

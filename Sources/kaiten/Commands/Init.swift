@@ -20,7 +20,7 @@ extension Kaiten {
                 discovery-announce-v4/-v6.syncthing.net), to which it also announces its \
                 addresses. With --relays on, Kaiten dials peers through the relays their \
                 relay:// addresses name, and joins a relay named among its own listen \
-                addresses (README, "Relays"); it picks none from the public pool by itself. A \
+                addresses or from a pool named there (README, "Relays"). A \
                 Syncthing home dropped in keeps its own settings (discovery and relays on, as \
                 syncthing's defaults).
 
