@@ -241,33 +241,85 @@ struct DiscoveryInteropTests {
 
     // MARK: - Relays
 
+    /// The three parties of a relay test, each in its namespace: Debian's relay server, a
+    /// syncthing (relays on; listening where `stListen` says, its default otherwise) and a
+    /// Kaiten home (relays on, discovery off unless `homeOptions` says; listening where
+    /// `kaitenListen` says). Nil, after one line, where the relay server or namespaces are not
+    /// to be had. ``remove()`` stops the relay and deletes the rest.
+    final class RelayWorld {
+        let net: NetworkNamespaces
+        let relayParty: NetworkNamespaces.Party
+        let stParty: NetworkNamespaces.Party
+        let kParty: NetworkNamespaces.Party
+        let dir: TemporaryDirectory
+        let binary: String
+        var relay: RelayServerProcess
+        let home: Home
+        let st: SyncthingInstance
+        var local: String { dir.file("local") }
+        var peerData: String { dir.file("peer") }
+
+        static func make(
+            _ prefix: String, homeOptions: [(String, String)] = [], kaitenListen: ((RelayServerProcess) -> [String])? = nil,
+            stOptions: [(String, String)] = [], stListen: ((RelayServerProcess) -> [String])? = nil
+        ) throws -> RelayWorld? {
+            guard let binary = RelayServerProcess.binary else {
+                print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
+                return nil
+            }
+            guard let net = try DiscoveryInteropTests.network(3) else { return nil }
+            do {
+                let dir = try TemporaryDirectory(prefix: prefix)
+                let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: net.parties[0])
+                let defaults = [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")]
+                let home = try Home(dir, party: net.parties[2], options: defaults + homeOptions)
+                if let kaitenListen {
+                    let config = try ConfigFile.load(path: home.path + "/config.xml")
+                    config.setListenAddresses(kaitenListen(relay))
+                    try config.write()
+                }
+                let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: net.parties[1])
+                try st.setOptions([("relaysEnabled", "true")] + stOptions)
+                if let stListen {
+                    let config = try ConfigFile.load(path: st.home + "/config.xml")
+                    config.setListenAddresses(stListen(relay))
+                    try config.write()
+                }
+                return RelayWorld(net: net, dir: dir, binary: binary, relay: relay, home: home, st: st)
+            } catch {
+                net.remove()
+                throw error
+            }
+        }
+
+        private init(net: NetworkNamespaces, dir: TemporaryDirectory, binary: String, relay: RelayServerProcess, home: Home, st: SyncthingInstance) {
+            self.net = net
+            (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+            self.dir = dir
+            self.binary = binary
+            self.relay = relay
+            self.home = home
+            self.st = st
+        }
+
+        func remove() {
+            relay.stop()
+            dir.remove()
+            net.remove()
+        }
+    }
+
+
     /// Debian's relay server in one namespace; a syncthing that listens only through it (no
     /// TCP listener: it cannot be dialled directly); Kaiten, relays on, with the peer's relay
     /// URI as its address. `peer check` reaches it via the relay, and index sync, apply and
     /// cat work through it, the bytes verified as always.
     @Test func aPeerThatListensOnlyThroughARelayIsReachedThroughIt() async throws {
-        guard let binary = RelayServerProcess.binary else {
-            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
-            return
-        }
-        guard let net = try Self.network(3) else { return }
-        defer { net.remove() }
-        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
-        let dir = try TemporaryDirectory(prefix: "kaiten-relay")
-        defer { dir.remove() }
-        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
-        defer { relay.stop() }
-        let home = try Home(
-            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
-        let local = dir.file("local")
-        let peerData = dir.file("peer")
+        guard let world = try RelayWorld.make("kaiten-relay", stListen: { [$0.uri] }) else { return }
+        defer { world.remove() }
+        let (relay, home, st, local, peerData) = (world.relay, world.home, world.st, world.local, world.peerData)
         try TestFiles.write(peerData + "/docs/a.txt", "through the relay\n")
         try TestFiles.random(peerData + "/docs/big.bin", size: 3_000_000)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
-        try st.setOptions([("relaysEnabled", "true")])
-        let config = try ConfigFile.load(path: st.home + "/config.xml")
-        config.setListenAddresses([relay.uri])
-        try config.write()
         try await withSyncthing(st) { st in
             try await st.addDevice(home.me, name: "k", addresses: ["dynamic"])
             try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
@@ -301,29 +353,17 @@ struct DiscoveryInteropTests {
     /// same address) the next apply completes the file, verified. A relay URI pinned to
     /// another relay's ID is refused, and a relay the peer has not joined is said to be one.
     @Test func aRelayThatDropsMidTransferLosesNothing() async throws {
-        guard let binary = RelayServerProcess.binary else {
-            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
-            return
-        }
-        guard let net = try Self.network(3) else { return }
-        defer { net.remove() }
-        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
-        let dir = try TemporaryDirectory(prefix: "kaiten-relaydrop")
-        defer { dir.remove() }
-        var relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
-        defer { relay.stop() }
-        let home = try Home(
-            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
-        let local = dir.file("local")
-        let peerData = dir.file("peer")
-        try TestFiles.random(peerData + "/docs/big.bin", size: 12_000_000)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
         // Slow enough (2 MiB/s, the private addresses here counting as LAN) that the relay can
         // be stopped halfway.
-        try st.setOptions([("relaysEnabled", "true"), ("maxSendKbps", "2048"), ("limitBandwidthInLan", "true")])
-        let config = try ConfigFile.load(path: st.home + "/config.xml")
-        config.setListenAddresses([relay.uri])
-        try config.write()
+        guard
+            let world = try RelayWorld.make(
+                "kaiten-relaydrop", stOptions: [("maxSendKbps", "2048"), ("limitBandwidthInLan", "true")], stListen: { [$0.uri] })
+        else { return }
+        defer { world.remove() }
+        let (home, st, local, peerData) = (world.home, world.st, world.local, world.peerData)
+        let (relayParty, kParty) = (world.relayParty, world.kParty)
+        let relay = world.relay
+        try TestFiles.random(peerData + "/docs/big.bin", size: 12_000_000)
         try await withSyncthing(st) { st in
             try await st.addDevice(home.me, name: "k", addresses: ["dynamic"])
             try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
@@ -354,7 +394,7 @@ struct DiscoveryInteropTests {
             apply.executableURL = URL(fileURLWithPath: executable)
             apply.arguments = argv
             apply.environment = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
-            let errors = dir.file("apply.err")
+            let errors = world.dir.file("apply.err")
             _ = FileManager.default.createFile(atPath: errors, contents: nil)
             apply.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
             apply.standardOutput = FileHandle.nullDevice
@@ -371,7 +411,7 @@ struct DiscoveryInteropTests {
             #expect(said.contains(st.deviceID.shortDescription) || said.contains("relay"), "\(said)")
             #expect(!FileManager.default.fileExists(atPath: local + "/docs/big.bin"), "nothing under the real name")
 
-            relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
+            world.relay = try RelayServerProcess.start(world.binary, in: world.dir.file("relay"), party: relayParty)
             // Syncthing rejoins a relay it lost only after a minute's backoff; restarted, it
             // joins at once.
             st.stop()
@@ -392,28 +432,11 @@ struct DiscoveryInteropTests {
     /// Kaiten's relay URI, connects through the relay, and `kaiten run` pulls the selection
     /// over that connection.
     @Test func kaitenRunIsReachedThroughTheRelayItJoined() async throws {
-        guard let binary = RelayServerProcess.binary else {
-            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
-            return
-        }
-        guard let net = try Self.network(3) else { return }
-        defer { net.remove() }
-        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
-        let dir = try TemporaryDirectory(prefix: "kaiten-relayed")
-        defer { dir.remove() }
-        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
-        defer { relay.stop() }
-        let home = try Home(
-            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
         // It listens through the relay and on TCP; syncthing is told only the relay at first.
-        let config = try ConfigFile.load(path: home.path + "/config.xml")
-        config.setListenAddresses([relay.uri, "tcp://0.0.0.0:22000"])
-        try config.write()
-        let local = dir.file("local")
-        let peerData = dir.file("peer")
+        guard let world = try RelayWorld.make("kaiten-relayed", kaitenListen: { [$0.uri, "tcp://0.0.0.0:22000"] }) else { return }
+        defer { world.remove() }
+        let (relay, home, st, local, peerData, kParty) = (world.relay, world.home, world.st, world.local, world.peerData, world.kParty)
         try TestFiles.write(peerData + "/docs/a.txt", "pulled over a relayed connection\n")
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
-        try st.setOptions([("relaysEnabled", "true")])
         try await withSyncthing(st) { st in
             try await st.addFolder(id: Self.folder, path: peerData, devices: [])
             try await ApplyInteropTests.waitScanned(st, files: 1)
@@ -422,7 +445,7 @@ struct DiscoveryInteropTests {
             // Selected before any index came in (Kaiten has never reached the peer).
             #expect(try home.kaiten("select", Self.folder, "docs", "--force").status == 0)
 
-            let log = dir.file("run.log")
+            let log = world.dir.file("run.log")
             let run = try home.startRun(log: log)
             defer { Self.stop(run) }
             // Joined before syncthing hears of Kaiten (a relay that does not know a device
@@ -462,39 +485,25 @@ struct DiscoveryInteropTests {
     /// a pool endpoint in the relay's namespace lists the test's relay): `kaiten run` fetches the
     /// list, joins the relay and is reached by syncthing through it.
     @Test func kaitenRunJoinsARelayFromAPool() async throws {
-        guard let binary = RelayServerProcess.binary else {
-            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
-            return
-        }
-        guard let net = try Self.network(3) else { return }
-        defer { net.remove() }
-        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
-        let dir = try TemporaryDirectory(prefix: "kaiten-pool")
-        defer { dir.remove() }
-        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
-        defer { relay.stop() }
+        guard let world = try RelayWorld.make("kaiten-pool") else { return }
+        defer { world.remove() }
+        let (relay, home, st, local, peerData, relayParty) = (world.relay, world.home, world.st, world.local, world.peerData, world.relayParty)
         let list = Array(#"{"relays":[{"url":"relay://\#(relayParty.address):1/?id=NOT-AN-ID"},{"url":"\#(relay.uri)"}]}"#.utf8)
         let pool = try await ScriptedTLSServer(plain: true, socket: NetworkNamespaces.listeningSocket(in: relayParty, port: 8080)) { received in
             guard String(decoding: received, as: UTF8.self).contains("\r\n\r\n") else { return nil }
             return .init(Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(list.count)\r\n\r\n".utf8) + list)
         }
-        let home = try Home(
-            dir, party: kParty, options: [("localAnnounceEnabled", "false"), ("globalAnnounceEnabled", "false"), ("relaysEnabled", "true")])
         let config = try ConfigFile.load(path: home.path + "/config.xml")
         config.setListenAddresses(["dynamic+http://\(relayParty.address):8080/endpoint"])
         try config.write()
-        let local = dir.file("local")
-        let peerData = dir.file("peer")
         try TestFiles.write(peerData + "/docs/a.txt", "through a relay from the pool\n")
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
-        try st.setOptions([("relaysEnabled", "true")])
         try await withSyncthing(st) { st in
             try await st.addFolder(id: Self.folder, path: peerData, devices: [])
             try await ApplyInteropTests.waitScanned(st, files: 1)
             #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
             #expect(try home.kaiten("folder", "add", Self.folder, "--path", local, "--share", st.deviceID.description).status == 0)
             #expect(try home.kaiten("select", Self.folder, "docs", "--force").status == 0)
-            let log = dir.file("run.log")
+            let log = world.dir.file("run.log")
             let run = try home.startRun(log: log)
             defer { Self.stop(run) }
             try await Self.waitFor("Kaiten joined the pool's relay") {
@@ -514,39 +523,23 @@ struct DiscoveryInteropTests {
     /// direct addresses of a relayed peer every reconnectionIntervalS (5 s here). Syncthing
     /// cannot dial Kaiten (its listener is on loopback), so the direct connection is Kaiten's.
     @Test func kaitenRunMovesARelayedPeerToADirectConnection() async throws {
-        guard let binary = RelayServerProcess.binary else {
-            print("skipped: relay interop needs strelaysrv (scripts/test unpacks Debian's syncthing-relaysrv)")
-            return
-        }
-        guard let net = try Self.network(3) else { return }
-        defer { net.remove() }
-        let (relayParty, stParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
-        let dir = try TemporaryDirectory(prefix: "kaiten-upgrade")
-        defer { dir.remove() }
-        let relay = try RelayServerProcess.start(binary, in: dir.file("relay"), party: relayParty)
-        defer { relay.stop() }
-        let home = try Home(
-            dir, party: kParty,
-            options: [("globalAnnounceEnabled", "false"), ("relaysEnabled", "true"), ("reconnectionIntervalS", "5")])
-        let config = try ConfigFile.load(path: home.path + "/config.xml")
-        config.setListenAddresses(["tcp://127.0.0.1:0"])
-        try config.write()
-        let peerData = dir.file("peer")
+        guard
+            let world = try RelayWorld.make(
+                "kaiten-upgrade", homeOptions: [("localAnnounceEnabled", "true"), ("reconnectionIntervalS", "5")],
+                kaitenListen: { _ in ["tcp://127.0.0.1:0"] }, stListen: { [$0.uri, "tcp://0.0.0.0:22000"] })
+        else { return }
+        defer { world.remove() }
+        let (relay, home, st, peerData) = (world.relay, world.home, world.st, world.peerData)
         try TestFiles.write(peerData + "/docs/a.txt", "a\n")
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
-        try st.setOptions([("relaysEnabled", "true")])
-        let stConfig = try ConfigFile.load(path: st.home + "/config.xml")
-        stConfig.setListenAddresses([relay.uri, "tcp://0.0.0.0:22000"])
-        try stConfig.write()
         try await withSyncthing(st) { st in
             try await st.addDevice(home.me, name: "k", addresses: ["dynamic"])
             try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
             try await ApplyInteropTests.waitScanned(st, files: 1)
             #expect(
                 try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", relay.uri, "--address", "dynamic").status == 0)
-            #expect(try home.kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
+            #expect(try home.kaiten("folder", "add", Self.folder, "--path", world.dir.file("local"), "--share", st.deviceID.description).status == 0)
 
-            let run = try home.startRun(log: dir.file("run.log"))
+            let run = try home.startRun(log: world.dir.file("run.log"))
             defer { Self.stop(run) }
             try await Self.waitFor("connected through the relay", timeout: 60) {
                 try await Self.connectionType(st, home.me).contains("relay")
