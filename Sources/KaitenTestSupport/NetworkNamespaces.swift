@@ -100,10 +100,7 @@ public final class NetworkNamespaces: @unchecked Sendable {
             var signalled = false
             defer { if !signalled { started.signal() } }
             func fail(_ what: String) { sender.fail("\(what): \(String(cString: strerror(errno)))") }
-            let namespace = open("/run/netns/\(party.namespace)", O_RDONLY | O_CLOEXEC)
-            guard namespace >= 0 else { return fail("open /run/netns/\(party.namespace)") }
-            defer { close(namespace) }
-            guard enterNamespace(namespace, 0x4000_0000 /* CLONE_NEWNET */) == 0 else { return fail("setns") }
+            if let failed = enter(party) { return fail(failed) }
             let socket = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
             guard socket >= 0 else { return fail("socket") }
             defer { close(socket) }
@@ -145,10 +142,7 @@ public final class NetworkNamespaces: @unchecked Sendable {
         let thread = Thread {
             defer { done.signal() }
             func fail(_ what: String) { result.withLock { outcome = .failure(HarnessError("\(what): \(String(cString: strerror(errno)))")) } }
-            let namespace = open("/run/netns/\(party.namespace)", O_RDONLY | O_CLOEXEC)
-            guard namespace >= 0 else { return fail("open /run/netns/\(party.namespace)") }
-            defer { close(namespace) }
-            guard enterNamespace(namespace, 0x4000_0000 /* CLONE_NEWNET */) == 0 else { return fail("setns") }
+            if let failed = enter(party) { return fail(failed) }
             let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             guard fd >= 0 else { return fail("socket") }
             var yes: Int32 = 1
@@ -170,6 +164,15 @@ public final class NetworkNamespaces: @unchecked Sendable {
         thread.start()
         done.wait()
         return try result.withLock { outcome }.get()
+    }
+
+    /// Moves the calling thread (only it: setns(2)) into `party`'s network namespace; what
+    /// failed, or nil.
+    private static func enter(_ party: Party) -> String? {
+        let namespace = open("/run/netns/\(party.namespace)", O_RDONLY | O_CLOEXEC)
+        guard namespace >= 0 else { return "open /run/netns/\(party.namespace)" }
+        defer { close(namespace) }
+        return enterNamespace(namespace, 0x4000_0000 /* CLONE_NEWNET */) == 0 ? nil : "setns"
     }
 
     /// Deletes every namespace (and with them the links and the bridge).
