@@ -208,7 +208,8 @@ struct DiscoveryInteropTests {
         defer { dir.remove() }
         let home = try Home(dir, party: kParty, options: [("globalAnnounceEnabled", "false")])
         let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
-        try st.setOptions([("localAnnounceEnabled", "true")])
+        // IPv4 only, like the impostor's packets (its IPv6 multicasts go to another group).
+        try st.setOptions([("localAnnounceEnabled", "true"), ("localAnnounceMCAddr", "[ff12::8399]:21027")])
         let impostor = try SyncthingInstance.generate(in: dir.path, name: "b", party: impostorParty)
         #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
         #expect(try home.kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
