@@ -46,9 +46,16 @@ extension Kaiten.Peer {
             discussion: """
                 The peer must also add this device (see `kaiten id`) before the two can connect.
 
-                Example:
+                An address is tcp://HOST:PORT, a relay the peer is joined to \
+                (relay://HOST:22067/?id=RELAY-ID, used with relaysEnabled), or dynamic: found \
+                by discovery when config.xml turns it on (`kaiten init --discovery on`), else \
+                only accepted when the peer dials in. Several are tried in turn, direct ones \
+                first.
+
+                Examples:
                   kaiten peer add MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD \\
                     --name nas --address tcp://192.168.1.10:22000
+                  kaiten peer add P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2 --name laptop
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -62,8 +69,8 @@ extension Kaiten.Peer {
         @Option(
             name: .customLong("address"),
             help: ArgumentHelp(
-                "Where to reach the peer; repeatable. When omitted: dynamic (Kaiten does not use discovery, so it will only accept incoming connections from the peer).",
-                valueName: "tcp://host:port"))
+                "Where to reach the peer; repeatable: tcp://HOST:PORT, relay://HOST:PORT/?id=RELAY-ID or dynamic. When omitted: dynamic (found by discovery when it is on; otherwise the peer must dial this device).",
+                valueName: "address"))
         var addresses: [String] = []
 
         @Option(help: "What the peer compresses for us: metadata (default), never or always.")
@@ -112,7 +119,7 @@ extension Kaiten.Peer {
 
         @Option(
             name: .customLong("address"),
-            help: ArgumentHelp("Where to reach the peer; repeatable; replaces every address.", valueName: "tcp://host:port"))
+            help: ArgumentHelp("Where to reach the peer (tcp://HOST:PORT, relay://HOST:PORT/?id=RELAY-ID or dynamic); repeatable; replaces every address.", valueName: "address"))
         var addresses: [String] = []
 
         @Option(help: "What the peer compresses for us: metadata, never or always.")
