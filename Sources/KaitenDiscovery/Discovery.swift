@@ -19,7 +19,6 @@ public final class Discovery: PeerAddressBook {
     /// themselves at once when they hear a new device, so a moment is enough.
     private let patience: Duration
     private let listening = Mutex<[String]>([])
-    private let problems: [String]
 
     /// Starts what config.xml turns on (nothing at all when discovery is off).
     /// - Parameter listens: whether this process listens for peers (`run`, `serve`): then its
@@ -42,15 +41,13 @@ public final class Discovery: PeerAddressBook {
             }
         }
         var global: GlobalDiscovery?
-        var problems: [String] = []
         if options.globalAnnounceEnabled {
             let (servers, bad) = DiscoveryServer.servers(from: options.globalAnnounceServers)
-            problems = bad.map { "globalAnnounceServer \($0)" }
-            for problem in problems { warn("global discovery: \(problem) in \(home.config.path); skipped") }
+            for problem in bad { warn("global discovery: globalAnnounceServer \(problem) in \(home.config.path); skipped") }
             if !servers.isEmpty { global = GlobalDiscovery(servers: servers, identity: home.identity, logger: logger, warn: warn) }
         }
         return Discovery(
-            local: local, global: global, patience: patience, problems: problems, listens: listens,
+            local: local, global: global, patience: patience, listens: listens,
             relaysEnabled: options.relaysEnabled)
     }
 
@@ -82,14 +79,13 @@ public final class Discovery: PeerAddressBook {
     public let relaysEnabled: Bool
 
     init(
-        local: LocalDiscovery?, global: GlobalDiscovery?, patience: Duration, problems: [String], listens: Bool, relaysEnabled: Bool
+        local: LocalDiscovery?, global: GlobalDiscovery?, patience: Duration, listens: Bool, relaysEnabled: Bool
     ) {
         self.relaysEnabled = relaysEnabled
         self.listens = listens
         self.local = local
         self.global = global
         self.patience = patience
-        self.problems = problems
     }
 
     /// Whether any peer of `devices` needs discovery to be found, and discovery is on: a

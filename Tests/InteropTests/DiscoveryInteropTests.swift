@@ -303,6 +303,25 @@ struct DiscoveryInteropTests {
             self.st = st
         }
 
+        /// Kaiten knows the peer only as `dynamic` (so it cannot dial it) and shares the
+        /// folder with `docs` selected before any index came in; `kaiten run` is started and
+        /// this returns once its log says `joined` (a relay that does not know a device makes
+        /// syncthing wait ten minutes before asking again, so the join comes first).
+        func startRunJoined(_ st: SyncthingInstance, joined: String) async throws -> (run: Process, log: String) {
+            #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
+            #expect(try home.kaiten("folder", "add", DiscoveryInteropTests.folder, "--path", local, "--share", st.deviceID.description).status == 0)
+            #expect(try home.kaiten("select", DiscoveryInteropTests.folder, "docs", "--force").status == 0)
+            let log = dir.file("run.log")
+            let run = try home.startRun(log: log)
+            do {
+                try await DiscoveryInteropTests.waitFor("Kaiten \(joined)") { (RunInteropTests.content(log) ?? "").contains(joined) }
+            } catch {
+                DiscoveryInteropTests.stop(run)
+                throw error
+            }
+            return (run, log)
+        }
+
         func remove() {
             relay.stop()
             dir.remove()
@@ -455,17 +474,8 @@ struct DiscoveryInteropTests {
         try await withSyncthing(st) { st in
             try await st.addFolder(id: Self.folder, path: peerData, devices: [])
             try await ApplyInteropTests.waitScanned(st, files: 1)
-            #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
-            #expect(try home.kaiten("folder", "add", Self.folder, "--path", local, "--share", st.deviceID.description).status == 0)
-            // Selected before any index came in (Kaiten has never reached the peer).
-            #expect(try home.kaiten("select", Self.folder, "docs", "--force").status == 0)
-
-            let log = world.dir.file("run.log")
-            let run = try home.startRun(log: log)
+            let (run, log) = try await world.startRunJoined(st, joined: "joined relay")
             defer { Self.stop(run) }
-            // Joined before syncthing hears of Kaiten (a relay that does not know a device
-            // makes syncthing wait ten minutes before it asks again).
-            try await Self.waitFor("Kaiten joined the relay") { (RunInteropTests.content(log) ?? "").contains("joined relay") }
             try await st.addDevice(home.me, name: "k", addresses: [relay.uri])
             try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
             try await Self.waitFor("the selection pulled through the relay", timeout: 90) {
@@ -515,15 +525,8 @@ struct DiscoveryInteropTests {
         try await withSyncthing(st) { st in
             try await st.addFolder(id: Self.folder, path: peerData, devices: [])
             try await ApplyInteropTests.waitScanned(st, files: 1)
-            #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
-            #expect(try home.kaiten("folder", "add", Self.folder, "--path", local, "--share", st.deviceID.description).status == 0)
-            #expect(try home.kaiten("select", Self.folder, "docs", "--force").status == 0)
-            let log = world.dir.file("run.log")
-            let run = try home.startRun(log: log)
+            let (run, _) = try await world.startRunJoined(st, joined: "joined relay \(relayParty.address):22067")
             defer { Self.stop(run) }
-            try await Self.waitFor("Kaiten joined the pool's relay") {
-                (RunInteropTests.content(log) ?? "").contains("joined relay \(relayParty.address):22067")
-            }
             try await st.addDevice(home.me, name: "k", addresses: [relay.uri])
             try await st.addFolder(id: Self.folder, path: peerData, devices: [home.me])
             try await Self.waitFor("the selection pulled through the relay", timeout: 90) {

@@ -54,20 +54,13 @@ public enum RelayClient {
     ) async throws -> PeerConnection {
         // An invitation without an address means the relay's own (syncthing's relays send none
         // when they listen on every address).
-        let host: String
-        switch invitation.address.count {
-        case 4 where invitation.address != [0, 0, 0, 0]:
-            host = invitation.address.map(String.init).joined(separator: ".")
-        case 16 where invitation.address.contains(where: { $0 != 0 }):
-            if invitation.address.prefix(12) == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF] {
-                host = invitation.address.suffix(4).map(String.init).joined(separator: ".")
-            } else {
-                host = stride(from: 0, to: 16, by: 2).map { String(UInt16(invitation.address[$0]) << 8 | UInt16(invitation.address[$0 + 1]), radix: 16) }
-                    .joined(separator: ":")
-            }
-        default:
-            host = relayHost
-        }
+        // An IPv4-mapped IPv6 address is dialled as IPv4.
+        var packed = invitation.address
+        if packed.count == 16 && packed.prefix(12) == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF] { packed = Array(packed.suffix(4)) }
+        let given =
+            packed.contains(where: { $0 != 0 })
+            ? (try? SocketAddress(packedIPAddress: ByteBuffer(bytes: packed), port: 0))?.ipAddress : nil
+        let host = given ?? relayHost
         let answer = group.next().makePromise(of: RelayMessage.self)
         let decoder = ByteToMessageHandler(RelayMessageDecoder(remaining: 1))
         let first = FirstRelayMessage(answer)
