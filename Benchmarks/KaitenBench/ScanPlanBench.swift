@@ -129,7 +129,9 @@ func runPlanBench(paths: Int, localFiles: Int) throws {
     let indexLog = try IndexLog.open(path: device.home.indexLogPath(folderID: "big"), folderID: "big")
     var batch: [BEPFileInfo] = []
     var sequence: Int64 = 0
-    func emit(_ name: String, size: Int64, hash: ContentHash?, directory: Bool = false) throws {
+    /// `blocks`: the local file's own blocks (the peer holds the same content), or nil for
+    /// content of the peer's own (one synthetic block).
+    func emit(_ name: String, size: Int64, blocks local: [LocalBlock]?, directory: Bool = false) throws {
         sequence += 1
         var file = BEPFileInfo()
         file.name = name
@@ -144,12 +146,21 @@ func runPlanBench(paths: Int, localFiles: Int) throws {
         file.version.counters = [counter]
         if !directory {
             file.blockSize = 131_072
-            let content = hash ?? ContentHash(a: UInt64(sequence), b: 1, c: 2, d: 3)
-            file.blocksHash = Data(content.bytes)
-            var block = BEPBlockInfo()
-            block.size = Int32(size)
-            block.hash = Data(content.bytes)
-            file.blocks = [block]
+            if let local {
+                file.blocks = local.enumerated().map { i, b in
+                    var block = BEPBlockInfo()
+                    block.offset = Int64(i) * 131_072
+                    block.size = b.size
+                    block.hash = Data(b.hash.bytes)
+                    block.weakHash = b.weakHash
+                    return block
+                }
+            } else {
+                var block = BEPBlockInfo()
+                block.size = Int32(size)
+                block.hash = Data(ContentHash(a: UInt64(sequence), b: 1, c: 2, d: 3).bytes)
+                file.blocks = [block]
+            }
         }
         batch.append(file)
         if batch.count == 1000 {
@@ -162,19 +173,21 @@ func runPlanBench(paths: Int, localFiles: Int) throws {
     for (path, file) in tree.entries.sorted(by: { $0.key < $1.key }) {
         if file.kind == .directory {
             directories.insert(path)
-            try emit(path, size: 0, hash: nil, directory: true)
+            try emit(path, size: 0, blocks: nil, directory: true)
         } else {
             written += 1
-            try emit(path, size: file.size, hash: written % 10 == 0 ? nil : file.contentHash)
+            try emit(path, size: file.size, blocks: written % 10 == 0 ? nil : file.blocks)
         }
     }
     var n = 0
     while Int(sequence) < paths {
-        if n % 1000 == 0 { try emit("remote\(n / 1000)", size: 0, hash: nil, directory: true) }
-        try emit("remote\(n / 1000)/file\(n % 1000).bin", size: 4096, hash: nil)
+        if n % 1000 == 0 { try emit("remote\(n / 1000)", size: 0, blocks: nil, directory: true) }
+        try emit("remote\(n / 1000)/file\(n % 1000).bin", size: 4096, blocks: nil)
         n += 1
     }
     if !batch.isEmpty { try indexLog.apply(device: peer, indexID: 1, files: batch, isFullIndex: false) }
+    // As a sync ends: the snapshot beside the log.
+    try indexLog.maintain()
     indexLog.close()
 
     // Select a tenth of the local directories and a few remote ones: pulls, in-sync files,

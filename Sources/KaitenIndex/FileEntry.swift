@@ -49,6 +49,33 @@ public struct FileEntry: Sendable, Equatable {
         self.recordLength = recordLength
     }
 
+    /// Every field as given (a snapshot's record).
+    init(
+        name: String, type: BEPFileInfoType, size: Int64, permissions: UInt32, modifiedS: Int64, modifiedNs: Int32,
+        modifiedBy: UInt64, isDeleted: Bool, isInvalid: Bool, noPermissions: Bool, version: BEPVector, sequence: Int64,
+        blockSize: Int32, blockCount: Int32, symlinkTarget: String, contentHash: ContentHash, recordOffset: Int64,
+        recordLength: Int32
+    ) {
+        self.name = name
+        self.type = type
+        self.size = size
+        self.permissions = permissions
+        self.modifiedS = modifiedS
+        self.modifiedNs = modifiedNs
+        self.modifiedBy = modifiedBy
+        self.isDeleted = isDeleted
+        self.isInvalid = isInvalid
+        self.noPermissions = noPermissions
+        self.version = version
+        self.sequence = sequence
+        self.blockSize = blockSize
+        self.blockCount = blockCount
+        self.symlinkTarget = symlinkTarget
+        self.contentHash = contentHash
+        self.recordOffset = recordOffset
+        self.recordLength = recordLength
+    }
+
     /// An announcement that lives in no log (one that arrived during an apply).
     public init(announced file: BEPFileInfo) {
         self.init(file, recordOffset: 0, recordLength: 0)

@@ -10,8 +10,11 @@ import Glibc
 /// ``GlobalIndex`` on open.
 ///
 /// ```
-/// header:  "KAITENIX" | format version (u32 BE) = 2 | folder-ID length (u16 BE) | folder ID
-///          | CRC32 of the header bytes before it (u32 BE)
+/// header:  "KAITENIX" | format version (u32 BE) = 3 | generation (u64 BE) | folder-ID length
+///          (u16 BE) | folder ID | CRC32 of the header bytes before it (u32 BE)
+///   the generation is random, new with every file (creation, compaction): a snapshot
+///   (``IndexSnapshot``) names the generation it was made from. Formats 1 and 2 had none;
+///   a writable open rewrites them.
 /// record:  | payload length (u32 BE) | CRC32 of kind + payload (u32 BE) | kind (u8) | payload |
 ///   kind 1 "replaced":   device ID (32) | index ID (u64 BE)
 ///            the device sent a full Index: everything it announced before is void
@@ -30,6 +33,12 @@ import Glibc
 /// before it, so the next sync asks for everything after it again. On open, a torn last
 /// record is cut off with a warning; damage anywhere else is an error naming the byte offset.
 ///
+/// Snapshot: a writer keeps the view up to some byte of the log in `PATH.snap` (at compaction,
+/// and from ``maintain()`` once enough was appended after it); an open then reads the snapshot
+/// in place and replays only the records after it. A snapshot that is damaged, torn, or made
+/// from another generation of the log is not used: the log is replayed in full and a writer
+/// writes a new one.
+///
 /// Sharing: any number of processes may hold a log open for writing. A writer takes the
 /// exclusive lock for one batch at a time (``exclusively(_:)``): it first reads what others
 /// appended since (or the whole file again, after another writer's compaction renamed a new
@@ -37,9 +46,18 @@ import Glibc
 /// keeps nobody out for longer than a batch, and the one-shot verbs beside it write safely.
 public final class IndexLog {
     public static let magic: [UInt8] = Array("KAITENIX".utf8)
-    public static let formatVersion: UInt32 = 2
-    /// The format of the file as read (1 until a writable open converts it).
+    public static let formatVersion: UInt32 = 3
+    /// The format of the file as read (1 or 2 until a writable open converts it).
     private var fileFormat: UInt32 = formatVersion
+    /// This file's generation (0 for formats 1 and 2, which had none).
+    public private(set) var generation: UInt64 = 0
+    /// Where the snapshot of this log lives.
+    public var snapshotPath: String { Self.snapshotPath(of: path) }
+    public static func snapshotPath(of logPath: String) -> String { logPath + ".snap" }
+    /// How many bytes of the log the view's snapshot covers (0: none used).
+    public private(set) var snapshotCovers: Int64 = 0
+    /// Why the snapshot beside the log was not used on open, if one was there and was not.
+    public private(set) var snapshotRejection: String?
 
     enum Kind: UInt8 {
         case replaced = 1
@@ -134,9 +152,12 @@ public final class IndexLog {
         } else if info.st_size == 0 {
             try log.writeHeader()
         } else {
-            try log.replay(size: Int64(info.st_size), warn: warn)
-            // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's.
-            if log.fileFormat == 1 && !readOnly { try log.compact(rewritingRecords: true) }
+            try log.replayUsingSnapshot(size: Int64(info.st_size), warn: warn)
+            // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's; format
+            // 2 had no generation for a snapshot to name.
+            if log.fileFormat < formatVersion && !readOnly { try log.compact(rewritingRecords: log.fileFormat == 1) }
+            // A snapshot that could not be used is replaced (a writer's view is whole now).
+            if log.snapshotRejection != nil && !readOnly && log.fileFormat == formatVersion { try log.writeSnapshotIfLarge() }
         }
         flock(log.fd, LOCK_UN)
         return log
@@ -266,6 +287,9 @@ public final class IndexLog {
         checkpointRecordLength = fresh.checkpointRecordLength
         headerLength = fresh.headerLength
         fileFormat = fresh.fileFormat
+        generation = fresh.generation
+        snapshotCovers = fresh.snapshotCovers
+        snapshotRejection = fresh.snapshotRejection
     }
 
     /// A flock belongs to the open file description, which a child forked by this process
@@ -466,7 +490,7 @@ public final class IndexLog {
                 unlink(temp)
             }
         }
-        var buffer = Self.header(folderID: folderID)
+        var buffer = Self.header(folderID: folderID, generation: Self.newGeneration())
         func flush() throws(IndexLogError) {
             var written = 0
             while written < buffer.count {
@@ -522,13 +546,122 @@ public final class IndexLog {
         // progress takes the new one's and reads what another writer appended in between.
         Glibc.close(fd)
         fd = -1
+        unlink(snapshotPath)
         adopt(try IndexLog.open(path: path, folderID: folderID))
         if lockDepth > 0 {
             guard Self.lockExclusively(fd) else {
                 throw heldTooLong()
             }
             try catchUpHoldingLock()
+            try writeSnapshotIfLarge()
         }
+    }
+
+    // MARK: - Snapshot
+
+    /// Reads the header; with a usable snapshot, takes the view from it and replays the records
+    /// after it; otherwise replays the whole log.
+    private func replayUsingSnapshot(size: Int64, warn: (String) -> Void) throws(IndexLogError) {
+        var head = [UInt8](repeating: 0, count: Int(min(size, 1 << 17)))
+        let n = head.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+        guard n >= 0 else { throw IndexLogError(.io, file: path, "cannot read: \(String(cString: strerror(errno)))") }
+        let snapshot: IndexSnapshot?
+        do {
+            // A header that does not parse is reported by the full replay below.
+            try head.withUnsafeBufferPointer { (bytes: UnsafeBufferPointer<UInt8>) throws(IndexLogError) in
+                try readHeader(UnsafeBufferPointer(rebasing: bytes[0..<n]))
+            }
+            snapshot = generation == 0 ? nil : try IndexSnapshot.open(path: snapshotPath, folderID: folderID, generation: generation, logSize: size)
+        } catch let rejection as IndexSnapshot.Rejection {
+            snapshotRejection = rejection.description
+            warn("\(rejection.description); reading the whole index log instead")
+            snapshot = nil
+        } catch {
+            snapshot = nil
+        }
+        guard let snapshot, snapshot.coveredLogBytes >= headerLength else {
+            try replay(size: size, warn: warn)
+            return
+        }
+        let rule = index.conflictRule
+        index = GlobalIndex(snapshot: snapshot)
+        index.conflictRule = rule
+        for (device, checkpoint, length) in snapshot.checkpoints {
+            checkpoints[device] = checkpoint
+            checkpointRecordLength[device] = length
+        }
+        liveBytes = snapshot.liveLogBytes
+        snapshotCovers = snapshot.coveredLogBytes
+        fileSize = snapshot.coveredLogBytes
+        try replay(size: size, from: snapshot.coveredLogBytes, warn: warn)
+    }
+
+    /// Bytes appended after the snapshot (after the header without one).
+    public var bytesAfterSnapshot: Int64 { fileSize - max(snapshotCovers, headerLength) }
+
+    /// Whether a new snapshot pays: enough was appended since the last one that replaying it
+    /// costs noticeably (4 MiB is ~25,000 records, a few hundredths of a second), and at least
+    /// half the size of what the last one covered (so a growing log is snapshotted a
+    /// logarithmic number of times, not at every batch).
+    public var shouldSnapshot: Bool {
+        fileFormat == Self.formatVersion && bytesAfterSnapshot >= max(Self.snapshotThreshold, snapshotCovers / 2)
+    }
+
+    /// Tail size from which a snapshot is written (tests lower it for their task).
+    @TaskLocal public static var snapshotThreshold: Int64 = 4 << 20
+
+    /// Housekeeping after a sync or a batch: compacts when dead records outweigh live ones,
+    /// else writes a snapshot when enough was appended since the last one. Cheap when neither.
+    public func maintain() throws(IndexLogError) {
+        guard shouldCompact || shouldSnapshot else { return }
+        let took = try lockForBatch()
+        defer { if took { unlockAfterBatch() } }
+        if shouldCompact {
+            try compact(rewritingRecords: false)
+        } else if shouldSnapshot {
+            try writeSnapshot()
+        }
+    }
+
+    /// Writes the view as the snapshot (under the lock: the view is the whole log), then reads
+    /// the view from it: what the snapshot holds leaves the heap.
+    public func writeSnapshot() throws(IndexLogError) {
+        let took = try lockForBatch()
+        defer { if took { unlockAfterBatch() } }
+        precondition(fileFormat == Self.formatVersion && generation != 0, "a snapshot needs a log with a generation")
+        let covered = fileSize
+        try IndexSnapshot.write(
+            index, checkpoints: checkpoints.map { ($0.key, $0.value, checkpointRecordLength[$0.key] ?? 0) }, to: snapshotPath,
+            folderID: folderID, generation: generation, covered: covered, live: liveBytes)
+        do {
+            if let snapshot = try IndexSnapshot.open(path: snapshotPath, folderID: folderID, generation: generation, logSize: covered) {
+                let rule = index.conflictRule
+                index = GlobalIndex(snapshot: snapshot)
+                index.conflictRule = rule
+                snapshotCovers = covered
+                snapshotRejection = nil
+            }
+        } catch {
+            throw IndexLogError(.io, file: snapshotPath, "the snapshot just written does not read back: \(error)")
+        }
+    }
+
+    /// After a full replay or a compaction: a snapshot when the log is big enough to want one;
+    /// otherwise an old one is removed (it names another generation or a bigger view).
+    private func writeSnapshotIfLarge() throws(IndexLogError) {
+        if fileSize - headerLength >= Self.snapshotThreshold {
+            try writeSnapshot()
+        } else {
+            unlink(snapshotPath)
+            snapshotCovers = 0
+        }
+    }
+
+    /// Removes a log and its snapshot (`index rebuild`, a folder forgotten).
+    public static func remove(path: String) {
+        unlink(path)
+        unlink(snapshotPath(of: path))
+        unlink(snapshotPath(of: path) + ".tmp")
     }
 
     // MARK: - Replay
@@ -658,19 +791,23 @@ public final class IndexLog {
         }
         let version = bytes.readBE32(at: 8)
         fileFormat = version
-        guard version == Self.formatVersion || version == 1 else {
+        guard (1...Self.formatVersion).contains(version) else {
             throw IndexLogError(.unsupportedVersion, file: path, offset: 8, "log format \(version) is not supported (want \(Self.formatVersion))")
         }
-        let nameLength = Int(UInt16(bytes[12]) << 8 | UInt16(bytes[13]))
-        let end = 14 + nameLength
+        // Format 3 puts the generation before the folder ID.
+        let nameAt = version >= 3 ? 20 : 12
+        guard bytes.count >= nameAt + 2 else { throw IndexLogError(.notAnIndexLog, file: path, offset: 12, "header is cut short") }
+        let nameLength = Int(UInt16(bytes[nameAt]) << 8 | UInt16(bytes[nameAt + 1]))
+        let end = nameAt + 2 + nameLength
         guard bytes.count >= end + 4 else { throw IndexLogError(.notAnIndexLog, file: path, offset: 12, "header is cut short") }
         guard CRC32.checksum(Array(bytes[0..<end])) == bytes.readBE32(at: end) else {
             throw IndexLogError(.corruptRecord, file: path, offset: 0, "header checksum mismatch; run `kaiten index rebuild \(folderID)`")
         }
-        let name = String(decoding: bytes[14..<end], as: UTF8.self)
+        let name = String(decoding: bytes[(nameAt + 2)..<end], as: UTF8.self)
         guard name == folderID else {
-            throw IndexLogError(.wrongFolder, file: path, offset: 14, "this log belongs to folder \"\(name)\", not \"\(folderID)\"")
+            throw IndexLogError(.wrongFolder, file: path, offset: Int64(nameAt + 2), "this log belongs to folder \"\(name)\", not \"\(folderID)\"")
         }
+        generation = version >= 3 ? bytes.readBE64(at: 12) : 0
         headerLength = Int64(end + 4)
     }
 
@@ -713,8 +850,11 @@ public final class IndexLog {
                 throw corruption(at: offset, "a file record names \"\(file.name)\", which escapes the folder")
             }
             var entry = FileEntry(file, recordOffset: Int64(offset), recordLength: Int32(9 + length))
-            // The meta half carries no blocks; their count follows from size and block size.
-            entry.blockCount = Int32(clamping: Int(file.size > 0 ? (file.size + Int64(file.effectiveBlockSize) - 1) / Int64(file.effectiveBlockSize) : 1))
+            // The meta half carries no blocks; their count follows from size and block size
+            // (an empty file has one, empty block), and is 0 when the blocks half is empty (a
+            // deletion, a directory), as an entry appended this session has it.
+            let hasBlocks = length > 36 + metaLength
+            entry.blockCount = !hasBlocks ? 0 : Int32(clamping: Int(file.size > 0 ? (file.size + Int64(file.effectiveBlockSize) - 1) / Int64(file.effectiveBlockSize) : 1))
             record(entry, from: device)
         }
     }
@@ -745,9 +885,10 @@ public final class IndexLog {
 
     // MARK: - Encoding
 
-    static func header(folderID: String) -> [UInt8] {
+    static func header(folderID: String, generation: UInt64) -> [UInt8] {
         var header = magic
         header.appendBigEndian(formatVersion)
+        header.appendBigEndian(generation)
         let name = Array(folderID.utf8)
         header.append(UInt8(name.count >> 8 & 0xFF))
         header.append(UInt8(name.count & 0xFF))
@@ -756,13 +897,22 @@ public final class IndexLog {
         return header
     }
 
+    /// A generation no snapshot names yet (never 0, which means "none").
+    static func newGeneration() -> UInt64 {
+        var generator = SystemRandomNumberGenerator()
+        return max(1, generator.next())
+    }
+
     private func writeHeader() throws(IndexLogError) {
-        let header = Self.header(folderID: folderID)
+        let newGeneration = Self.newGeneration()
+        let header = Self.header(folderID: folderID, generation: newGeneration)
         try writeAll(header, at: 0)
         guard fsync(fd) == 0 else { throw IndexLogError(.io, file: path, "fsync failed") }
         headerLength = Int64(header.count)
         fileSize = headerLength
         liveBytes = headerLength
+        generation = newGeneration
+        fileFormat = Self.formatVersion
     }
 
     private func writeAll(_ bytes: [UInt8], at offset: Int64) throws(IndexLogError) {

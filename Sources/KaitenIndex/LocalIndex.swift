@@ -82,7 +82,7 @@ public final class LocalIndex {
             if !Self.sameAnnouncement(file, announced(file.name)) { changed.append(file) }
         }
         guard !changed.isEmpty else { return [] }
-        changed.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        changed.sort { $0.name.utf8Precedes($1.name) }
         var next = maxSequence
         for i in changed.indices {
             next += 1

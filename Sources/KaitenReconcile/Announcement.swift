@@ -41,7 +41,7 @@ public enum Announcement {
     ) -> [BEPFileInfo] {
         var out: [BEPFileInfo] = []
         forEachDesired(global: global, local: local, selection: selection, sending: sending, announced: announced) { out.append($0) }
-        out.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        out.sort { $0.name.utf8Precedes($1.name) }
         return out
     }
 

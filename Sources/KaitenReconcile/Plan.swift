@@ -112,20 +112,33 @@ public struct Plan: Codable, Sendable, Equatable {
         public var notApplied: Int
 
         public init(_ folders: [FolderPlan]) {
-            let actions = folders.flatMap(\.actions)
-            pull = actions.filter { $0.action == .pull }.count
-            pullBytes = actions.filter { $0.action == .pull }.reduce(0) { $0 + $1.size }
-            delete = actions.filter { $0.action == .delete }.count
-            deleteBytes = actions.filter { $0.action == .delete }.reduce(0) { $0 + $1.size }
-            mkdir = actions.filter { $0.action == .mkdir }.count
-            rmdir = actions.filter { $0.action == .rmdir }.count
-            chmod = actions.filter { $0.action == .chmod }.count
-            send = actions.filter { $0.action == .send }.count
-            sendBytes = actions.filter { $0.action == .send }.reduce(0) { $0 + $1.size }
-            sendDelete = actions.filter { $0.action == .sendDelete }.count
+            // One pass, no copies: a plan may hold hundreds of thousands of actions.
+            (pull, pullBytes, delete, deleteBytes, mkdir, rmdir, chmod, send, sendBytes, sendDelete) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            var any = false
+            for folder in folders {
+                for action in folder.actions {
+                    any = true
+                    switch action.action {
+                    case .pull:
+                        pull += 1
+                        pullBytes += action.size
+                    case .delete:
+                        delete += 1
+                        deleteBytes += action.size
+                    case .mkdir: mkdir += 1
+                    case .rmdir: rmdir += 1
+                    case .chmod: chmod += 1
+                    case .send:
+                        send += 1
+                        sendBytes += action.size
+                    case .sendDelete: sendDelete += 1
+                    default: break
+                    }
+                }
+            }
             conflicts = folders.reduce(0) { $0 + $1.conflicts.count }
             stignoreChanges = folders.filter(\.stignore.changed).count
-            hasChanges = !actions.isEmpty || stignoreChanges > 0
+            hasChanges = any || stignoreChanges > 0
             notApplied = folders.filter { $0.notApplied != nil }.count
         }
 

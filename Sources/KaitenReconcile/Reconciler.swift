@@ -113,7 +113,7 @@ public enum Reconciler {
             id: input.id, path: input.path,
             stignore: .init(changed: managed && input.stignore != content, content: managed ? content : input.stignore ?? "", managed: managed),
             actions: managed ? builder.orderedActions() : [],
-            conflicts: builder.conflicts.sorted { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) },
+            conflicts: Builder.sortedByPath(builder.conflicts, \.path),
             junk: builder.junk.sorted(), kept: builder.kept.sorted(), warnings: warnings + builder.warnings.sorted(),
             notApplied: notApplied)
         if !managed { plan.stignore.changed = false }
@@ -143,21 +143,24 @@ public enum Reconciler {
     /// - Parameter paths: only these (a service's round that scanned only them again).
     @discardableResult
     public static func confirmSynced(_ local: inout LocalTree, global: GlobalIndex, only paths: Set<String>? = nil) -> Int {
-        var changed = 0
-        let entries = paths.map { paths in paths.compactMap { path in local[path].map { (key: path, value: $0) } } }
-        for (path, file) in entries ?? Array(local.entries) where file.kind != .directory {
-            guard let g = global.global(path), !g.file.isDeleted, !g.file.isInvalid,
+        var updates: [(String, SyncedVersion)] = []
+        func look(_ path: String, _ file: LocalFile) {
+            guard file.kind != .directory, let g = global.global(path), !g.file.isDeleted, !g.file.isInvalid,
                 let hash = contentHash(of: file), hash == contentHash(of: g.file)
-            else { continue }
+            else { return }
             let synced = SyncedVersion(version: g.file.version, contentHash: hash)
             // Never step a record back to an older version with the same content.
-            if let current = file.synced, current.contentHash == hash, current.version.compare(g.file.version) != .lesser { continue }
-            if file.synced != synced {
-                local.entries[path]?.synced = synced
-                changed += 1
-            }
+            if let current = file.synced, current.contentHash == hash, current.version.compare(g.file.version) != .lesser { return }
+            if file.synced != synced { updates.append((path, synced)) }
         }
-        return changed
+        if let paths {
+            for path in paths { if let file = local[path] { look(path, file) } }
+        } else {
+            // Straight over the tree: no copy of its hundred thousand entries first.
+            for (path, file) in local.entries { look(path, file) }
+        }
+        for (path, synced) in updates { local.entries[path]?.synced = synced }
+        return updates.count
     }
 
     /// Content identity on both sides: a file's blocks hash, a symlink's target.
@@ -182,7 +185,7 @@ public enum Reconciler {
             guard let news = arrivals[hash], news.count == 1 else { continue }
             renames.append(.init(from: olds[0], to: news[0]))
         }
-        return renames.sorted { $0.from.utf8.lexicographicallyPrecedes($1.from.utf8) }
+        return renames.sorted { $0.from.utf8Precedes($1.from) }
     }
 
     public static func contentHash(of file: LocalFile) -> ContentHash? {
@@ -204,19 +207,40 @@ public enum Reconciler {
 
     /// A digest of the local state of every path the plan acts on or reports.
     public static func localDigest(_ plan: FolderPlan, _ local: LocalTree) -> String {
-        var paths = Set(plan.actions.map(\.path))
-        paths.formUnion(plan.conflicts.map(\.path))
+        var paths = Set<String>(minimumCapacity: plan.actions.count + plan.conflicts.count)
+        for action in plan.actions { paths.insert(action.path) }
+        for conflict in plan.conflicts { paths.insert(conflict.path) }
         var hasher = SHA256()
-        for path in paths.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
-            hasher.update(data: Array(path.utf8) + [0])
+        // The same bytes as one update per path, in 32 KiB updates.
+        var pending: [UInt8] = []
+        pending.reserveCapacity(1 << 16)
+        for path in paths.sorted(by: { $0.utf8Precedes($1) }) {
+            pending += path.utf8
+            pending.append(0)
             if let file = local[path] {
-                let state = "\(file.kind.rawValue) \(file.size) \(file.modifiedNs) \(file.inode) \(file.contentHash.hex) \(file.symlinkTarget)\n"
-                hasher.update(data: Array(state.utf8))
+                // "KIND SIZE MTIME INODE HASH TARGET\n", written byte by byte (no string per path).
+                pending.appendDecimal(Int64(file.kind.rawValue))
+                pending.append(0x20)
+                pending.appendDecimal(file.size)
+                pending.append(0x20)
+                pending.appendDecimal(file.modifiedNs)
+                pending.append(0x20)
+                pending.appendDecimal(file.inode)
+                pending.append(0x20)
+                pending.appendHex(file.contentHash)
+                pending.append(0x20)
+                pending += file.symlinkTarget.utf8
+                pending.append(0x0A)
             } else {
-                hasher.update(data: Array("absent\n".utf8))
+                pending += "absent\n".utf8
+            }
+            if pending.count >= 1 << 15 {
+                hasher.update(data: pending)
+                pending.removeAll(keepingCapacity: true)
             }
         }
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        hasher.update(data: pending)
+        return ContentHash(hasher.finalize()).hex
     }
 
     public static func sha256Hex(_ bytes: [UInt8]) -> String {
@@ -287,6 +311,57 @@ public struct Selection: Sendable {
         return false
     }
 
+    /// Which part of the index a plan of this selection must read: the selected roots and
+    /// everything below them. The rest (paths neither selected nor on disk here) plans to
+    /// nothing, so a plan reads it only where the local tree names a path.
+    public struct Coverage: Sendable {
+        /// Roots, by name.
+        public var exact: [String]
+        /// "dir/" byte prefixes, none below another.
+        public var prefixes: [String]
+        /// A root whose first component is not ASCII: no byte range holds every name
+        /// equivalent to it (NFC/NFD), so the whole index is read.
+        public var everything: Bool
+        private let exactSet: Set<String>
+        private let prefixSet: Set<String>
+
+        init(exact: Set<String>, prefixes: Set<String>, everything: Bool) {
+            // Drop what a shorter prefix already covers.
+            let kept = prefixes.filter { !GlobalIndex.hasPrefix(String($0.dropLast()), in: prefixes) }
+            self.prefixes = kept.sorted()
+            self.prefixSet = Set(kept)
+            self.exact = exact.filter { !GlobalIndex.hasPrefix($0, in: Set(kept)) }.sorted()
+            self.exactSet = Set(self.exact)
+            self.everything = everything
+        }
+
+        /// Whether `path` is one the plan reads through the coverage.
+        public func covers(_ path: String) -> Bool {
+            everything || exactSet.contains(path) || GlobalIndex.hasPrefix(path, in: prefixSet)
+        }
+    }
+
+    /// The coverage of the selected roots. An ASCII root covers itself and "root/"; any other
+    /// root covers its longest ASCII directory prefix (names equal under Unicode equivalence
+    /// may differ in bytes only past it).
+    public var coverage: Coverage {
+        var exact: Set<String> = []
+        var prefixes: Set<String> = []
+        for root in roots {
+            let bytes = Array(root.utf8)
+            guard let firstWide = bytes.firstIndex(where: { $0 >= 0x80 }) else {
+                exact.insert(root)
+                prefixes.insert(root + "/")
+                continue
+            }
+            guard let slash = bytes[..<firstWide].lastIndex(of: UInt8(ascii: "/")) else {
+                return Coverage(exact: [], prefixes: [], everything: true)
+            }
+            prefixes.insert(String(decoding: bytes[...slash], as: UTF8.self))
+        }
+        return Coverage(exact: exact, prefixes: prefixes, everything: false)
+    }
+
     /// Selected itself or through a selected parent, and not globally ignored.
     public func isSelected(_ path: String) -> Bool {
         guard !roots.isEmpty else { return false }
@@ -304,5 +379,29 @@ public struct Selection: Sendable {
             }
         }
         return found && !isGloballyIgnored(path)
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// The decimal digits of `value`, as `"\(value)"` writes them.
+    mutating func appendDecimal<T: BinaryInteger>(_ value: T) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        let start = count
+        repeat {
+            append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+            magnitude /= 10
+        } while magnitude > 0
+        self[start...].reverse()
+    }
+
+    /// Lower-case hex of a hash, as ``ContentHash/hex`` writes it.
+    mutating func appendHex(_ hash: ContentHash) {
+        let digits: StaticString = "0123456789abcdef"
+        for word in [hash.a, hash.b, hash.c, hash.d] {
+            for shift in stride(from: 60, through: 0, by: -4) {
+                append(digits.utf8Start[Int(word >> UInt64(shift) & 0xF)])
+            }
+        }
     }
 }

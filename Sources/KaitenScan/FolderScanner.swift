@@ -51,17 +51,26 @@ public struct FolderScanner: Sendable {
     ///   - blockSizeHint: the block size to hash a path with (the global version's, so that equal
     ///     content gives an equal hash); nil for syncthing's rule.
     ///   - warn: told about entries skipped (names that are not UTF-8 NFC, unreadable files).
+    ///   - directory: scan only what is below this directory (`ls` of one directory); the tree
+    ///     then holds only that part. Empty: the whole folder.
+    ///   - recursive: false to read only the directory's own entries, not its subdirectories'.
     /// - Throws: ``ScanError`` when the folder or its `.stfolder` marker is missing.
     public func scan(
-        previous: LocalTree, blockSizeHint: (String, Int64) -> Int32? = { _, _ in nil }, warn: (String) -> Void = { _ in }
+        previous: LocalTree, blockSizeHint: (String, Int64) -> Int32? = { _, _ in nil }, warn: (String) -> Void = { _ in },
+        under directory: String = "", recursive: Bool = true
     ) throws(ScanError) -> (tree: LocalTree, statistics: Statistics) {
         try checkFolder()
 
         var entries: [String: LocalFile] = [:]
-        entries.reserveCapacity(previous.count)
+        entries.reserveCapacity(directory.isEmpty ? previous.count : 0)
         var toHash: [LocalFile] = []
         var statistics = Statistics()
-        var directories: [String] = [""]
+        var directories: [String] = [directory]
+        var st = stat()
+        if !directory.isEmpty && !(look(directory, &st) == true && st.st_mode & S_IFMT == S_IFDIR) {
+            // Not a real directory here (absent, a file, under a symlink): nothing below it.
+            directories = []
+        }
         while let relative = directories.popLast() {
             let absolute = relative.isEmpty ? root : root + "/" + relative
             guard let dir = opendir(absolute) else {
@@ -96,7 +105,7 @@ public struct FolderScanner: Sendable {
                 guard fstatat(dirFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
                 guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: previous.entries[path], blockSizeHint: blockSizeHint)
                 else { continue }  // sockets, fifos, devices: syncthing skips them too
-                if entry.kind == .directory { directories.append(path) }
+                if entry.kind == .directory && recursive { directories.append(path) }
                 if entry.kind == .file {
                     if reused { statistics.reusedFiles += 1 } else { toHash.append(entry) }
                 }

@@ -18,10 +18,12 @@ public enum ScanCache {
     static let formatVersion: UInt32 = 2
 
     /// Loads a cache; a missing file is an empty tree; a damaged one is reported and ignored.
-    public static func load(path: String, warn: (String) -> Void = { _ in }) -> LocalTree {
+    /// - Parameter directory: keep only the entries below this directory (`ls` of one
+    ///   directory: the others are stepped over, not decoded); nil keeps everything.
+    public static func load(path: String, warn: (String) -> Void = { _ in }, under directory: String? = nil) -> LocalTree {
         guard let data = FileManager.default.contents(atPath: path) else { return LocalTree() }
         do {
-            return try decode([UInt8](data))
+            return try decode([UInt8](data), under: directory)
         } catch {
             warn("\(path): \(error); the folder will be hashed again and synced versions are forgotten")
             return LocalTree()
@@ -82,7 +84,8 @@ public enum ScanCache {
         let description: String
     }
 
-    static func decode(_ bytes: [UInt8]) throws -> LocalTree {
+    static func decode(_ bytes: [UInt8], under directory: String? = nil) throws -> LocalTree {
+        let prefix = directory.map { $0.isEmpty ? "" : $0 + "/" }
         guard bytes.count >= 20, Array(bytes[0..<8]) == magic else { throw DecodeError(description: "not a Kaiten scan cache") }
         let body = bytes.count - 4
         let stored = bytes.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt(body))) }
@@ -97,6 +100,10 @@ public enum ScanCache {
         for _ in 0..<count {
             let path = try reader.string()
             guard let kind = LocalFile.Kind(rawValue: try reader.u8()) else { throw DecodeError(description: "bad entry kind") }
+            if let prefix, !path.hasPrefix(prefix) {
+                try reader.skipEntry()
+                continue
+            }
             var entry = LocalFile(path: path, kind: kind)
             entry.size = Int64(bitPattern: try reader.u64())
             entry.modifiedNs = Int64(bitPattern: try reader.u64())
@@ -138,6 +145,23 @@ public enum ScanCache {
 struct ByteReader {
     let bytes: [UInt8]
     var offset: Int
+
+    /// Steps over the rest of a cache entry (after its path and kind), checking only that it
+    /// fits.
+    mutating func skipEntry() throws {
+        offset += 8 + 8 + 8 + 4 + 32 + 4
+        let blockCount = Int(try u32())
+        guard blockCount <= (end - offset) / 40 else { throw ScanCache.DecodeError(description: "bad block count") }
+        offset += 40 * blockCount
+        _ = try string()
+        if try u8() == 1 {
+            offset += 32
+            let counters = Int(try u32())
+            guard counters <= (end - offset) / 16 else { throw ScanCache.DecodeError(description: "bad version") }
+            offset += 16 * counters
+        }
+        guard offset <= end else { throw ScanCache.DecodeError(description: "an entry runs past the end") }
+    }
     let end: Int
 
     mutating func take(_ n: Int) throws -> Range<Int> {

@@ -1,3 +1,5 @@
+import KaitenProtocol
+
 /// The `.stignore` Kaiten writes: Sushitrain's selective grammar, so either tool can manage a
 /// folder (anchors §1.2).
 ///
@@ -22,7 +24,7 @@ public enum StIgnore {
             }
             return true
         }
-        lines += kept.map(line(forSelecting:)).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        lines += kept.map(line(forSelecting:)).sorted { $0.utf8Precedes($1) }
         lines.append("*")
         return lines.joined(separator: "\n") + "\n"
     }

@@ -42,5 +42,8 @@ public enum Membership {
         for path in records {
             unlink(path)
         }
+        // The logs' snapshots too.
+        IndexLog.remove(path: logPath)
+        IndexLog.remove(path: home.home.localIndexPath(folderID: folder))
     }
 }

@@ -371,7 +371,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                     throw IndexLogError(.io, file: log.path, "no index ID of \(device.shortDescription) for this folder")
                 }
                 try log.apply(device: device, indexID: indexID, files: files, isFullIndex: isFull)
-                if log.shouldCompact { try log.compact() }
+                try log.maintain()
             }
         }
     }

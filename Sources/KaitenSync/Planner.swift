@@ -48,6 +48,21 @@ public enum Planner {
         return FolderState(input: input, log: log, scanStatistics: statistics)
     }
 
+    /// The local state of one directory of a folder (`kaiten ls`): its entries, or everything
+    /// below it when `recursive`, scanned with the scan cache's hashes and synced records.
+    /// Reads only; the cache is not written.
+    public static func loadLocal(
+        _ folder: FolderConfiguration, home: KaitenHome, under directory: String, recursive: Bool, global: GlobalIndex,
+        warn: (String) -> Void = { _ in }
+    ) throws -> LocalTree {
+        let cachePath = home.home.scanCachePath(folderID: folder.id)
+        let previous = ScanCache.load(path: cachePath, warn: warn, under: directory)
+        var (tree, _) = try FolderScanner(root: folder.path).scan(
+            previous: previous, blockSizeHint: blockSizeHint(global), warn: warn, under: directory, recursive: recursive)
+        SyncedJournal.merge(path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
+        return tree
+    }
+
     /// What the reconciler is given for a folder, from what was read of it.
     /// - Parameter announced: this device's announcements, asked only of a folder that sends.
     static func input(

@@ -42,11 +42,11 @@ struct ContentHashFormatTests {
         defer { dir.remove() }
         let path = dir.file("f.log")
         // A format-1 log as an older Kaiten wrote it: the peer's (1.x) blocks hash in the meta.
-        var header = IndexLog.header(folderID: "f")
-        header[11] = 1
-        let end = header.count - 4
-        header.removeLast(4)
-        header.appendBigEndian(CRC32.checksum(Array(header[0..<end])))
+        // Formats 1 and 2 had no generation: magic, version, folder ID, CRC.
+        var header = IndexLog.magic
+        header.appendBigEndian(UInt32(1))
+        header += [0, 1] + Array("f".utf8)
+        header.appendBigEndian(CRC32.checksum(header))
         let file = Self.announced(byGeneration: 1)
         var meta = file
         meta.blocks = []
@@ -76,7 +76,7 @@ struct ContentHashFormatTests {
         #expect(writable.checkpoints[Self.peer]?.maxSequence == 1)
         #expect(try writable.blocks(of: writable.index.global("a.bin")!.file) == file.blocks)
         writable.close()
-        #expect(try Data(contentsOf: URL(fileURLWithPath: path))[11] == 2, "converted to format 2")
+        #expect(UInt32(try Data(contentsOf: URL(fileURLWithPath: path))[11]) == IndexLog.formatVersion, "converted to the current format")
         let again = try IndexLog.open(path: path, folderID: "f", readOnly: true)
         #expect(again.index.global("a.bin")?.file.contentHash == expected)
     }

@@ -56,7 +56,8 @@ extension WireName {
         staysInsideFolder(bytes: name.utf8)
     }
 
-    static func staysInsideFolder<C: Collection<UInt8>>(bytes: C) -> Bool {
+    @inlinable
+    public static func staysInsideFolder<C: Collection<UInt8>>(bytes: C) -> Bool {
         guard !bytes.isEmpty else { return false }
         var componentLength = 0
         var dots = 0

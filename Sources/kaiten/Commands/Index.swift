@@ -99,7 +99,8 @@ extension Kaiten.Index {
             discussion: """
                 Kaiten compacts a log by itself when dead records outweigh live ones. The new log is \
                 written beside the old one, fsynced and renamed over it: a crash leaves one or \
-                the other, whole.
+                the other, whole. A log of more than 4 MiB then gets a new snapshot beside it \
+                (FOLDER.log.snap), from which the next open reads the view in place.
 
                 Example:
                   kaiten index compact photos
@@ -149,7 +150,7 @@ extension Kaiten.Index {
                 let opened = try KaitenHome.open(global.resolvedHome)
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let path = opened.home.indexLogPath(folderID: folder)
-                if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+                IndexLog.remove(path: path)
                 let reports = try await IndexSync.run(
                     home: opened, folders: [folder], timeout: timeout, logger: global.logger, warn: { Terminal.error($0) })
                 try Sync.render(reports, json: false)

@@ -80,9 +80,13 @@ extension Kaiten {
                 var localTree: LocalTree?
                 var selection = Selection(SelectionFile(), global: log.index)
                 do {
-                    let state = try Planner.loadFolder(config, home: opened, warn: { Terminal.error($0) })
-                    localTree = state.input.local
-                    selection = Selection(state.input.selection, global: log.index)
+                    // Only the listed directory is scanned (the file's directory for a file).
+                    let scanned = namesAFile ? (directory as NSString).deletingLastPathComponent : directory
+                    localTree = try Planner.loadLocal(
+                        config, home: opened, under: scanned, recursive: recursive && !namesAFile, global: log.index,
+                        warn: { Terminal.error($0) })
+                    let (file, _) = try Planner.readSelection(opened.home.selectionPath(folderID: folder))
+                    selection = Selection(file, global: log.index)
                 } catch let error as ScanError {
                     Terminal.error("\(error) (local state unknown)")
                     let (file, _) = try Planner.readSelection(opened.home.selectionPath(folderID: folder))
@@ -116,7 +120,7 @@ extension Kaiten {
                                 modified: Self.rfc3339(nanoseconds: file.modifiedNs), peers: [], deleted: false, version: [],
                                 selected: selection.state(of: path).rawValue, local: "extraneous"))
                     }
-                    rows.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
+                    rows.sort { $0.path.utf8Precedes($1.path) }
                 }
                 if json {
                     try Terminal.json(rows)
@@ -153,10 +157,12 @@ extension Kaiten {
         }
 
         static func rfc3339(nanoseconds: Int64) -> String {
-            let date = Date(timeIntervalSince1970: TimeInterval(nanoseconds / 1_000_000_000))
-            let formatter = ISO8601DateFormatter()
-            formatter.formatOptions = [.withInternetDateTime]
-            return formatter.string(from: date)
+            // By hand: a formatter per row was a quarter of the time of a long listing.
+            var seconds = time_t(nanoseconds / 1_000_000_000)
+            var parts = tm()
+            guard gmtime_r(&seconds, &parts) != nil else { return "?" }
+            func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+            return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z"
         }
 
         static func human(_ bytes: Int64) -> String { TextFacts.human(bytes) }

@@ -1,0 +1,468 @@
+import Foundation
+import KaitenProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The global view of an index log up to some byte of it, in a file beside the log that is
+/// read in place (memory-mapped) rather than decoded: opening a log with a snapshot costs what
+/// was appended after it (etcd keeps a snapshot beside its WAL for the same reason).
+///
+/// ```
+/// header (72 bytes, little-endian):
+///   "KAITENSS" | format u32 = 1 | CRC32 of every byte after the first 16 (u32)
+///   | file size u64 | log generation u64 | log bytes covered u64 | live log bytes u64
+///   | path count u64 | device count u32 | checkpoint count u32 | path table offset u64
+/// folder ID: length u16 | bytes, padded to a multiple of 8
+/// devices:      32 bytes each, numbered in order
+/// checkpoints:  device number u16 | 6 zero bytes | index ID u64 | max sequence i64 | record length u64
+/// path table:   path count × u64, where each path's record starts; paths sorted by UTF-8 bytes
+/// path record:  name length u32 | announcement count u16 | name | announcements
+/// announcement: device u16 | type i32 | flags u8 (1 deleted, 2 invalid, 4 no permissions)
+///               | permissions u32 | modified ns i32 | block size i32 | block count i32
+///               | record length i32 | size i64 | modified s i64 | modified by u64 | sequence i64
+///               | record offset i64 | content hash 4 × u64 | counter count u16 | symlink length u32
+///               | counters (id u64, value u64) | symlink target
+/// ```
+///
+/// Trust: a snapshot decides nothing a log could not. It is used only when its CRC matches,
+/// its folder and generation are the log's, and it covers no more of the log than there is;
+/// every offset it holds is checked against its size before it is read. Anything else and the
+/// log is replayed in full (a writer then writes a new snapshot). Written to a temporary file,
+/// fsynced and renamed, so a crash leaves the old snapshot or the new one, whole; the
+/// generation (a random number in the log's header, new at every compaction) tells a snapshot
+/// of an older log apart, whatever its size.
+public final class IndexSnapshot: @unchecked Sendable {
+    public static let magic: [UInt8] = Array("KAITENSS".utf8)
+    public static let formatVersion: UInt32 = 1
+    static let headerSize = 74
+    static let announcementFixedSize = 105
+
+    public let path: String
+    /// Which log this is a snapshot of, and how much of it.
+    public let generation: UInt64
+    public let coveredLogBytes: Int64
+    public let liveLogBytes: Int64
+    public let pathCount: Int
+    public let devices: [DeviceID]
+    public let checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)]
+    /// The snapshot's size in bytes.
+    public let byteCount: Int
+
+    private let base: UnsafeRawPointer
+    private let pathTable: Int
+
+    private init(
+        path: String, base: UnsafeRawPointer, size: Int, generation: UInt64, covered: Int64, live: Int64, pathCount: Int,
+        devices: [DeviceID], checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)],
+        pathTable: Int
+    ) {
+        self.path = path
+        self.base = base
+        self.byteCount = size
+        self.generation = generation
+        self.coveredLogBytes = covered
+        self.liveLogBytes = live
+        self.pathCount = pathCount
+        self.devices = devices
+        self.checkpoints = checkpoints
+        self.pathTable = pathTable
+    }
+
+    deinit {
+        munmap(UnsafeMutableRawPointer(mutating: base), byteCount)
+    }
+
+    /// Why a snapshot was not used.
+    public struct Rejection: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    // MARK: - Reading
+
+    /// Maps and checks the snapshot at `path`: nil when there is none, a ``Rejection`` naming
+    /// the reason when it is damaged or belongs to another log or folder.
+    public static func open(path: String, folderID: String, generation: UInt64, logSize: Int64) throws(Rejection) -> IndexSnapshot? {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw Rejection(description: "\(path): cannot open: \(String(cString: strerror(errno)))")
+        }
+        defer { Glibc.close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_size >= headerSize else {
+            throw Rejection(description: "\(path): shorter than a snapshot header")
+        }
+        let size = Int(info.st_size)
+        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
+            throw Rejection(description: "\(path): cannot map: \(String(cString: strerror(errno)))")
+        }
+        let raw = UnsafeRawBufferPointer(start: mapped, count: size)
+        do {
+            let snapshot = try check(raw, path: path, folderID: folderID, generation: generation, logSize: logSize)
+            // Checking read every page; the plan reads only what it visits.
+            madvise(mapped, size, MADV_DONTNEED)
+            return snapshot
+        } catch {
+            munmap(mapped, size)
+            throw error
+        }
+    }
+
+    private static func check(
+        _ raw: UnsafeRawBufferPointer, path: String, folderID: String, generation wanted: UInt64, logSize: Int64
+    ) throws(Rejection) -> IndexSnapshot {
+        func reject(_ why: String) -> Rejection { Rejection(description: "\(path): \(why)") }
+        guard Array(raw[0..<8]) == magic else { throw reject("not a Kaiten index snapshot") }
+        guard raw.u32(8) == formatVersion else { throw reject("snapshot format \(raw.u32(8)) is not supported") }
+        guard raw.u64(16) == UInt64(raw.count) else { throw reject("torn: the header says \(raw.u64(16)) bytes, the file has \(raw.count)") }
+        // Checking reads every byte; each window read is given back at once, so that opening
+        // a 150 MB snapshot does not make it resident (the plan then reads only what it visits).
+        let window = 8 << 20
+        var crc: UInt32 = 0
+        var at16 = 16
+        while at16 < raw.count {
+            let end = min(raw.count, (at16 / window + 1) * window)
+            crc = CRC32.checksum(UnsafeRawBufferPointer(rebasing: raw[at16..<end]), seed: crc)
+            release(raw, from: at16 == 16 ? 0 : at16, to: end)
+            at16 = end
+        }
+        guard crc == raw.u32(12) else { throw reject("checksum mismatch") }
+        let generation = raw.u64(24)
+        guard generation == wanted, generation != 0 else { throw reject("made from another log (generation differs)") }
+        let covered = raw.u64(32)
+        guard covered <= UInt64(logSize) else { throw reject("covers \(covered) bytes of a log that has \(logSize)") }
+        let pathCount = raw.u64(48)
+        let deviceCount = Int(raw.u32(56))
+        let checkpointCount = Int(raw.u32(60))
+        let pathTable = raw.u64(64)
+        let nameLength = Int(raw.u16(72))
+        guard 74 + nameLength <= raw.count, String(decoding: raw[74..<(74 + nameLength)], as: UTF8.self) == folderID else {
+            throw reject("belongs to another folder")
+        }
+        var at = (74 + nameLength + 7) & ~7
+        guard deviceCount <= Int(UInt16.max), checkpointCount <= deviceCount,
+            at + 32 * deviceCount + 32 * checkpointCount <= raw.count
+        else { throw reject("device table runs past the end") }
+        var devices: [DeviceID] = []
+        for _ in 0..<deviceCount {
+            guard let device = try? DeviceID(bytes: Array(raw[at..<(at + 32)])) else { throw reject("bad device ID") }
+            devices.append(device)
+            at += 32
+        }
+        var checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)] = []
+        for _ in 0..<checkpointCount {
+            let number = Int(raw.u16(at))
+            guard number < deviceCount else { throw reject("checkpoint of an unknown device") }
+            checkpoints.append(
+                (devices[number], IndexLog.Checkpoint(indexID: raw.u64(at + 8), maxSequence: Int64(bitPattern: raw.u64(at + 16))),
+                 Int64(bitPattern: raw.u64(at + 24))))
+            at += 32
+        }
+        guard pathCount < UInt64(Int.max / 8), pathTable == UInt64(at), at + 8 * Int(pathCount) <= raw.count else {
+            throw reject("path table runs past the end")
+        }
+        // Every record must lie inside the file, in order, and hold what it says: checked once
+        // here, so that reading one later needs no check that could fail.
+        let count = Int(pathCount)
+        var previousEnd = at + 8 * count
+        var previousName = UnsafeRawBufferPointer(start: nil, count: 0)
+        var releasedTable = at
+        var releasedRecords = previousEnd
+        for i in 0..<count {
+            if i & 0x7FFF == 0x7FFF {
+                release(raw, from: releasedTable, to: at + 8 * i)
+                release(raw, from: releasedRecords, to: previousEnd)
+                releasedTable = at + 8 * i
+                releasedRecords = previousEnd
+            }
+            let start = Int(raw.u64(at + 8 * i))
+            guard start == previousEnd, let end = recordEnd(raw, start, deviceCount: deviceCount) else {
+                throw reject("path record \(i) is malformed")
+            }
+            let name = UnsafeRawBufferPointer(rebasing: raw[(start + 6)..<(start + 6 + Int(raw.u32(start)))])
+            guard i == 0 || compare(previousName, name) < 0 else { throw reject("paths out of order at record \(i)") }
+            previousName = name
+            previousEnd = end
+        }
+        guard previousEnd == raw.count else { throw reject("bytes after the last record") }
+        return IndexSnapshot(
+            path: path, base: raw.baseAddress!, size: raw.count, generation: generation, covered: Int64(covered),
+            live: Int64(bitPattern: raw.u64(40)), pathCount: count, devices: devices, checkpoints: checkpoints, pathTable: at)
+    }
+
+    /// Gives back the whole pages between two offsets of a mapping (they stay in the page cache).
+    private static func release(_ raw: UnsafeRawBufferPointer, from: Int, to: Int) {
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let start = (from + page - 1) / page * page
+        let end = to / page * page
+        guard end > start else { return }
+        madvise(UnsafeMutableRawPointer(mutating: raw.baseAddress! + start), end - start, MADV_DONTNEED)
+    }
+
+    /// Where a path record that starts at `start` ends, or nil when it does not fit.
+    private static func recordEnd(_ raw: UnsafeRawBufferPointer, _ start: Int, deviceCount: Int) -> Int? {
+        guard start + 6 <= raw.count else { return nil }
+        let nameLength = Int(raw.u32(start))
+        let count = Int(raw.u16(start + 4))
+        var at = start + 6 + nameLength
+        guard count > 0, at <= raw.count, WireName.staysInsideFolder(bytes: UnsafeRawBufferPointer(rebasing: raw[(start + 6)..<at])) else { return nil }
+        for _ in 0..<count {
+            guard at + announcementFixedSize <= raw.count, Int(raw.u16(at)) < deviceCount else { return nil }
+            let counters = Int(raw.u16(at + 99))
+            let symlink = Int(raw.u32(at + 101))
+            at += announcementFixedSize + 16 * counters + symlink
+            guard at <= raw.count else { return nil }
+        }
+        return at
+    }
+
+    private var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: byteCount) }
+
+    private func recordStart(_ i: Int) -> Int { Int(bytes.u64(pathTable + 8 * i)) }
+
+    /// The name of path `i`, as bytes.
+    func nameBytes(_ i: Int) -> UnsafeRawBufferPointer {
+        let start = recordStart(i)
+        let length = Int(bytes.u32(start))
+        return UnsafeRawBufferPointer(rebasing: bytes[(start + 6)..<(start + 6 + length)])
+    }
+
+    /// The name of path `i`.
+    public func name(_ i: Int) -> String { String(decoding: nameBytes(i), as: UTF8.self) }
+
+    /// The index of `name`, if the snapshot holds it.
+    func find(_ name: String) -> Int? {
+        var name = name
+        return name.withUTF8 { key in
+            let i = lowerBound(UnsafeRawBufferPointer(key))
+            guard i < pathCount, Self.compare(nameBytes(i), UnsafeRawBufferPointer(key)) == 0 else { return nil }
+            return i
+        }
+    }
+
+    /// The first path not ordered before `key` (byte order).
+    func lowerBound(_ key: UnsafeRawBufferPointer) -> Int {
+        var low = 0
+        var high = pathCount
+        while low < high {
+            let mid = (low + high) / 2
+            if Self.compare(nameBytes(mid), key) < 0 { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    func lowerBound(_ key: String) -> Int {
+        var key = key
+        return key.withUTF8 { lowerBound(UnsafeRawBufferPointer($0)) }
+    }
+
+    static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let n = min(a.count, b.count)
+        if n > 0 {
+            let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+            if c != 0 { return Int(c) }
+        }
+        return a.count - b.count
+    }
+
+    /// The device numbers of path `i`'s announcements and their record lengths (a partial read:
+    /// forgetting a device weighs what it held without decoding the rest).
+    func devicesAndLengths(_ i: Int, _ body: (UInt16, Int32) -> Void) {
+        let start = recordStart(i)
+        let count = Int(bytes.u16(start + 4))
+        var at = start + 6 + Int(bytes.u32(start))
+        for _ in 0..<count {
+            body(bytes.u16(at), Int32(bitPattern: bytes.u32(at + 23)))
+            at += Self.announcementFixedSize + 16 * Int(bytes.u16(at + 99)) + Int(bytes.u32(at + 101))
+        }
+    }
+
+    /// Path `i`'s announcements, each by device number, named `name`.
+    func announcements(_ i: Int, name: String, skipping voided: Set<UInt16>) -> [(device: UInt16, entry: FileEntry)] {
+        let start = recordStart(i)
+        let count = Int(bytes.u16(start + 4))
+        var at = start + 6 + Int(bytes.u32(start))
+        var list: [(device: UInt16, entry: FileEntry)] = []
+        list.reserveCapacity(count)
+        for _ in 0..<count {
+            let device = bytes.u16(at)
+            let counters = Int(bytes.u16(at + 99))
+            let symlink = Int(bytes.u32(at + 101))
+            defer { at += Self.announcementFixedSize + 16 * counters + symlink }
+            if !voided.isEmpty && voided.contains(device) { continue }
+            let flags = bytes[at + 6]
+            var version = BEPVector()
+            if counters > 0 {
+                version.counters.reserveCapacity(counters)
+                for c in 0..<counters {
+                    var counter = BEPCounter()
+                    counter.id = bytes.u64(at + 105 + 16 * c)
+                    counter.value = bytes.u64(at + 113 + 16 * c)
+                    version.counters.append(counter)
+                }
+            }
+            let symlinkStart = at + Self.announcementFixedSize + 16 * counters
+            let entry = FileEntry(
+                name: name, type: BEPFileInfoType(rawValue: Int(Int32(bitPattern: bytes.u32(at + 2)))) ?? .file,
+                size: Int64(bitPattern: bytes.u64(at + 27)), permissions: bytes.u32(at + 7),
+                modifiedS: Int64(bitPattern: bytes.u64(at + 35)), modifiedNs: Int32(bitPattern: bytes.u32(at + 11)),
+                modifiedBy: bytes.u64(at + 43), isDeleted: flags & 1 != 0, isInvalid: flags & 2 != 0,
+                noPermissions: flags & 4 != 0, version: version, sequence: Int64(bitPattern: bytes.u64(at + 51)),
+                blockSize: Int32(bitPattern: bytes.u32(at + 15)), blockCount: Int32(bitPattern: bytes.u32(at + 19)),
+                symlinkTarget: symlink == 0 ? "" : String(decoding: bytes[symlinkStart..<(symlinkStart + symlink)], as: UTF8.self),
+                contentHash: ContentHash(a: bytes.u64(at + 67), b: bytes.u64(at + 75), c: bytes.u64(at + 83), d: bytes.u64(at + 91)),
+                recordOffset: Int64(bitPattern: bytes.u64(at + 59)), recordLength: Int32(bitPattern: bytes.u32(at + 23)))
+            list.append((device, entry))
+        }
+        return list
+    }
+
+    /// Gives the pages read so far back (they stay in the page cache): a long-running service
+    /// between rounds.
+    public func releasePages() {
+        madvise(UnsafeMutableRawPointer(mutating: base), byteCount, MADV_DONTNEED)
+    }
+
+    // MARK: - Writing
+
+    /// Writes a snapshot of `index` (the view of the log's first `covered` bytes) to `path`:
+    /// temporary file, fsync, rename, directory fsync.
+    static func write(
+        _ index: GlobalIndex, checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)],
+        to path: String, folderID: String, generation: UInt64, covered: Int64, live: Int64
+    ) throws(IndexLogError) {
+        let temp = path + ".tmp"
+        let fd = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw IndexLogError(.io, file: temp, "cannot create: \(String(cString: strerror(errno)))") }
+        var done = false
+        defer {
+            if !done {
+                Glibc.close(fd)
+                unlink(temp)
+            }
+        }
+        let devices = index.deviceTable
+        let numbers = Dictionary(uniqueKeysWithValues: devices.enumerated().map { ($0.element, UInt16($0.offset)) })
+        let paths = index.sortedLists()
+
+        var head: [UInt8] = []
+        head += magic
+        head.appendLE(formatVersion)
+        head.appendLE(UInt32(0))  // CRC, filled in below
+        head.appendLE(UInt64(0))  // size, filled in below
+        head.appendLE(generation)
+        head.appendLE(UInt64(covered))
+        head.appendLE(UInt64(live))
+        head.appendLE(UInt64(paths.count))
+        head.appendLE(UInt32(devices.count))
+        head.appendLE(UInt32(checkpoints.count))
+        head.appendLE(UInt64(0))  // path table offset, filled in below
+        let folder = Array(folderID.utf8)
+        head.appendLE(UInt16(folder.count))
+        head += folder
+        while head.count % 8 != 0 { head.append(0) }
+        for device in devices { head += device.bytes }
+        for (device, checkpoint, length) in checkpoints.sorted(by: { $0.device < $1.device }) {
+            head.appendLE(numbers[device]!)
+            head += [UInt8](repeating: 0, count: 6)
+            head.appendLE(checkpoint.indexID)
+            head.appendLE(UInt64(bitPattern: checkpoint.maxSequence))
+            head.appendLE(UInt64(bitPattern: length))
+        }
+        let table = head.count
+        head.replaceLE(UInt64(table), at: 64)
+
+        // Records first (into memory, in chunks to the file after the table), offsets with them.
+        var offsets: [UInt64] = []
+        offsets.reserveCapacity(paths.count)
+        var records: [UInt8] = []
+        records.reserveCapacity(min(paths.count, 1 << 20) * 140)
+        var at = UInt64(table + 8 * paths.count)
+        for (name, list) in paths {
+            offsets.append(at + UInt64(records.count))
+            let nameBytes = Array(name.utf8)
+            records.appendLE(UInt32(nameBytes.count))
+            records.appendLE(UInt16(list.count))
+            records += nameBytes
+            for (device, entry) in list {
+                records.appendLE(device)
+                records.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
+                records.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
+                records.appendLE(entry.permissions)
+                records.appendLE(UInt32(bitPattern: entry.modifiedNs))
+                records.appendLE(UInt32(bitPattern: entry.blockSize))
+                records.appendLE(UInt32(bitPattern: entry.blockCount))
+                records.appendLE(UInt32(bitPattern: entry.recordLength))
+                records.appendLE(UInt64(bitPattern: entry.size))
+                records.appendLE(UInt64(bitPattern: entry.modifiedS))
+                records.appendLE(entry.modifiedBy)
+                records.appendLE(UInt64(bitPattern: entry.sequence))
+                records.appendLE(UInt64(bitPattern: entry.recordOffset))
+                records.appendLE(entry.contentHash.a)
+                records.appendLE(entry.contentHash.b)
+                records.appendLE(entry.contentHash.c)
+                records.appendLE(entry.contentHash.d)
+                let symlink = Array(entry.symlinkTarget.utf8)
+                records.appendLE(UInt16(entry.version.counters.count))
+                records.appendLE(UInt32(symlink.count))
+                for counter in entry.version.counters {
+                    records.appendLE(counter.id)
+                    records.appendLE(counter.value)
+                }
+                records += symlink
+            }
+        }
+        at += UInt64(records.count)
+        head.replaceLE(at, at: 16)
+        var tableBytes: [UInt8] = []
+        tableBytes.reserveCapacity(8 * offsets.count)
+        for offset in offsets { tableBytes.appendLE(offset) }
+        var crc: UInt32 = 0
+        head.withUnsafeBytes { crc = CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[16...])) }
+        crc = tableBytes.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
+        crc = records.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
+        head.replaceLE(crc, at: 12)
+        for part in [head, tableBytes, records] {
+            var written = 0
+            while written < part.count {
+                let n = part[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
+                written += n
+            }
+        }
+        guard fsync(fd) == 0 else { throw IndexLogError(.io, file: temp, "fsync failed: \(String(cString: strerror(errno)))") }
+        Glibc.close(fd)
+        done = true
+        guard rename(temp, path) == 0 else {
+            unlink(temp)
+            throw IndexLogError(.io, file: path, "rename failed: \(String(cString: strerror(errno)))")
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        let dirFD = Glibc.open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dirFD >= 0 {
+            fsync(dirFD)
+            Glibc.close(dirFD)
+        }
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    @inline(__always) func u16(_ at: Int) -> UInt16 { UInt16(littleEndian: loadUnaligned(fromByteOffset: at, as: UInt16.self)) }
+    @inline(__always) func u32(_ at: Int) -> UInt32 { UInt32(littleEndian: loadUnaligned(fromByteOffset: at, as: UInt32.self)) }
+    @inline(__always) func u64(_ at: Int) -> UInt64 { UInt64(littleEndian: loadUnaligned(fromByteOffset: at, as: UInt64.self)) }
+}
+
+extension Array where Element == UInt8 {
+    mutating func appendLE<T: FixedWidthInteger>(_ value: T) {
+        Swift.withUnsafeBytes(of: value.littleEndian) { append(contentsOf: $0) }
+    }
+
+    mutating func replaceLE<T: FixedWidthInteger>(_ value: T, at offset: Int) {
+        Swift.withUnsafeBytes(of: value.littleEndian) { bytes in
+            for (i, byte) in bytes.enumerated() { self[offset + i] = byte }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenIndex
+
+/// The snapshot beside an index log (issue 13, item 2): a view read from it plus the log's tail
+/// is the view a full replay gives, in every state the log can be in; a snapshot that is torn,
+/// damaged or from another generation of the log is never used.
+struct IndexSnapshotTests {
+    static let peerA = IndexLogTests.peerA
+    static let peerB = IndexLogTests.peerB
+
+    /// Everything a view says, in a comparable form.
+    struct View: Equatable, CustomStringConvertible {
+        var entries: [String]
+        var checkpoints: [String]
+        var liveBytes: Int64
+        var pathCount: Int
+        var globals: [String]
+
+        init(_ log: IndexLog) {
+            var entries: [String] = []
+            log.index.forEachEntry { path, device, entry in
+                entries.append("\(path)|\(device.shortDescription)|\(entry)")
+            }
+            self.entries = entries.sorted()
+            checkpoints = log.checkpoints.map { "\($0.key.shortDescription) \($0.value.indexID) \($0.value.maxSequence)" }.sorted()
+            liveBytes = log.liveBytes
+            pathCount = log.index.pathCount
+            globals = log.index.allGlobal().map { "\($0.path) \($0.holders.map(\.shortDescription)) \($0.file.version.descriptions)" }
+        }
+
+        var description: String {
+            "\(pathCount) paths, \(entries.count) entries, live \(liveBytes)"
+        }
+
+        /// The first difference, for a failure message.
+        func difference(from other: View) -> String {
+            if let i = zip(entries, other.entries).enumerated().first(where: { $0.element.0 != $0.element.1 })?.offset { return "entry: \(entries[i]) vs \(other.entries[i])" }
+            if let i = zip(globals, other.globals).enumerated().first(where: { $0.element.0 != $0.element.1 })?.offset { return "global: \(globals[i]) vs \(other.globals[i])" }
+            if checkpoints != other.checkpoints { return "checkpoints: \(checkpoints) vs \(other.checkpoints)" }
+            return "counts"
+        }
+    }
+
+    /// The view of a full replay: the log opened with its snapshot out of the way.
+    static func fullReplay(_ path: String, folder: String = "photos") throws -> View {
+        let dir = try TemporaryDirectory(prefix: "kaiten-replay")
+        defer { dir.remove() }
+        let copy = dir.file("copy.log")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        let log = try IndexLog.open(path: copy, folderID: folder, readOnly: true)
+        defer { log.close() }
+        #expect(!log.index.hasSnapshot)
+        return View(log)
+    }
+
+    /// A log with some of everything: two peers, several versions, a deletion, a directory, a
+    /// symlink, an invalid entry, a name outside ASCII.
+    static func fill(_ log: IndexLog, from first: Int, count: Int, peer: DeviceID = peerA, indexID: UInt64 = 11, full: Bool = false) throws {
+        var files: [BEPFileInfo] = []
+        for i in first..<(first + count) {
+            let name = i % 7 == 0 ? "dir\(i % 5)/é\(i).jpg" : "dir\(i % 5)/f\(i).bin"
+            files.append(IndexLogTests.file(name, size: Int64(i + 1), sequence: Int64(i + 1), version: [(1, UInt64(i)), (2, 3)], deleted: i % 11 == 0, invalid: i % 13 == 0))
+        }
+        files.append(IndexLogTests.file("dir\(first % 5)", sequence: Int64(first + count + 1), version: [(1, 1)], type: .directory))
+        var link = IndexLogTests.file("link\(first)", sequence: Int64(first + count + 2), version: [(1, 2)], type: .symlink)
+        link.symlinkTarget = "dir0/f1.bin"
+        files.append(link)
+        try log.apply(device: peer, indexID: indexID, files: files, isFullIndex: full)
+    }
+
+    func withLog(_ body: (String) throws -> Void) throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-snapshot")
+        defer { dir.remove() }
+        try body(dir.file("photos.log"))
+    }
+
+    @Test func aSnapshotPlusTheTailIsTheViewOfAFullReplay() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(log, from: 0, count: 300, full: true)
+            try Self.fill(log, from: 0, count: 100, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            #expect(log.index.hasSnapshot)
+            #expect(FileManager.default.fileExists(atPath: log.snapshotPath))
+            // The tail: changes to snapshotted paths, new paths, a peer's full index that voids
+            // what the snapshot holds of it.
+            try Self.fill(log, from: 250, count: 100)
+            try Self.fill(log, from: 40, count: 10, peer: Self.peerB, indexID: 23, full: true)
+            let expected = try Self.fullReplay(path)
+            #expect(View(log) == expected, "the writer's own view: \(View(log).difference(from: expected))")
+            log.close()
+
+            for readOnly in [true, false] {
+                let again = try IndexLog.open(path: path, folderID: "photos", readOnly: readOnly)
+                #expect(again.index.hasSnapshot)
+                #expect(again.snapshotRejection == nil)
+                #expect(again.snapshotCovers > 0 && again.snapshotCovers < again.fileSize)
+                #expect(View(again) == expected)
+                // Block lists are read from the log at the offsets the snapshot kept.
+                let entry = try #require(again.index.entry("dir1/f1.bin", from: Self.peerA))
+                #expect(try again.blocks(of: entry).first?.size == 2)
+                again.close()
+            }
+        }
+    }
+
+    @Test func listingsAndLookupsReadOnlyWhatTheyName() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(log, from: 0, count: 200, full: true)
+            try log.writeSnapshot()
+            try Self.fill(log, from: 190, count: 20)  // f190…f209: ten of them new after the snapshot
+            let all = log.index.allGlobal()
+            for directory in ["", "dir1", "dir3", "nothing"] {
+                for recursive in [false, true] {
+                    var listed: [String] = []
+                    log.index.forEachGlobal(below: directory, recursive: recursive) { listed.append($0.path) }
+                    let prefix = directory.isEmpty ? "" : directory + "/"
+                    let expected = all.map(\.path).filter {
+                        $0.hasPrefix(prefix) && $0 != directory && (recursive || !$0.dropFirst(prefix.count).contains("/"))
+                    }
+                    #expect(listed.sorted() == expected.sorted(), "\(directory) recursive: \(recursive)")
+                }
+            }
+            var picked: [String] = []
+            log.index.forEachGlobal(exact: ["dir0", "link0", "missing"], prefixes: ["dir2/"]) { picked.append($0.path) }
+            #expect(picked.sorted() == all.map(\.path).filter { $0 == "dir0" || $0 == "link0" || $0.hasPrefix("dir2/") }.sorted())
+            log.close()
+        }
+    }
+
+    @Test func aTornDamagedOrStaleSnapshotIsNotUsedAndAWriterReplacesIt() throws {
+        try IndexLog.$snapshotThreshold.withValue(1) {
+            try withLog { path in
+                let log = try IndexLog.open(path: path, folderID: "photos")
+                try Self.fill(log, from: 0, count: 200, full: true)
+                try log.writeSnapshot()
+                try Self.fill(log, from: 150, count: 100)
+                log.close()
+                let expected = try Self.fullReplay(path)
+                let snapshot = IndexLog.snapshotPath(of: path)
+                let good = try Data(contentsOf: URL(fileURLWithPath: snapshot))
+
+                // Stale: a snapshot of this log before a compaction gave it a new generation.
+                let compacting = try IndexLog.open(path: path, folderID: "photos")
+                try compacting.compact()
+                compacting.close()
+                let compacted = try Self.fullReplay(path)
+                let damages: [(String, Data, String)] = [
+                    ("torn", good.prefix(good.count / 2), "torn"),
+                    ("flipped", { var d = good; d[d.count - 40] ^= 0x55; return d }(), "checksum"),
+                    ("stale", good, "generation"),
+                    ("empty", Data(), "shorter"),
+                ]
+                for (what, bytes, reason) in damages {
+                    try bytes.write(to: URL(fileURLWithPath: snapshot))
+                    var warnings: [String] = []
+                    let reader = try IndexLog.open(path: path, folderID: "photos", readOnly: true, warn: { warnings.append($0) })
+                    #expect(!reader.index.hasSnapshot, "\(what)")
+                    #expect(reader.snapshotRejection?.contains(reason) == true, "\(what): \(reader.snapshotRejection ?? "used")")
+                    #expect(warnings.contains { $0.contains(snapshot) }, "\(what): the warning names the file")
+                    #expect(View(reader) == compacted, "\(what): the view is the full replay's")
+                    reader.close()
+                    #expect(try Data(contentsOf: URL(fileURLWithPath: snapshot)) == bytes, "\(what): a reader writes nothing")
+
+                    // A writer replays in full and writes a good snapshot again.
+                    let writer = try IndexLog.open(path: path, folderID: "photos")
+                    #expect(View(writer) == compacted)
+                    writer.close()
+                    let after = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+                    #expect(after.index.hasSnapshot, "\(what): rebuilt")
+                    #expect(View(after) == compacted)
+                    after.close()
+                }
+                _ = expected
+            }
+        }
+    }
+
+    @Test func maintainSnapshotsAGrowingLogAFewTimesNotAtEveryBatch() throws {
+        try IndexLog.$snapshotThreshold.withValue(8 << 10) {
+            try withLog { path in
+                let log = try IndexLog.open(path: path, folderID: "photos")
+                var writes = 0
+                var covered: Int64 = 0
+                for batch in 0..<60 {
+                    try Self.fill(log, from: batch * 50, count: 50, full: batch == 0)
+                    try log.maintain()
+                    if log.snapshotCovers != covered {
+                        writes += 1
+                        covered = log.snapshotCovers
+                    }
+                }
+                #expect(writes >= 2 && writes <= 12, "\(writes) snapshots for 60 batches")
+                #expect(log.bytesAfterSnapshot < max(8 << 10, log.snapshotCovers / 2))
+                let expected = try Self.fullReplay(path)
+                #expect(View(log) == expected)
+                log.close()
+                let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+                #expect(View(again) == expected)
+                again.close()
+            }
+        }
+    }
+
+    @Test func aSnapshotNamingAPathOutsideTheFolderIsRefused() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(device: Self.peerA, indexID: 1, files: [IndexLogTests.file("a/bb.jpg", sequence: 1, version: [(1, 1)])], isFullIndex: true)
+            try log.writeSnapshot()
+            log.close()
+            // Rewrite the name to "a/../x" with a correct checksum: the structure check refuses it.
+            let snapshot = IndexLog.snapshotPath(of: path)
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot)))
+            let name = Array("a/bb.jpg".utf8)
+            let at = try #require((0..<(bytes.count - name.count)).first { Array(bytes[$0..<($0 + name.count)]) == name })
+            bytes.replaceSubrange(at..<(at + name.count), with: Array("../b.jpg".utf8))
+            let crc = bytes.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[16...])) }
+            bytes.replaceLE(crc, at: 12)
+            try Data(bytes).write(to: URL(fileURLWithPath: snapshot))
+            let reader = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            #expect(!reader.index.hasSnapshot)
+            #expect(reader.snapshotRejection?.contains("malformed") == true)
+            #expect(reader.index.global("a/bb.jpg") != nil)
+            #expect(reader.index.global("../b.jpg") == nil)
+            reader.close()
+        }
+    }
+}
