@@ -207,18 +207,24 @@ func directorySize(_ path: String) -> Int64 {
 }
 
 /// Replays a synthetic log of `records` file records (10 peers' worth of 100k-path folders).
-func runReplay(records: Int) throws {
+/// Replay of an index log (issue 13, item 2): in full (no snapshot), and from a snapshot of its
+/// first 90 % plus the last 10 % as the tail; each open in a fresh process, median of `runs`.
+func runReplay(records: Int, runs: Int = 3) throws {
     let dir = try TemporaryDirectory(prefix: "kaiten-replay")
-    defer { dir.remove() }
+    // KAITEN_BENCH_KEEP=1 keeps the log for profiling `kaiten-bench replay-child LOG full|snapshot`.
+    defer { if ProcessInfo.processInfo.environment["KAITEN_BENCH_KEEP"] == nil { dir.remove() } }
     let path = dir.file("synthetic.log")
+    let tail = records / 10
     do {
         let log = try IndexLog.open(path: path, folderID: "synthetic")
         let devices = try (0..<10).map { try DeviceID(bytes: Array(repeating: UInt8(0x10 + $0), count: 32)) }
         let perBatch = 1000
         var written = 0
         while written < records {
+            if written == records - tail { try log.writeSnapshot() }
             let device = devices[(written / 100_000) % devices.count]
-            let batch = (0..<min(perBatch, records - written)).map { i -> BEPFileInfo in
+            let upTo = written < records - tail ? records - tail : records
+            let batch = (0..<min(perBatch, upTo - written)).map { i -> BEPFileInfo in
                 let n = written + i
                 var file = BEPFileInfo()
                 file.name = "dir\(n % 1000)/file-\(n % 100_000).bin"
@@ -241,24 +247,74 @@ func runReplay(records: Int) throws {
             try log.apply(device: device, indexID: 1, files: batch, isFullIndex: false)
             written += batch.count
         }
+        log.close()
     }
     let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64) ?? 0
-    // Measure the replay in a fresh process so its peak RSS is the replay's own.
-    let child = try ProcessRunner.run(CommandLine.arguments[0], ["replay-child", path])
-    guard child.status == 0 else { throw HarnessError("replay failed: \(child.stderr)") }
+    let snapshot = IndexLog.snapshotPath(of: path)
+    let snapshotSize = (try? FileManager.default.attributesOfItem(atPath: snapshot)[.size] as? Int64) ?? 0
+    struct Open { var seconds: Double; var check: Double; var records: Int; var rss: Double }
+    // Each open in a fresh process, so that its peak RSS is its own.
+    func open(_ mode: String) throws -> Open {
+        let child = try ProcessRunner.run(CommandLine.arguments[0], ["replay-child", path, mode])
+        guard child.status == 0 else { throw HarnessError("replay failed: \(child.stderr)") }
+        let f = child.stdout.split(separator: " ").map { String($0).trimmingCharacters(in: .whitespacesAndNewlines) }
+        return Open(seconds: Double(f[0])!, check: Double(f[1])!, records: Int(f[2])!, rss: Double(f[3])!)
+    }
+    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+    func spread(_ values: [Double], _ format: String) -> String {
+        "(\(String(format: format, values.min()!))–\(String(format: format, values.max()!)))"
+    }
+    var full: [Open] = []
+    var snapped: [Open] = []
+    for _ in 0..<runs {
+        full.append(try open("full"))
+        snapped.append(try open("snapshot"))
+    }
     print("")
-    print("== replay of a synthetic log: \(records) file records, \(String(format: "%.1f", Double(size) / 1048576)) MiB ==")
-    print(child.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    print(
+        "== replay of a synthetic log: \(records) file records (\(String(format: "%.1f", Double(size) / 1048576)) MiB), "
+            + "snapshot of the first \(records - tail) (\(String(format: "%.1f", Double(snapshotSize) / 1048576)) MiB), median of \(runs) =="
+    )
+    let fullRates = full.map { Double($0.records) / $0.seconds }
+    print(
+        String(
+            format: "full replay:            %.2f s %@, %.0f records/s, %.1f MiB peak RSS", median(full.map(\.seconds)),
+            spread(full.map(\.seconds), "%.2f"), median(fullRates), median(full.map(\.rss))))
+    let tailRates = snapped.map { Double($0.records) / max($0.seconds - $0.check, 1e-6) }
+    print(
+        String(
+            format: "snapshot + tail:        %.2f s %@ (snapshot checked in %.2f s), %.1f MiB peak RSS", median(snapped.map(\.seconds)),
+            spread(snapped.map(\.seconds), "%.2f"), median(snapped.map(\.check)), median(snapped.map(\.rss))))
+    print(
+        String(
+            format: "tail replay:            %d records, %.0f records/s %@   goal ≥ 1,000,000 records/s", snapped[0].records,
+            median(tailRates), spread(tailRates, "%.0f")))
 }
 
-func runReplayChild(path: String) throws {
+/// `replay-child PATH full|snapshot`: prints "SECONDS CHECK-SECONDS RECORDS PEAK-RSS-MIB".
+func runReplayChild(path: String, mode: String) throws {
+    let snapshot = IndexLog.snapshotPath(of: path)
+    if mode == "full" { try FileManager.default.moveItem(atPath: snapshot, toPath: snapshot + ".aside") }
+    defer { if mode == "full" { try? FileManager.default.moveItem(atPath: snapshot + ".aside", toPath: snapshot) } }
+    var check = 0.0
+    if mode == "snapshot" {
+        // The snapshot's own check (CRC and structure), timed apart from the tail.
+        var info = stat()
+        stat(path, &info)
+        // The log's generation, from its header (format 3: bytes 12..<20, big-endian).
+        let handle = FileHandle(forReadingAtPath: path)!
+        let head = [UInt8](handle.readData(ofLength: 20))
+        handle.closeFile()
+        let generation = head[12..<20].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let t = now()
+        _ = try IndexSnapshot.open(path: snapshot, folderID: "synthetic", generation: generation, logSize: Int64(info.st_size))
+        check = now() - t
+    }
     let start = now()
     let log = try IndexLog.open(path: path, folderID: "synthetic", readOnly: true)
     let seconds = now() - start
-    print(
-        String(
-            format: "kaiten replay: %.2f s, %.0f records/s, %.1f MiB peak RSS, %d paths", seconds,
-            Double(log.recordsReplayed) / seconds, ProcStat.peakRSS(), log.index.pathCount))
+    guard (mode == "snapshot") == log.index.hasSnapshot else { throw HarnessError("snapshot use not as asked (\(mode))") }
+    print(String(format: "%.4f %.4f %d %.1f", seconds, check, log.recordsReplayed, ProcStat.peakRSS()))
 }
 
 func pidOf(home: String) -> Int32? {
@@ -313,9 +369,10 @@ do {
         try await runClient(Array(args.dropFirst()))
     case "replay":
         let records = args.firstIndex(of: "--records").flatMap { Int(args[$0 + 1]) } ?? 1_000_000
-        try runReplay(records: records)
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try runReplay(records: records, runs: runs)
     case "replay-child":
-        try runReplayChild(path: args[1])
+        try runReplayChild(path: args[1], mode: args[2])
     case "index":
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
         try await runComparison(mode: "index", count: files, mib: 0)
@@ -364,7 +421,7 @@ do {
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] [--runs R] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R]")
         exit(64)
     }
 } catch {

@@ -19,12 +19,20 @@ public struct GlobalIndex: Sendable {
     private var base: IndexSnapshot?
     /// Devices whose announcements in `base` no longer count (they sent a full index since).
     private var voidedInBase: Set<UInt16> = []
-    /// Base paths whose list `overlay` holds now, one bit per base path.
-    private var replacedInBase: [UInt64] = []
-    /// Per path changed since the snapshot (or every path, without one), each device's
-    /// announcement (usually one or two), as a small array. An empty list hides a base path.
-    private var overlay: [String: [(device: UInt16, entry: FileEntry)]] = [:]
-    private var livePaths = 0
+    /// Base paths the overlay has announcements for, one bit per base path.
+    private var touchedInBase: [UInt64] = []
+
+    /// A path's announcements made after the snapshot (every announcement, without one), by
+    /// device: each replaces that device's announcement in the snapshot, if any.
+    private struct Changes {
+        /// Where the path is in the snapshot, or -1.
+        var baseIndex: Int
+        var entries: [(device: UInt16, entry: FileEntry)]
+    }
+
+    /// Only what changed since the snapshot: a log's tail costs memory for its own entries,
+    /// not for the other devices' announcements of the same paths.
+    private var overlay: [String: Changes] = [:]
 
     /// The conflict rule of the peers' generation (Kaiten picks it from their Hello).
     public var conflictRule: ConflictRule = .syncthing1
@@ -36,8 +44,13 @@ public struct GlobalIndex: Sendable {
         base = snapshot
         devices = snapshot.devices
         for (n, device) in devices.enumerated() { deviceNumbers[device] = UInt16(n) }
-        replacedInBase = [UInt64](repeating: 0, count: (snapshot.pathCount + 63) / 64)
-        livePaths = snapshot.pathCount
+        touchedInBase = [UInt64](repeating: 0, count: (snapshot.pathCount + 63) / 64)
+    }
+
+    /// Makes room for about `count` more changed paths (a log tail about to be replayed):
+    /// growing the table step by step was a tenth of the replay.
+    mutating func reserveChanges(_ count: Int) {
+        overlay.reserveCapacity(overlay.count + count)
     }
 
     /// Whether part of this view is read in place from a snapshot.
@@ -49,52 +62,74 @@ public struct GlobalIndex: Sendable {
     /// Gives the snapshot's pages read so far back to the system (a service between rounds).
     public func releaseSnapshotPages() { base?.releasePages() }
 
-    /// How many paths any device announced.
-    public var pathCount: Int { livePaths }
+    /// How many paths any device announced (counted: tests, benchmarks and `status` ask).
+    public var pathCount: Int {
+        var count = 0
+        if let base {
+            for i in 0..<base.pathCount where !isTouched(i) {
+                if voidedInBase.isEmpty {
+                    count += 1
+                } else {
+                    var live = false
+                    base.devicesAndLengths(i) { device, _ in if !voidedInBase.contains(device) { live = true } }
+                    if live { count += 1 }
+                }
+            }
+        }
+        for (path, changes) in overlay where changes.baseIndex < 0 || !merged(changes.baseIndex, path, changes).isEmpty {
+            if changes.baseIndex < 0 && changes.entries.isEmpty { continue }
+            count += 1
+        }
+        return count
+    }
 
     /// The devices by number (a snapshot's device table).
     var deviceTable: [DeviceID] { devices }
 
     // MARK: - One path's announcements
 
-    private func isReplaced(_ i: Int) -> Bool { replacedInBase[i >> 6] & (1 << UInt64(i & 63)) != 0 }
+    private func isTouched(_ i: Int) -> Bool { touchedInBase[i >> 6] & (1 << UInt64(i & 63)) != 0 }
 
-    /// Base path `i`'s list, unless the overlay replaced it.
-    private func baseList(_ i: Int, name: String) -> [(device: UInt16, entry: FileEntry)] {
-        base!.announcements(i, name: name, skipping: voidedInBase)
+    /// Base path `i`'s announcements that still count, with `changes` (the overlay's) replacing
+    /// their devices' ones.
+    private func merged(_ i: Int, _ name: String, _ changes: Changes?) -> [(device: UInt16, entry: FileEntry)] {
+        guard i >= 0, let base else { return changes?.entries ?? [] }
+        var list = base.announcements(i, name: name, skipping: voidedInBase)
+        guard let changes, !changes.entries.isEmpty else { return list }
+        list.removeAll { item in changes.entries.contains { $0.device == item.device } }
+        list += changes.entries
+        return list
     }
 
     private func list(_ path: String) -> [(device: UInt16, entry: FileEntry)]? {
-        if let list = overlay[path] { return list.isEmpty ? nil : list }
-        guard let base, let i = base.find(path) else { return nil }
-        let list = baseList(i, name: path)
-        return list.isEmpty ? nil : list
-    }
-
-    /// Replaces a path's list (empty: no device announces it).
-    private mutating func store(_ list: [(device: UInt16, entry: FileEntry)], for path: String, had: Bool) {
-        if had && list.isEmpty { livePaths -= 1 }
-        if !had && !list.isEmpty { livePaths += 1 }
-        if let base, let i = base.find(path) {
-            replacedInBase[i >> 6] |= 1 << UInt64(i & 63)
-            overlay[path] = list
-        } else if list.isEmpty {
-            overlay.removeValue(forKey: path)
+        let list: [(device: UInt16, entry: FileEntry)]
+        if let changes = overlay[path] {
+            list = merged(changes.baseIndex, path, changes)
+        } else if let base, let i = base.find(path) {
+            list = merged(i, path, nil)
         } else {
-            overlay[path] = list
+            return nil
         }
+        return list.isEmpty ? nil : list
     }
 
     /// Every path and its announcements (none empty), in no particular order.
     private func forEachList(_ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void) rethrows {
         if let base {
-            for i in 0..<base.pathCount where !isReplaced(i) {
+            for i in 0..<base.pathCount {
                 let name = base.name(i)
-                let list = baseList(i, name: name)
+                let list = merged(i, name, isTouched(i) ? overlay[name] : nil)
                 if !list.isEmpty { try body(name, list) }
             }
         }
-        for (path, list) in overlay where !list.isEmpty { try body(path, list) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { try body(path, changes.entries) }
+    }
+
+    /// Base path `i`, if it has announcements that count.
+    private func visitBase(_ i: Int, _ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void) rethrows {
+        let name = base!.name(i)
+        let list = merged(i, name, isTouched(i) ? overlay[name] : nil)
+        if !list.isEmpty { try body(name, list) }
     }
 
     /// The paths named in `exact` and those under the byte prefixes in `prefixes` (each
@@ -104,10 +139,7 @@ public struct GlobalIndex: Sendable {
     ) rethrows {
         if let base {
             for path in exact {
-                if let i = base.find(path), !isReplaced(i) {
-                    let list = baseList(i, name: path)
-                    if !list.isEmpty { try body(path, list) }
-                }
+                if let i = base.find(path) { try visitBase(i, body) }
             }
             for prefix in prefixes {
                 var i = base.lowerBound(prefix)
@@ -115,19 +147,15 @@ public struct GlobalIndex: Sendable {
                 while i < base.pathCount {
                     let name = base.nameBytes(i)
                     guard name.count >= key.count, memcmp(name.baseAddress!, key, key.count) == 0 else { break }
-                    if !isReplaced(i) {
-                        let path = base.name(i)
-                        let list = baseList(i, name: path)
-                        if !list.isEmpty { try body(path, list) }
-                    }
+                    try visitBase(i, body)
                     i += 1
                 }
             }
         }
         let wanted = Set(exact)
         let prefixSet = Set(prefixes)
-        for (path, list) in overlay where !list.isEmpty {
-            if wanted.contains(path) || Self.hasPrefix(path, in: prefixSet) { try body(path, list) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty {
+            if wanted.contains(path) || Self.hasPrefix(path, in: prefixSet) { try body(path, changes.entries) }
         }
     }
 
@@ -148,7 +176,6 @@ public struct GlobalIndex: Sendable {
     /// Every path, unsorted.
     public var allPaths: [String] {
         var paths: [String] = []
-        paths.reserveCapacity(livePaths)
         forEachList { path, _ in paths.append(path) }
         return paths
     }
@@ -175,7 +202,6 @@ public struct GlobalIndex: Sendable {
     /// Every path with its announcements, sorted by UTF-8 bytes: what a snapshot holds.
     func sortedLists() -> [(String, [(device: UInt16, entry: FileEntry)])] {
         var all: [(String, [(device: UInt16, entry: FileEntry)])] = []
-        all.reserveCapacity(livePaths)
         forEachList { all.append(($0, $1)) }
         all.sort { $0.0.utf8Precedes($1.0) }
         return all
@@ -189,32 +215,34 @@ public struct GlobalIndex: Sendable {
         return n
     }
 
-    /// Records `device`'s announcement of a path, replacing its previous one; returns the old one.
+    /// The record length of device `n`'s announcement of base path `i`, if it counts.
+    private func baseRecordLength(_ i: Int, _ n: UInt16) -> Int32? {
+        guard i >= 0, let base, !voidedInBase.contains(n) else { return nil }
+        var found: Int32?
+        base.devicesAndLengths(i) { device, length in if device == n { found = length } }
+        return found
+    }
+
+    /// Records `device`'s announcement of a path, replacing its previous one; returns the
+    /// record length of the one it replaced (the log's live bytes drop by it).
     @discardableResult
-    mutating func set(_ entry: FileEntry, for device: DeviceID) -> FileEntry? {
+    mutating func set(_ entry: FileEntry, for device: DeviceID) -> Int32? {
         let n = number(of: device)
-        if base == nil {
-            // No snapshot: the overlay is the whole view; change it in place.
-            if let i = overlay[entry.name]?.firstIndex(where: { $0.device == n }) {
-                let old = overlay[entry.name]![i].entry
-                overlay[entry.name]![i].entry = entry
+        if overlay[entry.name] != nil {
+            // In place: the dictionary's value is modified, not copied.
+            if let j = overlay[entry.name]!.entries.firstIndex(where: { $0.device == n }) {
+                let old = overlay[entry.name]!.entries[j].entry.recordLength
+                overlay[entry.name]!.entries[j].entry = entry
                 return old
             }
-            if overlay[entry.name] == nil { livePaths += 1 }
-            overlay[entry.name, default: []].append((n, entry))
-            return nil
+            overlay[entry.name]!.entries.append((n, entry))
+            return baseRecordLength(overlay[entry.name]!.baseIndex, n)
         }
-        var list = self.list(entry.name) ?? []
-        let had = !list.isEmpty
-        var old: FileEntry?
-        if let i = list.firstIndex(where: { $0.device == n }) {
-            old = list[i].entry
-            list[i].entry = entry
-        } else {
-            list.append((n, entry))
-        }
-        store(list, for: entry.name, had: had)
-        return old
+        // First change of this path: one search of the snapshot, nothing decoded.
+        let i = base?.find(entry.name) ?? -1
+        if i >= 0 { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
+        overlay[entry.name] = Changes(baseIndex: i, entries: [(n, entry)])
+        return baseRecordLength(i, n)
     }
 
     /// Records an announcement that lives in no log: synthetic indexes for tests and benchmarks.
@@ -235,9 +263,9 @@ public struct GlobalIndex: Sendable {
     /// Whether `device` announced anything still held.
     func hasEntries(from device: DeviceID) -> Bool {
         guard let n = deviceNumbers[device] else { return false }
-        if overlay.values.contains(where: { $0.contains { $0.device == n } }) { return true }
+        if overlay.values.contains(where: { $0.entries.contains { $0.device == n } }) { return true }
         guard let base, !voidedInBase.contains(n) else { return false }
-        for i in 0..<base.pathCount where !isReplaced(i) {
+        for i in 0..<base.pathCount {
             var found = false
             base.devicesAndLengths(i) { device, _ in if device == n { found = true } }
             if found { return true }
@@ -249,27 +277,27 @@ public struct GlobalIndex: Sendable {
     mutating func removeAll(from device: DeviceID) -> Int64 {
         guard let n = deviceNumbers[device] else { return 0 }
         var freed: Int64 = 0
-        for name in Array(overlay.keys) {
-            guard let list = overlay[name], list.contains(where: { $0.device == n }) else { continue }
-            freed += list.filter { $0.device == n }.reduce(0) { $0 + Int64($1.entry.recordLength) }
-            store(list.filter { $0.device != n }, for: name, had: true)
-        }
         if let base, !voidedInBase.contains(n) {
-            // Weighed without decoding: the device numbers and record lengths of each path.
-            for i in 0..<base.pathCount where !isReplaced(i) {
-                var others = 0
-                var mine = false
+            // The snapshot's announcements of the device stop counting, weighed without
+            // decoding; one the overlay replaced was already taken off when it was.
+            for i in 0..<base.pathCount {
                 base.devicesAndLengths(i) { device, length in
-                    if device == n {
-                        mine = true
-                        freed += Int64(length)
-                    } else if !voidedInBase.contains(device) {
-                        others += 1
-                    }
+                    guard device == n else { return }
+                    if isTouched(i), overlay[base.name(i)]?.entries.contains(where: { $0.device == n }) == true { return }
+                    freed += Int64(length)
                 }
-                if mine && others == 0 { livePaths -= 1 }
             }
             voidedInBase.insert(n)
+        }
+        for name in Array(overlay.keys) {
+            guard let j = overlay[name]!.entries.firstIndex(where: { $0.device == n }) else { continue }
+            freed += Int64(overlay[name]!.entries[j].entry.recordLength)
+            overlay[name]!.entries.remove(at: j)
+            if overlay[name]!.entries.isEmpty {
+                let i = overlay[name]!.baseIndex
+                if i >= 0 { touchedInBase[i >> 6] &= ~(1 << UInt64(i & 63)) }
+                overlay.removeValue(forKey: name)
+            }
         }
         return freed
     }
@@ -328,16 +356,14 @@ public struct GlobalIndex: Sendable {
                     i = next.withUnsafeBytes { base.lowerBound($0) }
                     continue
                 }
-                if !isReplaced(i) {
-                    let path = base.name(i)
-                    let list = baseList(i, name: path)
-                    if !list.isEmpty, let entry = select(path: path, list) { try body(entry) }
+                try visitBase(i) { path, list in
+                    if let entry = select(path: path, list) { try body(entry) }
                 }
                 i += 1
             }
         }
-        for (path, list) in overlay where !list.isEmpty && isWanted(path) {
-            if let entry = select(path: path, list) { try body(entry) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty && isWanted(path) {
+            if let entry = select(path: path, changes.entries) { try body(entry) }
         }
     }
 

@@ -156,8 +156,10 @@ public final class IndexLog {
             // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's; format
             // 2 had no generation for a snapshot to name.
             if log.fileFormat < formatVersion && !readOnly { try log.compact(rewritingRecords: log.fileFormat == 1) }
-            // A snapshot that could not be used is replaced (a writer's view is whole now).
-            if log.snapshotRejection != nil && !readOnly && log.fileFormat == formatVersion { try log.writeSnapshotIfLarge() }
+            // A writer that had to replay everything (no snapshot, or one it could not use: a
+            // crash between a compaction and its snapshot leaves either) writes one for the
+            // next open, when the log is big enough to want it.
+            if !log.index.hasSnapshot && !readOnly && log.fileFormat == formatVersion { try log.writeSnapshotIfLarge() }
         }
         flock(log.fd, LOCK_UN)
         return log
@@ -593,6 +595,8 @@ public final class IndexLog {
         liveBytes = snapshot.liveLogBytes
         snapshotCovers = snapshot.coveredLogBytes
         fileSize = snapshot.coveredLogBytes
+        // A file record is rarely under 100 bytes: room for the tail's paths up front.
+        index.reserveChanges(Int(min((size - snapshot.coveredLogBytes) / 100, 1 << 22)))
         try replay(size: size, from: snapshot.coveredLogBytes, warn: warn)
     }
 
@@ -832,6 +836,16 @@ public final class IndexLog {
             guard 36 + metaLength <= length else { throw corruption(at: offset, "bad meta length") }
             let meta = UnsafeRawBufferPointer(
                 rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36)..<(payloadStart + 36 + metaLength)])
+            let hasBlocks = length > 36 + metaLength
+            if fileFormat != 1, var entry = try? FileMetaDecoder.decode(meta, recordOffset: Int64(offset), recordLength: Int32(9 + length)) {
+                // The fast path (the common case); the same checks as below.
+                guard WireName.staysInsideFolder(bytes: entry.name.utf8) else {
+                    throw corruption(at: offset, "a file record names \"\(entry.name)\", which escapes the folder")
+                }
+                entry.blockCount = Self.blockCount(hasBlocks: hasBlocks, size: entry.size, blockSize: entry.blockSize)
+                record(entry, from: device)
+                return
+            }
             var file: BEPFileInfo
             do {
                 file = try BEPFileInfo(serializedBytes: Array(meta))
@@ -853,10 +867,17 @@ public final class IndexLog {
             // The meta half carries no blocks; their count follows from size and block size
             // (an empty file has one, empty block), and is 0 when the blocks half is empty (a
             // deletion, a directory), as an entry appended this session has it.
-            let hasBlocks = length > 36 + metaLength
-            entry.blockCount = !hasBlocks ? 0 : Int32(clamping: Int(file.size > 0 ? (file.size + Int64(file.effectiveBlockSize) - 1) / Int64(file.effectiveBlockSize) : 1))
+            entry.blockCount = Self.blockCount(hasBlocks: hasBlocks, size: file.size, blockSize: file.blockSize)
             record(entry, from: device)
         }
+    }
+
+    /// How many blocks a record's blocks half holds, from the size and block size (an empty
+    /// file has one, empty block; a deletion or a directory none).
+    static func blockCount(hasBlocks: Bool, size: Int64, blockSize: Int32) -> Int32 {
+        guard hasBlocks else { return 0 }
+        let effective = Int64(max(blockSize, 128 << 10))
+        return Int32(clamping: size > 0 ? (size + effective - 1) / effective : 1)
     }
 
     // MARK: - State bookkeeping
@@ -866,7 +887,7 @@ public final class IndexLog {
     }
 
     private func record(_ entry: FileEntry, from device: DeviceID) {
-        if let old = index.set(entry, for: device) { liveBytes -= Int64(old.recordLength) }
+        if let old = index.set(entry, for: device) { liveBytes -= Int64(old) }
         liveBytes += Int64(entry.recordLength)
     }
 
