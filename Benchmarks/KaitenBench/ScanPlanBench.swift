@@ -203,7 +203,46 @@ func runPlanBench(paths: Int, localFiles: Int) throws {
     guard child.status == 0 else { throw HarnessError("plan failed: \(child.stderr)") }
     print("")
     print("== plan: \(sequence)-path global index, \(tree.count) local entries (\(localFiles) files) ==")
+    print("phases, in this process (JSON encoding included):")
     print(child.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+
+    // What a user runs: the command line, each in a fresh process, median of 3.
+    func timedRuns(_ arguments: [String], label: String, goal: String) throws {
+        var runs: [(seconds: Double, rss: Double)] = []
+        for _ in 0..<3 {
+            let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed", KaitenCLI.executable] + arguments)
+            guard timed.status == 0 else { throw HarnessError("\(label) failed: \(timed.stderr)") }
+            let fields = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            runs.append((fields[0], fields[2]))
+        }
+        let seconds = runs.map(\.seconds).sorted()
+        let rss = runs.map(\.rss).sorted()
+        print(
+            String(
+                format: "%@ %.2f s (%.2f–%.2f), %.0f MiB peak RSS (%.0f–%.0f)   goal %@", label.padding(toLength: 34, withPad: " ", startingAt: 0),
+                seconds[1], seconds[0], seconds[2], rss[1], rss[0], rss[2], goal))
+    }
+    print("command line, median of 3 (spread):")
+    try timedRuns(["plan", "--home", device.home.path, "--offline"], label: "kaiten plan --offline", goal: "≤ 2 s, ≤ 400 MiB")
+    try timedRuns(["ls", "--home", device.home.path, "big", "remote7"], label: "kaiten ls big remote7 (1,000 files)", goal: "≤ 0.2 s")
+    try timedRuns(["ls", "--home", device.home.path, "big", "d42"], label: "kaiten ls big d42 (local directory)", goal: "≤ 0.2 s")
+}
+
+/// `timed COMMAND ARGS…`: runs the command (output discarded) and prints "SECONDS CPU-S PEAK-RSS-MIB"
+/// of that one child.
+func runTimed(_ arguments: [String]) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: arguments[0])
+    process.arguments = Array(arguments.dropFirst())
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    let start = now()
+    try process.run()
+    process.waitUntilExit()
+    let seconds = now() - start
+    guard process.terminationStatus == 0 else { throw HarnessError("\(arguments) exited \(process.terminationStatus)") }
+    let usage = childrenUsage()
+    print(String(format: "%.4f %.3f %.1f", seconds, usage.cpu, usage.maxRSSMiB))
 }
 
 /// `kaiten plan --offline` for one folder, phase by phase, in this (child) process.

@@ -371,6 +371,8 @@ do {
         let records = args.firstIndex(of: "--records").flatMap { Int(args[$0 + 1]) } ?? 1_000_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try runReplay(records: records, runs: runs)
+    case "timed":
+        try runTimed(Array(args.dropFirst()))
     case "replay-child":
         try runReplayChild(path: args[1], mode: args[2])
     case "index":

@@ -93,6 +93,7 @@ public struct GlobalIndex: Sendable {
     /// Base path `i`'s announcements that still count, with `changes` (the overlay's) replacing
     /// their devices' ones.
     private func merged(_ i: Int, _ name: String, _ changes: Changes?) -> [(device: UInt16, entry: FileEntry)] {
+        // (set() searched every changed path; -1: not in the snapshot.)
         guard i >= 0, let base else { return changes?.entries ?? [] }
         var list = base.announcements(i, name: name, skipping: voidedInBase)
         guard let changes, !changes.entries.isEmpty else { return list }
@@ -216,34 +217,44 @@ public struct GlobalIndex: Sendable {
     }
 
     /// The record length of device `n`'s announcement of base path `i`, if it counts.
-    private func baseRecordLength(_ i: Int, _ n: UInt16) -> Int32? {
-        guard i >= 0, let base, !voidedInBase.contains(n) else { return nil }
+    private static func baseRecordLength(_ base: IndexSnapshot?, _ voided: Set<UInt16>, _ i: Int, _ n: UInt16) -> Int32? {
+        guard i >= 0, let base, !voided.contains(n) else { return nil }
         var found: Int32?
         base.devicesAndLengths(i) { device, length in if device == n { found = length } }
         return found
     }
+
+    /// A path not yet searched for in the snapshot.
+    private static let unsearched = Int.min
 
     /// Records `device`'s announcement of a path, replacing its previous one; returns the
     /// record length of the one it replaced (the log's live bytes drop by it).
     @discardableResult
     mutating func set(_ entry: FileEntry, for device: DeviceID) -> Int32? {
         let n = number(of: device)
-        if overlay[entry.name] != nil {
-            // In place: the dictionary's value is modified, not copied.
-            if let j = overlay[entry.name]!.entries.firstIndex(where: { $0.device == n }) {
-                let old = overlay[entry.name]!.entries[j].entry.recordLength
-                overlay[entry.name]!.entries[j].entry = entry
+        let base = self.base
+        let voided = voidedInBase
+        var touched: Int?
+        // One hash lookup, the path's changes modified in place.
+        let old = Self.update(&overlay[entry.name, default: Changes(baseIndex: Self.unsearched, entries: [])]) { changes -> Int32? in
+            if changes.baseIndex == Self.unsearched {
+                // First change of this path: one search of the snapshot, nothing decoded.
+                changes.baseIndex = base?.find(entry.name) ?? -1
+                if changes.baseIndex >= 0 { touched = changes.baseIndex }
+            }
+            if let j = changes.entries.firstIndex(where: { $0.device == n }) {
+                let old = changes.entries[j].entry.recordLength
+                changes.entries[j].entry = entry
                 return old
             }
-            overlay[entry.name]!.entries.append((n, entry))
-            return baseRecordLength(overlay[entry.name]!.baseIndex, n)
+            changes.entries.append((n, entry))
+            return Self.baseRecordLength(base, voided, changes.baseIndex, n)
         }
-        // First change of this path: one search of the snapshot, nothing decoded.
-        let i = base?.find(entry.name) ?? -1
-        if i >= 0 { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
-        overlay[entry.name] = Changes(baseIndex: i, entries: [(n, entry)])
-        return baseRecordLength(i, n)
+        if let i = touched { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
+        return old
     }
+
+    private static func update<T>(_ changes: inout Changes, _ body: (inout Changes) -> T) -> T { body(&changes) }
 
     /// Records an announcement that lives in no log: synthetic indexes for tests and benchmarks.
     public mutating func announce(_ file: BEPFileInfo, by device: DeviceID) {

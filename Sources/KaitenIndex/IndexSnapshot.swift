@@ -99,6 +99,10 @@ public final class IndexSnapshot: @unchecked Sendable {
             throw Rejection(description: "\(path): cannot map: \(String(cString: strerror(errno)))")
         }
         let raw = UnsafeRawBufferPointer(start: mapped, count: size)
+        // Lookups jump around: map only the page each touches, not its neighbours (fault-around)
+        // or a whole huge page, which made a 1,000-file `ls` resident in 140 MiB.
+        madvise(mapped, size, MADV_RANDOM)
+        madvise(mapped, size, 15 /* MADV_NOHUGEPAGE */)
         do {
             let snapshot = try check(raw, path: path, folderID: folderID, generation: generation, logSize: logSize)
             // Checking read every page; the plan reads only what it visits.
