@@ -86,6 +86,8 @@ func runServiceBench(files: Int, seconds: Int, runs: Int, changes: Int) async th
                 theirs.append((ProcStat.cpuSeconds(pid: receiverPID) - s0, sRSS))
                 log(String(format: "idle %d: kaiten run %.2f CPU-s, %.0f MiB; syncthing %.2f CPU-s, %.0f MiB", run, ours.last!.cpu, kRSS, theirs.last!.cpu, sRSS))
             }
+            // Where the service's memory is: heap or mapped files, and the largest mappings.
+            log("kaiten run memory: \(ProcStat.memoryBreakdown(pid: service.processIdentifier))")
 
             var kaitenLatency: [Double] = []
             var syncthingLatency: [Double] = []
@@ -138,6 +140,29 @@ func medianOf(_ values: [Double]) -> Double {
 }
 
 extension ProcStat {
+    /// RssAnon and RssFile of a process, and its five largest mappings by RSS.
+    static func memoryBreakdown(pid: Int32) -> String {
+        var parts: [String] = []
+        if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
+            for line in status.split(separator: "\n") where line.hasPrefix("RssAnon:") || line.hasPrefix("RssFile:") {
+                parts.append(line.split(separator: " ", omittingEmptySubsequences: true).prefix(2).joined(separator: " ") + " kB")
+            }
+        }
+        guard let smaps = try? String(contentsOfFile: "/proc/\(pid)/smaps", encoding: .utf8) else { return parts.joined(separator: ", ") }
+        var mappings: [(String, Int)] = []
+        var current = ""
+        for line in smaps.split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            if let first = fields.first, first.contains("-"), !first.hasSuffix(":") {
+                current = fields.count > 5 ? String(fields[5...].joined(separator: " ")) : "[anon]"
+            } else if fields.first == "Rss:", fields.count > 1, let kb = Int(fields[1]) {
+                mappings.append((current, kb))
+            }
+        }
+        let top = mappings.sorted { $0.1 > $1.1 }.prefix(5).map { "\($0.0.isEmpty ? "[anon]" : $0.0) \($0.1) kB" }
+        return (parts + top).joined(separator: ", ")
+    }
+
     /// VmRSS of a process now, in MiB.
     static func rss(pid: Int32) -> Double {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }

@@ -259,8 +259,11 @@ public final class IndexLog {
             return true
         }
         var held = stat()
+        // A writer wrote a snapshot that covers much of what this view holds in memory (a
+        // service's view opened before a big sync): read the view afresh from it.
+        let newerSnapshot = bytesAfterSnapshot >= Self.snapshotThreshold && snapshotFileCovers() > snapshotCovers
         if fd >= 0, fstat(fd, &held) == 0, held.st_ino == current.st_ino, held.st_dev == current.st_dev,
-            Int64(current.st_size) >= fileSize, !readsUnlocked
+            Int64(current.st_size) >= fileSize, !readsUnlocked, !newerSnapshot
         {
             if Int64(current.st_size) == fileSize { return true }
             guard Self.lockShared(fd) else { return false }
@@ -598,6 +601,19 @@ public final class IndexLog {
         // A file record is rarely under 100 bytes: room for the tail's paths up front.
         index.reserveChanges(Int(min((size - snapshot.coveredLogBytes) / 100, 1 << 22)))
         try replay(size: size, from: snapshot.coveredLogBytes, warn: warn)
+    }
+
+    /// How much of this log the snapshot file beside it covers now (0: none, or not this
+    /// log's), read from its header alone.
+    func snapshotFileCovers() -> Int64 {
+        let fd = Glibc.open(snapshotPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 0 }
+        defer { Glibc.close(fd) }
+        var header = [UInt8](repeating: 0, count: 40)
+        guard header.withUnsafeMutableBytes({ pread(fd, $0.baseAddress, 40, 0) }) == 40 else { return 0 }
+        return header.withUnsafeBytes { raw in
+            raw.u64(24) == generation && generation != 0 ? Int64(bitPattern: raw.u64(32)) : 0
+        }
     }
 
     /// Bytes appended after the snapshot (after the header without one).

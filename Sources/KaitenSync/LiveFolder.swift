@@ -41,6 +41,14 @@ public final class LiveFolder {
         try log.refresh()
     }
 
+    /// Between rounds: the pages of the index snapshots read this round go back to the system
+    /// (they stay in the page cache; the next round maps what it reads again), and the local
+    /// index is snapshotted when it grew.
+    public func betweenRounds() {
+        log.index.releaseSnapshotPages()
+        announcer.betweenRounds()
+    }
+
     /// Takes a whole round's scan (it read everything): the base for the next scoped round.
     public func adopt(_ state: Planner.FolderState) {
         tree = state.input.local

@@ -31,6 +31,15 @@ public final class LocalAnnouncer {
         indexes = [:]
     }
 
+    /// A service between rounds: each local index gets its snapshot when enough was recorded
+    /// since the last one, and the pages read of the snapshots go back to the system.
+    public func betweenRounds() {
+        for index in indexes.values {
+            try? index.log.maintain()
+            index.log.index.releaseSnapshotPages()
+        }
+    }
+
     /// Brings every folder's local index in line with its global log (`logs` by folder).
     public func refresh(logs: [String: IndexLog]) throws {
         for (folder, log) in logs where indexes[folder] != nil { try refresh(folder: folder, log: log) }

@@ -181,6 +181,31 @@ struct IndexSnapshotTests {
         }
     }
 
+    @Test func aLongLivedReaderTakesUpANewerSnapshotOnRefresh() throws {
+        try IndexLog.$snapshotThreshold.withValue(1) {
+            try withLog { path in
+                let writer = try IndexLog.open(path: path, folderID: "photos")
+                try Self.fill(writer, from: 0, count: 10, full: true)
+                // A service's view, opened before the big sync: everything it reads is in memory.
+                let reader = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+                #expect(!reader.index.hasSnapshot)
+                try Self.fill(writer, from: 10, count: 300)
+                try writer.writeSnapshot()
+                try Self.fill(writer, from: 200, count: 20)
+                try reader.refresh()
+                #expect(reader.index.hasSnapshot, "the view is read from the writer's snapshot")
+                #expect(reader.index.pathsOutsideSnapshot <= 22, "only the last batch (20 files, a directory, a link) is in memory")
+                #expect(View(reader) == View(writer))
+                // Nothing newer: a refresh keeps the view and reads only what was appended.
+                try Self.fill(writer, from: 400, count: 5)
+                try reader.refresh()
+                #expect(View(reader) == View(writer))
+                reader.close()
+                writer.close()
+            }
+        }
+    }
+
     @Test func maintainSnapshotsAGrowingLogAFewTimesNotAtEveryBatch() throws {
         try IndexLog.$snapshotThreshold.withValue(8 << 10) {
             try withLog { path in
