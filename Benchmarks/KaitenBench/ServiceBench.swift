@@ -148,7 +148,10 @@ extension ProcStat {
                 parts.append(line.split(separator: " ", omittingEmptySubsequences: true).prefix(2).joined(separator: " ") + " kB")
             }
         }
-        guard let smaps = try? String(contentsOfFile: "/proc/\(pid)/smaps", encoding: .utf8) else { return parts.joined(separator: ", ") }
+        // Read to the end: /proc files report a size of 0, and a read by size stops at a page.
+        guard let handle = FileHandle(forReadingAtPath: "/proc/\(pid)/smaps") else { return parts.joined(separator: ", ") }
+        let smaps = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+        handle.closeFile()
         var mappings: [(String, Int)] = []
         var current = ""
         for line in smaps.split(separator: "\n") {
@@ -160,7 +163,10 @@ extension ProcStat {
             }
         }
         let top = mappings.sorted { $0.1 > $1.1 }.prefix(5).map { "\($0.0.isEmpty ? "[anon]" : $0.0) \($0.1) kB" }
-        return (parts + top).joined(separator: ", ")
+        let anon = mappings.filter { $0.0 == "[anon]" || $0.0 == "[heap]" }
+        let buckets = Dictionary(grouping: anon, by: { $0.1 < 1024 ? "<1 MiB" : $0.1 < 16384 ? "1-16 MiB" : "≥16 MiB" })
+            .map { "\($0.key): \($0.value.count) mappings, \($0.value.reduce(0) { $0 + $1.1 }) kB" }.sorted()
+        return (parts + top + buckets).joined(separator: ", ")
     }
 
     /// VmRSS of a process now, in MiB.

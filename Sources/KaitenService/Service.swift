@@ -284,8 +284,9 @@ public final class Service: Sendable {
                 reason: reason, log: rounds)
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
             // on a round's peak.
-            _ = releaseFreedHeap(0)
+            sessions.settleIntake()
             for view in live.values { view.betweenRounds() }
+            _ = releaseFreedHeap(0)
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.
             woken = await trigger.wait()

@@ -45,6 +45,8 @@ public final class LiveFolder {
     /// (they stay in the page cache; the next round maps what it reads again), and the local
     /// index is snapshotted when it grew.
     public func betweenRounds() {
+        // A newer snapshot (the intake's, just written) replaces what this view holds in memory.
+        try? log.refresh()
         log.index.releaseSnapshotPages()
         announcer.betweenRounds()
     }

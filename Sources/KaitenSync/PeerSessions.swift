@@ -361,6 +361,19 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         return stream
     }
 
+    /// Between the service's rounds: each intake log whose records since its snapshot are past
+    /// the threshold gets a new snapshot now (during a big intake maintain() waits for the
+    /// tail to reach half the snapshot, so up to a third of the view sits in memory), and its
+    /// view is then read from it.
+    public func settleIntake() {
+        intakeLogs.withLock { logs in
+            for log in logs.values where log.bytesAfterSnapshot >= IndexLog.snapshotThreshold {
+                try? log.writeSnapshot()
+            }
+            for log in logs.values { log.index.releaseSnapshotPages() }
+        }
+    }
+
     private func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
         try intakeLogs.withLock { logs in
             if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
