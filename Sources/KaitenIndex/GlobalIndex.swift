@@ -76,11 +76,8 @@ public struct GlobalIndex: Sendable {
                 }
             }
         }
-        for (path, changes) in overlay where changes.baseIndex < 0 || !merged(changes.baseIndex, path, changes).isEmpty {
-            if changes.baseIndex < 0 && changes.entries.isEmpty { continue }
-            count += 1
-        }
-        return count
+        // A changed path always has an announcement of its own (an emptied one is removed).
+        return count + overlay.count
     }
 
     /// The devices by number (a snapshot's device table).

@@ -485,24 +485,11 @@ public final class IndexLog {
     /// - Parameter rewritingRecords: re-encode every file record in the current format (a
     ///   format-1 log's records carry the peer's blocks hash) instead of copying it.
     private func compact(rewritingRecords: Bool) throws(IndexLogError) {
-        let temp = path + ".compact"
-        let out = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard out >= 0 else { throw IndexLogError(.io, file: temp, "cannot create: \(String(cString: strerror(errno)))") }
-        var ok = false
-        defer {
-            if !ok {
-                Glibc.close(out)
-                unlink(temp)
-            }
-        }
+        let out = try ReplacementFile(replacing: path, temp: path + ".compact")
+        defer { out.abandon() }
         var buffer = Self.header(folderID: folderID, generation: Self.newGeneration())
         func flush() throws(IndexLogError) {
-            var written = 0
-            while written < buffer.count {
-                let n = buffer[written...].withUnsafeBytes { Glibc.write(out, $0.baseAddress, $0.count) }
-                guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
-                written += n
-            }
+            try out.write(buffer)
             buffer.removeAll(keepingCapacity: true)
         }
         var live: [(String, DeviceID, FileEntry)] = []
@@ -534,18 +521,7 @@ public final class IndexLog {
             Self.appendRecord(.checkpoint, payload, to: &buffer)
         }
         try flush()
-        guard fsync(out) == 0 else { throw IndexLogError(.io, file: temp, "fsync failed") }
-        Glibc.close(out)
-        guard rename(temp, path) == 0 else {
-            throw IndexLogError(.io, file: path, "rename failed: \(String(cString: strerror(errno)))")
-        }
-        ok = true
-        let directory = (path as NSString).deletingLastPathComponent
-        let dirFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dirFD >= 0 {
-            fsync(dirFD)
-            Glibc.close(dirFD)
-        }
+        try out.commit()
         // Re-read the new file so every entry points at its new offset. Closing drops the lock
         // on the old inode (a writer waiting on it then finds the path moved on); a batch in
         // progress takes the new one's and reads what another writer appended in between.
@@ -852,38 +828,33 @@ public final class IndexLog {
             guard 36 + metaLength <= length else { throw corruption(at: offset, "bad meta length") }
             let meta = UnsafeRawBufferPointer(
                 rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36)..<(payloadStart + 36 + metaLength)])
-            let hasBlocks = length > 36 + metaLength
-            if fileFormat != 1, var entry = try? FileMetaDecoder.decode(meta, recordOffset: Int64(offset), recordLength: Int32(9 + length)) {
-                // The fast path (the common case); the same checks as below.
-                guard WireName.staysInsideFolder(bytes: entry.name.utf8) else {
-                    throw corruption(at: offset, "a file record names \"\(entry.name)\", which escapes the folder")
+            var entry: FileEntry
+            if fileFormat != 1, let fast = try? FileMetaDecoder.decode(meta, recordOffset: Int64(offset), recordLength: Int32(9 + length)) {
+                // The common case; SwiftProtobuf below for anything the fast reader gives up on.
+                entry = fast
+            } else {
+                do {
+                    var file = try BEPFileInfo(serializedBytes: Array(meta))
+                    if fileFormat == 1 && file.type == .file {
+                        // The stored hash is the peer's; Kaiten's own needs the block list.
+                        let blocks = UnsafeRawBufferPointer(
+                            rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36 + metaLength)..<(payloadStart + length)])
+                        file.blocks = try BEPFileInfo(serializedBytes: Array(blocks)).blocks
+                    }
+                    entry = FileEntry(file, recordOffset: Int64(offset), recordLength: Int32(9 + length))
+                } catch {
+                    throw corruption(at: offset, "file record does not decode")
                 }
-                entry.blockCount = Self.blockCount(hasBlocks: hasBlocks, size: entry.size, blockSize: entry.blockSize)
-                record(entry, from: device)
-                return
-            }
-            var file: BEPFileInfo
-            do {
-                file = try BEPFileInfo(serializedBytes: Array(meta))
-                if fileFormat == 1 && file.type == .file {
-                    // The stored hash is the peer's; Kaiten's own needs the block list.
-                    let blocks = UnsafeRawBufferPointer(
-                        rebasing: UnsafeRawBufferPointer(bytes)[(payloadStart + 36 + metaLength)..<(payloadStart + length)])
-                    file.blocks = try BEPFileInfo(serializedBytes: Array(blocks)).blocks
-                }
-            } catch {
-                throw corruption(at: offset, "file record does not decode")
             }
             // Only `apply` writes records and it refuses such names: this log was changed by
             // something else, and nothing it says can be trusted.
-            guard WireName.staysInsideFolder(file.name) else {
-                throw corruption(at: offset, "a file record names \"\(file.name)\", which escapes the folder")
+            guard WireName.staysInsideFolder(bytes: entry.name.utf8) else {
+                throw corruption(at: offset, "a file record names \"\(entry.name)\", which escapes the folder")
             }
-            var entry = FileEntry(file, recordOffset: Int64(offset), recordLength: Int32(9 + length))
             // The meta half carries no blocks; their count follows from size and block size
             // (an empty file has one, empty block), and is 0 when the blocks half is empty (a
             // deletion, a directory), as an entry appended this session has it.
-            entry.blockCount = Self.blockCount(hasBlocks: hasBlocks, size: file.size, blockSize: file.blockSize)
+            entry.blockCount = Self.blockCount(hasBlocks: length > 36 + metaLength, size: entry.size, blockSize: entry.blockSize)
             record(entry, from: device)
         }
     }

@@ -337,16 +337,8 @@ public final class IndexSnapshot: @unchecked Sendable {
         _ index: GlobalIndex, checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)],
         to path: String, folderID: String, generation: UInt64, covered: Int64, live: Int64
     ) throws(IndexLogError) {
-        let temp = path + ".tmp"
-        let fd = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw IndexLogError(.io, file: temp, "cannot create: \(String(cString: strerror(errno)))") }
-        var done = false
-        defer {
-            if !done {
-                Glibc.close(fd)
-                unlink(temp)
-            }
-        }
+        let file = try ReplacementFile(replacing: path, temp: path + ".tmp")
+        defer { file.abandon() }
         let devices = index.deviceTable
         let numbers = Dictionary(uniqueKeysWithValues: devices.enumerated().map { ($0.element, UInt16($0.offset)) })
         let paths = index.sortedLists()
@@ -428,28 +420,8 @@ public final class IndexSnapshot: @unchecked Sendable {
         crc = tableBytes.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
         crc = records.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
         head.replaceLE(crc, at: 12)
-        for part in [head, tableBytes, records] {
-            var written = 0
-            while written < part.count {
-                let n = part[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
-                written += n
-            }
-        }
-        guard fsync(fd) == 0 else { throw IndexLogError(.io, file: temp, "fsync failed: \(String(cString: strerror(errno)))") }
-        Glibc.close(fd)
-        done = true
-        guard rename(temp, path) == 0 else {
-            unlink(temp)
-            throw IndexLogError(.io, file: path, "rename failed: \(String(cString: strerror(errno)))")
-        }
-        let directory = (path as NSString).deletingLastPathComponent
-        let dirFD = Glibc.open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dirFD >= 0 {
-            fsync(dirFD)
-            Glibc.close(dirFD)
-        }
+        for part in [head, tableBytes, records] { try file.write(part) }
+        try file.commit()
     }
 }
 

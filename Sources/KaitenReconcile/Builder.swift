@@ -43,9 +43,13 @@ struct Builder {
         }
     }
 
+    /// The part of the index the selection reaches (computed once per plan).
+    let coverage: Selection.Coverage
+
     init(input: FolderInput, selection: Selection) {
         self.input = input
         self.selection = selection
+        coverage = selection.coverage
     }
 
     /// Paths the user chose to keep as they are (`kaiten resolve --keep`): while their content is
@@ -60,16 +64,7 @@ struct Builder {
         if selectedByContent == nil {
             var index: [ContentHash: GlobalEntry] = [:]
             let selection = self.selection
-            let coverage = selection.coverage
-            let global = input.global
-            func visit(_ body: (GlobalEntry) -> Void) {
-                if coverage.everything {
-                    global.forEachGlobal(body)
-                } else {
-                    global.forEachGlobal(exact: coverage.exact, prefixes: coverage.prefixes, body)
-                }
-            }
-            visit { entry in
+            input.global.forEachGlobal(covering: coverage) { entry in
                 guard !entry.file.isDeleted, entry.file.type == .file, selection.isSelected(entry.path),
                     let content = Reconciler.contentHash(of: entry.file)
                 else { return }
@@ -113,15 +108,8 @@ struct Builder {
         // The selected part of the index, then every local path: a global path neither
         // selected nor here plans to nothing, so a plan over a million-path index with a
         // snapshot reads what is selected and what is on disk, not the million.
-        let coverage = selection.coverage
-        if coverage.everything {
-            input.global.forEachGlobal { g in
-                classify(global: g, local: local[g.path])
-            }
-        } else {
-            input.global.forEachGlobal(exact: coverage.exact, prefixes: coverage.prefixes) { g in
-                classify(global: g, local: local[g.path])
-            }
+        input.global.forEachGlobal(covering: coverage) { g in
+            classify(global: g, local: local[g.path])
         }
         for (path, file) in local.entries {
             if let g = input.global.global(path) {
@@ -525,6 +513,17 @@ struct Builder {
         case .file: return "file"
         case .directory: return "directory"
         case .symlink: return "symlink"
+        }
+    }
+}
+
+extension GlobalIndex {
+    /// The global versions a coverage reaches: its ranges, or everything.
+    func forEachGlobal(covering coverage: Selection.Coverage, _ body: (GlobalEntry) throws -> Void) rethrows {
+        if coverage.everything {
+            try forEachGlobal(body)
+        } else {
+            try forEachGlobal(exact: coverage.exact, prefixes: coverage.prefixes, body)
         }
     }
 }

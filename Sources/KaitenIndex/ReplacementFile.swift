@@ -1,0 +1,64 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A file written under a temporary name beside its final path and put in place whole:
+/// written, fsynced, renamed over the path, the directory fsynced. A crash at any moment leaves
+/// the old file or the new one at the path; an abandoned one leaves nothing behind.
+/// (A compacted log and an index snapshot are written this way.)
+final class ReplacementFile {
+    let path: String
+    let temp: String
+    private var fd: Int32
+    private var committed = false
+
+    init(replacing path: String, temp: String) throws(IndexLogError) {
+        self.path = path
+        self.temp = temp
+        fd = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw IndexLogError(.io, file: temp, "cannot create: \(String(cString: strerror(errno)))") }
+    }
+
+    deinit { abandon() }
+
+    func write(_ bytes: [UInt8]) throws(IndexLogError) {
+        var written = 0
+        while written < bytes.count {
+            let n = bytes[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
+            written += n
+        }
+    }
+
+    /// fsync, rename over the path, fsync the directory.
+    func commit() throws(IndexLogError) {
+        guard fsync(fd) == 0 else { throw IndexLogError(.io, file: temp, "fsync failed: \(String(cString: strerror(errno)))") }
+        Glibc.close(fd)
+        fd = -1
+        guard rename(temp, path) == 0 else {
+            throw IndexLogError(.io, file: path, "rename failed: \(String(cString: strerror(errno)))")
+        }
+        committed = true
+        let directory = (path as NSString).deletingLastPathComponent
+        let dirFD = Glibc.open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dirFD >= 0 {
+            fsync(dirFD)
+            Glibc.close(dirFD)
+        }
+    }
+
+    /// Closes and removes the temporary file unless it was put in place.
+    func abandon() {
+        if fd >= 0 {
+            Glibc.close(fd)
+            fd = -1
+        }
+        if !committed {
+            unlink(temp)
+            committed = true  // once
+        }
+    }
+}
