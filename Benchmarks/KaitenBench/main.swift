@@ -138,7 +138,7 @@ func makeSmallFiles(_ root: String, count: Int) throws {
         let dir = "\(root)/d\(i / perDirectory)"
         if i % perDirectory == 0 { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
         withUnsafeBytes(of: UInt64(i)) { raw in for (j, b) in raw.enumerated() { content[j] = b } }
-        FileManager.default.createFile(atPath: "\(dir)/f\(i).bin", contents: Data(content))
+        _ = FileManager.default.createFile(atPath: "\(dir)/f\(i).bin", contents: Data(content))
     }
 }
 

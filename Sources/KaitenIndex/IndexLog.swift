@@ -34,7 +34,7 @@ import Glibc
 /// record is cut off with a warning; damage anywhere else is an error naming the byte offset.
 ///
 /// Snapshot: a writer keeps the view up to some byte of the log in `PATH.snap` (at compaction,
-/// and from ``maintain()`` once enough was appended after it); an open then reads the snapshot
+/// and from ``maintain(eager:warn:)`` once enough was appended after it); an open then reads the snapshot
 /// in place and replays only the records after it. A snapshot that is damaged, torn, or made
 /// from another generation of the log is not used: the log is replayed in full and a writer
 /// writes a new one.
@@ -155,11 +155,11 @@ public final class IndexLog {
             try log.replayUsingSnapshot(size: Int64(info.st_size), warn: warn)
             // Format 1 stored each peer's own blocks_hash: rewrite it once with Kaiten's; format
             // 2 had no generation for a snapshot to name.
-            if log.fileFormat < formatVersion && !readOnly { try log.compact(rewritingRecords: log.fileFormat == 1) }
+            if log.fileFormat < formatVersion && !readOnly { try log.compact(rewritingRecords: log.fileFormat == 1, warn: warn) }
             // A writer that had to replay everything (no snapshot, or one it could not use: a
             // crash between a compaction and its snapshot leaves either) writes one for the
             // next open, when the log is big enough to want it.
-            if !log.index.hasSnapshot && !readOnly && log.fileFormat == formatVersion { try log.writeSnapshotIfLarge() }
+            if !log.index.hasSnapshot && !readOnly && log.fileFormat == formatVersion { log.writeSnapshotIfLarge(warn: warn) }
         }
         flock(log.fd, LOCK_UN)
         return log
@@ -476,15 +476,17 @@ public final class IndexLog {
 
     /// Rewrites the log with only live records: a new file, fsynced, renamed over the old one.
     /// A crash at any moment leaves either the old log or the new one, whole.
-    public func compact() throws(IndexLogError) {
+    /// - Parameter warn: told when the snapshot of the compacted log cannot be written (the
+    ///   compaction itself stands).
+    public func compact(warn: (String) -> Void = { _ in }) throws(IndexLogError) {
         let took = try lockForBatch()
         defer { if took { unlockAfterBatch() } }
-        try compact(rewritingRecords: false)
+        try compact(rewritingRecords: false, warn: warn)
     }
 
     /// - Parameter rewritingRecords: re-encode every file record in the current format (a
     ///   format-1 log's records carry the peer's blocks hash) instead of copying it.
-    private func compact(rewritingRecords: Bool) throws(IndexLogError) {
+    private func compact(rewritingRecords: Bool, warn: (String) -> Void) throws(IndexLogError) {
         let out = try ReplacementFile(replacing: path, temp: path + ".compact")
         defer { out.abandon() }
         var buffer = Self.header(folderID: folderID, generation: Self.newGeneration())
@@ -528,13 +530,13 @@ public final class IndexLog {
         Glibc.close(fd)
         fd = -1
         unlink(snapshotPath)
-        adopt(try IndexLog.open(path: path, folderID: folderID))
+        adopt(try IndexLog.open(path: path, folderID: folderID, warn: warn))
         if lockDepth > 0 {
             guard Self.lockExclusively(fd) else {
                 throw heldTooLong()
             }
             try catchUpHoldingLock()
-            try writeSnapshotIfLarge()
+            writeSnapshotIfLarge(warn: warn)
         }
     }
 
@@ -608,16 +610,35 @@ public final class IndexLog {
 
     /// Housekeeping after a sync or a batch: compacts when dead records outweigh live ones,
     /// else writes a snapshot when enough was appended since the last one. Cheap when neither.
-    public func maintain() throws(IndexLogError) {
-        guard shouldCompact || shouldSnapshot else { return }
-        let took = try lockForBatch()
-        defer { if took { unlockAfterBatch() } }
-        if shouldCompact {
-            try compact(rewritingRecords: false)
-        } else if shouldSnapshot {
-            try writeSnapshot()
+    ///
+    /// Never an error for the caller: the batch before it is durable in the log whatever
+    /// happens here. A compaction or snapshot that cannot be written (a full disk, a directory
+    /// made read-only) leaves the old files whole, is named through `warn`, and is not tried
+    /// again until another threshold's worth has been appended (a full disk would otherwise be
+    /// written to, in vain, after every batch).
+    ///
+    /// - Parameter eager: snapshot once the tail reaches the threshold, without waiting for it
+    ///   to be half the last snapshot (a service between rounds, when memory matters more).
+    public func maintain(eager: Bool = false, warn: (String) -> Void) {
+        let wantsSnapshot = eager ? fileFormat == Self.formatVersion && bytesAfterSnapshot >= Self.snapshotThreshold : shouldSnapshot
+        guard shouldCompact || wantsSnapshot, fileSize >= maintenanceRetryAt else { return }
+        do throws(IndexLogError) {
+            let took = try lockForBatch()
+            defer { if took { unlockAfterBatch() } }
+            if shouldCompact {
+                try compact(rewritingRecords: false, warn: warn)
+            } else if eager ? bytesAfterSnapshot >= Self.snapshotThreshold : shouldSnapshot {
+                try writeSnapshot()
+            }
+            maintenanceRetryAt = 0
+        } catch {
+            maintenanceRetryAt = fileSize + Self.snapshotThreshold
+            warn("\(error.description); the log holds every record and is read in full past the last snapshot meanwhile; trying again after \(Self.snapshotThreshold >> 20 > 0 ? "\(Self.snapshotThreshold >> 20) MiB" : "\(Self.snapshotThreshold) bytes") more")
         }
     }
+
+    /// The log size before which ``maintain(warn:)`` does not try again after a failure.
+    private var maintenanceRetryAt: Int64 = 0
 
     /// Writes the view as the snapshot (under the lock: the view is the whole log), then reads
     /// the view from it: what the snapshot holds leaves the heap.
@@ -644,9 +665,14 @@ public final class IndexLog {
 
     /// After a full replay or a compaction: a snapshot when the log is big enough to want one;
     /// otherwise an old one is removed (it names another generation or a bigger view).
-    private func writeSnapshotIfLarge() throws(IndexLogError) {
+    /// A snapshot that cannot be written is a warning: the log it would summarise is whole.
+    private func writeSnapshotIfLarge(warn: (String) -> Void) {
         if fileSize - headerLength >= Self.snapshotThreshold {
-            try writeSnapshot()
+            do {
+                try writeSnapshot()
+            } catch {
+                warn("\(error.description); the next open reads the whole log")
+            }
         } else {
             unlink(snapshotPath)
             snapshotCovers = 0

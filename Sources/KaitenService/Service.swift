@@ -285,7 +285,7 @@ public final class Service: Sendable {
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
             // on a round's peak.
             sessions.settleIntake()
-            for view in live.values { view.betweenRounds() }
+            for (folder, view) in live { view.betweenRounds(warn: { emit(ServiceEvent("warning", folder: folder, $0)) }) }
             _ = releaseFreedHeap(0)
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.

@@ -237,7 +237,7 @@ public enum IndexSync {
             }
             reports += shared.compactMap { perFolder[$0.id] }
         }
-        for (_, log) in logs { try log.maintain() }
+        for (_, log) in logs { log.maintain(warn: warn) }
         for (_, log) in logs { log.close() }
         return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports), announced: announced))
     }

@@ -44,11 +44,12 @@ public final class LiveFolder {
     /// Between rounds: the pages of the index snapshots read this round go back to the system
     /// (they stay in the page cache; the next round maps what it reads again), and the local
     /// index is snapshotted when it grew.
-    public func betweenRounds() {
+    public func betweenRounds(warn: (String) -> Void) {
         // A newer snapshot (the intake's, just written) replaces what this view holds in memory.
+        // One that cannot be read is the next round's error (it refreshes first).
         try? log.refresh()
         log.index.releaseSnapshotPages()
-        announcer.betweenRounds()
+        announcer.betweenRounds(warn: warn)
     }
 
     /// Takes a whole round's scan (it read everything): the base for the next scoped round.

@@ -33,9 +33,9 @@ public final class LocalAnnouncer {
 
     /// A service between rounds: each local index gets its snapshot when enough was recorded
     /// since the last one, and the pages read of the snapshots go back to the system.
-    public func betweenRounds() {
+    public func betweenRounds(warn: (String) -> Void) {
         for index in indexes.values {
-            try? index.log.maintain()
+            index.log.maintain(warn: warn)
             index.log.index.releaseSnapshotPages()
         }
     }

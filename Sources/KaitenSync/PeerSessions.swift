@@ -362,13 +362,13 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     }
 
     /// Between the service's rounds: each intake log whose records since its snapshot are past
-    /// the threshold gets a new snapshot now (during a big intake maintain() waits for the
+    /// the threshold gets a new snapshot now (during a big intake maintain(warn:) waits for the
     /// tail to reach half the snapshot, so up to a third of the view sits in memory), and its
     /// view is then read from it.
     public func settleIntake() {
         intakeLogs.withLock { logs in
-            for log in logs.values where log.bytesAfterSnapshot >= IndexLog.snapshotThreshold {
-                try? log.writeSnapshot()
+            for log in logs.values {
+                log.maintain(eager: true, warn: { logger.warning("\($0)") })
             }
             for log in logs.values { log.index.releaseSnapshotPages() }
         }
@@ -384,7 +384,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                     throw IndexLogError(.io, file: log.path, "no index ID of \(device.shortDescription) for this folder")
                 }
                 try log.apply(device: device, indexID: indexID, files: files, isFullIndex: isFull)
-                try log.maintain()
+                log.maintain(warn: { logger.warning("\($0)") })
             }
         }
     }

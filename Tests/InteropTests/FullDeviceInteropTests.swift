@@ -38,7 +38,7 @@ struct FullDeviceInteropTests {
         for d in 0..<directories {
             let sub = "\(root)/d\(d)"
             try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
-            for i in 0..<perDirectory { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
+            for i in 0..<perDirectory { _ = FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
         }
     }
 

@@ -216,7 +216,7 @@ struct IndexInteropTests {
         for d in 0..<100 {
             let sub = "\(data)/d\(d)"
             try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
-            for i in 0..<(count / 100) { FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
+            for i in 0..<(count / 100) { _ = FileManager.default.createFile(atPath: "\(sub)/f\(i).txt", contents: Data("\(d)-\(i)".utf8)) }
         }
         try await withSyncthing(st) { st in
             try await st.addDevice(me, name: "k")

@@ -214,7 +214,7 @@ struct IndexSnapshotTests {
                 var covered: Int64 = 0
                 for batch in 0..<60 {
                     try Self.fill(log, from: batch * 50, count: 50, full: batch == 0)
-                    try log.maintain()
+                    log.maintain(warn: { Issue.record("unexpected warning: \($0)") })
                     if log.snapshotCovers != covered {
                         writes += 1
                         covered = log.snapshotCovers
@@ -229,6 +229,101 @@ struct IndexSnapshotTests {
                 #expect(View(again) == expected)
                 again.close()
             }
+        }
+    }
+
+    /// A directory where writing a snapshot fails as it does in the field: a full filesystem
+    /// (a 1 MiB tmpfs, when this process may mount one) or, for a user who may not mount, a
+    /// directory made read-only under an open log. `makeRoom` undoes it.
+    struct UnwritableDirectory {
+        let path: String
+        let makeRoom: () -> Void
+        let remove: () -> Void
+
+        static func make(in parent: TemporaryDirectory, logSize: Int64) throws -> UnwritableDirectory? {
+            let path = parent.file("index")
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            if geteuid() == 0 {
+                guard mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=0700") == 0 else { return nil }
+                return UnwritableDirectory(
+                    path: path,
+                    makeRoom: { unlink(path + "/filler") },
+                    remove: { umount2(path, Int32(MNT_DETACH)) })
+            }
+            return UnwritableDirectory(path: path, makeRoom: { chmod(path, 0o700) }, remove: { chmod(path, 0o700) })
+        }
+
+        /// Takes away what is left: the filesystem filled up but for `spare` bytes, or the
+        /// directory made read-only.
+        func fill(leaving spare: Int) {
+            if geteuid() != 0 {
+                chmod(path, 0o500)
+                return
+            }
+            let fd = open(path + "/filler", O_WRONLY | O_CREAT, 0o600)
+            let chunk = [UInt8](repeating: 1, count: 4096)
+            while write(fd, chunk, chunk.count) == chunk.count {}
+            var info = stat()
+            fstat(fd, &info)
+            ftruncate(fd, max(0, info.st_size - off_t(spare)))
+            close(fd)
+        }
+    }
+
+    /// A snapshot that cannot be written (a full disk) is a warning, not an error: the batch
+    /// before it is durable in the log, the old snapshot and the log stay whole, nothing is
+    /// left half-written, and it is tried again only after another threshold's worth of
+    /// records (not at every batch), and then succeeds once there is room.
+    @Test func aSnapshotThatCannotBeWrittenIsAWarningAndTheBatchStands() throws {
+        try IndexLog.$snapshotThreshold.withValue(16 << 10) {
+            let parent = try TemporaryDirectory(prefix: "kaiten-full")
+            defer { parent.remove() }
+            guard let dir = try UnwritableDirectory.make(in: parent, logSize: 0) else {
+                print("skipped: cannot mount a small tmpfs here (mount: \(String(cString: strerror(errno))))")
+                return
+            }
+            defer { dir.remove() }
+            let path = dir.path + "/photos.log"
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            var warnings: [String] = []
+            try Self.fill(log, from: 0, count: 150, full: true)
+            log.maintain(warn: { warnings.append($0) })
+            #expect(warnings.isEmpty && log.snapshotCovers > 0, "a first snapshot while there is room")
+            let firstCovers = log.snapshotCovers
+
+            dir.fill(leaving: 48 << 10)
+            try Self.fill(log, from: 150, count: 150)
+            #expect(log.bytesAfterSnapshot >= 16 << 10)
+            log.maintain(warn: { warnings.append($0) })
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(warnings.first?.contains(path + ".snap") == true, "the warning names the snapshot: \(warnings)")
+            #expect(log.snapshotCovers == firstCovers, "the old snapshot is still the one in use")
+            #expect(View(log) == (try Self.fullReplay(path)), "the batch is in the log and in the view")
+            let leftovers = (try FileManager.default.contentsOfDirectory(atPath: dir.path)).filter { $0.hasSuffix(".tmp") || $0.hasSuffix(".compact") }
+            #expect(leftovers.isEmpty, "no half-written file left: \(leftovers)")
+
+            // Not tried again at the next small batch.
+            try Self.fill(log, from: 300, count: 5)
+            log.maintain(warn: { warnings.append($0) })
+            #expect(warnings.count == 1, "not retried at every batch: \(warnings)")
+
+            // Room again: tried again once another threshold's worth is in, and it works.
+            dir.makeRoom()
+            var batch = 310
+            while log.snapshotCovers == firstCovers && batch < 2000 {
+                try Self.fill(log, from: batch, count: 20)
+                log.maintain(warn: { warnings.append($0) })
+                batch += 25
+            }
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(log.snapshotCovers > firstCovers, "a new snapshot once there is room")
+            let expected = try Self.fullReplay(path)
+            #expect(View(log) == expected)
+            log.close()
+            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            #expect(again.index.hasSnapshot)
+            #expect(View(again) == expected)
+            again.close()
         }
     }
 

@@ -119,7 +119,7 @@ extension Kaiten.Index {
                 for id in ids {
                     guard let log = logs[id] else { continue }
                     let before = log.fileSize
-                    try log.compact()
+                    try log.compact(warn: { Terminal.error($0) })
                     print("\(id): \(before) → \(log.fileSize) bytes")
                 }
             }
