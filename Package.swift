@@ -67,7 +67,7 @@ let package = Package(
             name: "KaitenTransfer",
             dependencies: [
                 "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         // Apply: runs a plan (the order, deletions re-checked, the lock, stale-plan and

@@ -77,11 +77,34 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 let start = now()
                 let (server, _) = try bench.startServe()
                 defer { bench.stop(server) }
+                // KAITEN_BENCH_PERF="ARGS" runs `perf ARGS -p PID` on the serving process while it
+                // serves, e.g. "record -F 499 -g -o /tmp/serve.perf" or "stat -e page-faults"
+                // (its report on stderr); RUN in ARGS becomes the run's number.
+                let profiler = try ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"].map { arguments in
+                    let perf = Process()
+                    // Started with no signal blocked: it would inherit the bench's blocked
+                    // signals, and perf that never sees SIGCHLD or SIGINT never ends.
+                    perf.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+                    // "record -a …" profiles the whole machine (threads started after perf,
+                    // dispatch's workers, included); `perf report --comm kaiten` picks serve.
+                    perf.arguments = [
+                        "-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/usr/bin/perf', sys.argv[1:])",
+                        "perf",
+                    ] + arguments.replacingOccurrences(of: "RUN", with: "\(run)").split(separator: " ").map(String.init)
+                        + (arguments.contains(" -a") ? [] : ["-p", "\(server.processIdentifier)"])
+                    try perf.run()
+                    return perf
+                }
                 try await r.waitUntil("receiver done from kaiten", timeout: 1800) {
                     done(try await r.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
                 }
                 let seconds = now() - start
-                ours.append(SenderRun(seconds: seconds, senderCPU: ProcStat.cpuSeconds(pid: server.processIdentifier)))
+                let senderCPU = ProcStat.cpuSeconds(pid: server.processIdentifier)
+                if let profiler {
+                    kill(profiler.processIdentifier, SIGINT)
+                    profiler.waitUntilExit()
+                }
+                ours.append(SenderRun(seconds: seconds, senderCPU: senderCPU))
                 try kaiten(["folder", "unshare", folderID, "r\(run)"])
                 try kaiten(["peer", "rm", r.deviceID.description])
             }

@@ -1,4 +1,5 @@
 import Crypto
+import Dispatch
 import KaitenProtocol
 import Logging
 import NIOConcurrencyHelpers
@@ -43,11 +44,14 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     /// Who the peer is, for messages: set once TLS verified the device.
     let peerLabel: NIOLockedValueBox<String>
     /// How the peer's block requests are answered: at once on the event loop (a fixed answer),
-    /// or by a task (disk work belongs off the loop). Until one is set: no such file.
+    /// or off it on ``diskWork`` (disk reads belong off the loop). Until one is set: no such file.
     enum Responder {
         case immediate(@Sendable (BEPRequest) -> BEPResponse)
-        case deferred(@Sendable (BEPRequest) async -> BEPResponse)
+        case offloaded(@Sendable (BEPRequest) -> BEPReply)
     }
+    /// Where offloaded answers run: straight from the event loop to a worker thread and back,
+    /// two thread hops per block (a task that awaited the disk on another queue took three).
+    static let diskWork = DispatchQueue(label: "kaiten.peer.serving", attributes: .concurrent)
     var respond: Responder = .immediate({ request in
         var response = BEPResponse()
         response.id = request.id
@@ -241,34 +245,65 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             response.id = request.id
             stats.withLockedValue { $0.requestsAnswered += 1 }
             write(.response(response))
-        case .deferred(let answer):
+        case .offloaded(let answer):
             start(serving.arrived(request), answer)
         }
     }
 
-    /// Answers each request on a task; back on the loop the response goes out and what was
-    /// waiting for room starts.
-    private func start(_ requests: [BEPRequest], _ answer: @escaping @Sendable (BEPRequest) async -> BEPResponse) {
+    /// Answers each request on a worker thread; back on the loop the response goes out and
+    /// what was waiting for room starts.
+    private func start(_ requests: [BEPRequest], _ answer: @escaping @Sendable (BEPRequest) -> BEPReply) {
         guard let context, !requests.isEmpty else { return }
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
         for request in requests {
-            Task {
-                let response = { (answered: BEPResponse) in
-                    var numbered = answered
-                    numbered.id = request.id
-                    return numbered
-                }(await answer(request))
+            Self.diskWork.async {
+                let reply: BEPOutbound
+                switch answer(request) {
+                case .response(var response):
+                    response.id = request.id
+                    reply = .message(.response(response))
+                case .frame(let frame):
+                    // Made for this request (its id is in the bytes); anything else is a bug
+                    // that must not reach the peer as an answer to another request.
+                    guard frame.id == request.id else { preconditionFailure("a frame for request \(frame.id) answers \(request.id)") }
+                    reply = .frame(frame)
+                }
                 eventLoop.execute {
                     let handler = loopBound.value
                     let next = handler.serving.finished(request)
                     guard handler.closeReason == nil else { return }
                     handler.stats.withLockedValue { $0.requestsAnswered += 1 }
-                    handler.write(.response(response))
-                    handler.start(next, answer)
+                    handler.writeNow(reply)
+                    handler.startWhenWritable(next, answer)
                 }
             }
         }
+    }
+
+    /// Requests whose disk work waits for the socket to take what was already answered: a
+    /// peer that reads slower than the disk is served at its pace, with answers queued in the
+    /// socket rather than in memory (and fresh memory for each).
+    private var waitingForWritability: [BEPRequest] = []
+    private var answerWhenWritable: (@Sendable (BEPRequest) -> BEPReply)?
+
+    private func startWhenWritable(_ requests: [BEPRequest], _ answer: @escaping @Sendable (BEPRequest) -> BEPReply) {
+        guard let context, !requests.isEmpty else { return }
+        if context.channel.isWritable && waitingForWritability.isEmpty {
+            start(requests, answer)
+        } else {
+            waitingForWritability += requests
+            answerWhenWritable = answer
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, !waitingForWritability.isEmpty, let answer = answerWhenWritable {
+            let requests = waitingForWritability
+            waitingForWritability = []
+            start(requests, answer)
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     private func complete(_ response: BEPResponse) {
@@ -317,6 +352,14 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         guard let context, closeReason == nil else { return }
         lastWrite = context.eventLoop.now
         context.writeAndFlush(wrapOutboundOut(.message(message)), promise: nil)
+    }
+
+    /// Writes and flushes one answer. (Flushing several at once made TLS gather their
+    /// ciphertext in one growing buffer: more copies and fresh memory than it saved.)
+    private func writeNow(_ outbound: BEPOutbound) {
+        guard let context, closeReason == nil else { return }
+        lastWrite = context.eventLoop.now
+        context.writeAndFlush(wrapOutboundOut(outbound), promise: nil)
     }
 
     /// Queues a block request; it goes out once it fits in the outstanding-bytes budget.

@@ -136,11 +136,11 @@ public final class PeerConnection: Sendable {
         try? await channel.eventLoop.submit { handler.value.respond = .immediate(respond) }.get()
     }
 
-    /// Replaces how the peer's block requests are answered, by a handler that may wait (disk
-    /// reads belong off the event loop).
-    public func setAsyncRequestHandler(_ respond: @escaping @Sendable (BEPRequest) async -> BEPResponse) async {
+    /// Replaces how the peer's block requests are answered, by a handler that may block on the
+    /// disk: it runs on a worker thread, never on the event loop.
+    public func setBlockingRequestHandler(_ respond: @escaping @Sendable (BEPRequest) -> BEPReply) async {
         let handler = self.handler
-        try? await channel.eventLoop.submit { handler.value.respond = .deferred(respond) }.get()
+        try? await channel.eventLoop.submit { handler.value.respond = .offloaded(respond) }.get()
     }
 
     static func describe(_ code: BEPErrorCode) -> String {
@@ -173,7 +173,7 @@ enum PeerPipeline {
         try channel.pipeline.syncOperations.addHandlers([
             tls,
             ByteToMessageHandler(FrameDecoder(limits: settings.limits)),
-            MessageToByteHandler(FrameEncoder()),
+            FrameWriter(),
             handler,
         ])
         return Parts(

@@ -158,7 +158,7 @@ public enum IndexSync {
     }
 
     /// Answers one block request from a peer.
-    public typealias RequestHandler = @Sendable (BEPRequest, DeviceID) async -> BEPResponse
+    public typealias RequestHandler = @Sendable (BEPRequest, DeviceID) -> BEPReply
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
@@ -253,7 +253,7 @@ public enum IndexSync {
         let me = home.identity.deviceID
         if let serve {
             let peer = device.id
-            await connection.setAsyncRequestHandler { request in await serve(request, peer) }
+            await connection.setBlockingRequestHandler { request in serve(request, peer) }
         }
         var since: [String: RemoteIndexState] = [:]
         for folder in shared {

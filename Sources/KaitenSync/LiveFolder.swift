@@ -47,7 +47,7 @@ public final class LiveFolder {
     public func betweenRounds(warn: (String) -> Void) {
         // A newer snapshot (the intake's, just written) replaces what this view holds in memory.
         // One that cannot be read is the next round's error (it refreshes first).
-        try? log.refresh()
+        _ = try? log.refresh()
         log.index.releaseSnapshotPages()
         announcer.betweenRounds(warn: warn)
     }

@@ -3,6 +3,7 @@ import Foundation
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
+import NIOCore
 
 #if canImport(Glibc)
     import Glibc
@@ -24,7 +25,7 @@ public final class BlockServer: Sendable {
     private let home: Home
     private let folders: [String: FolderConfiguration]
     private let logs = LogCache()
-    private let buffers = BlockBuffers()
+    private let allocator = ByteBufferAllocator()
 
     public init(home: KaitenHome) {
         me = home.identity.deviceID
@@ -50,20 +51,22 @@ public final class BlockServer: Sendable {
         }
     }
 
-    /// The answer to `request` from `peer` (its data, or an error code).
-    public func answer(_ request: BEPRequest, from peer: DeviceID) async -> BEPResponse {
-        var response = BEPResponse()
-        response.id = request.id
-        let result = (try? await Blocking.run { self.read(request, from: peer) }) ?? .failure(.generic("internal error"))
-        switch result {
-        case .success(let data): response.data = data
-        case .failure(let refusal): response.code = refusal.code
+    /// The answer to `request` from `peer`: the frame carrying its data, or an error code.
+    /// Reads the disk: call it off the event loop (a connection runs it on a worker thread).
+    public func answer(_ request: BEPRequest, from peer: DeviceID) -> BEPReply {
+        switch read(request, from: peer) {
+        case .success(let frame):
+            return .frame(frame)
+        case .failure(let refusal):
+            var response = BEPResponse()
+            response.id = request.id
+            response.code = refusal.code
+            return .response(response)
         }
-        return response
     }
 
-    /// The bytes of one announced block, or why not.
-    func read(_ request: BEPRequest, from peer: DeviceID) -> Result<Data, Refusal> {
+    /// The frame of one announced block's bytes, or why not.
+    func read(_ request: BEPRequest, from peer: DeviceID) -> Result<ResponseFrame, Refusal> {
         let name = request.name
         guard request.offset >= 0, request.size > 0, Int(request.size) <= Self.maxBlockSize else {
             return .failure(.invalid("offset \(request.offset), size \(request.size): not a block"))
@@ -85,23 +88,17 @@ public final class BlockServer: Sendable {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .failure(.noSuchFile("\(name): not a regular file")) }
-        // Read into a buffer from the pool: memory neither zeroed first (as Data(count:) would)
-        // nor new (a fresh 128 KiB allocation is fresh pages, and the kernel's page faults and
-        // zeroing cost more than the read).
+        // Read straight into the frame that goes to the peer, on this thread, and hash it there.
         let count = Int(request.size)
-        let buffers = self.buffers
-        guard let buffer = buffers.take(count) else { return .failure(.generic("out of memory")) }
-        let n = pread(fd, buffer, count, off_t(request.offset))
-        guard n == count else {
-            buffers.give(buffer, count)
-            return .failure(.noSuchFile("\(name): shorter than announced"))
+        let frame = ResponseFrame.make(answering: request, count: count, allocator: allocator) { raw in
+            pread(fd, raw.baseAddress, count, off_t(request.offset)) == count
         }
-        let data = Data(bytesNoCopy: buffer, count: count, deallocator: .custom { pointer, size in buffers.give(pointer, size) })
-        let hash = Data(SHA256.hash(data: data))
+        guard let frame else { return .failure(.noSuchFile("\(name): shorter than announced")) }
+        let hash = frame.withData(count: count) { Data(SHA256.hash(data: $0)) }
         guard hash == block.hash, request.hash.isEmpty || request.hash == hash else {
             return .failure(.noSuchFile("\(name): changed on disk since it was announced"))
         }
-        return .success(data)
+        return .success(frame)
     }
 
     /// The announced block at `offset` of a valid file in this device's local index.
@@ -153,43 +150,5 @@ private final class LogCache: @unchecked Sendable {
                 return list
             }
         }
-    }
-}
-
-/// Block-sized buffers kept for reuse between requests. A peer pulling a file asks for its blocks
-/// a few dozen at a time, all of one size: the same few buffers serve them all. What is kept is
-/// bounded (16 MiB), so a burst of large blocks does not stay resident.
-final class BlockBuffers: @unchecked Sendable {
-    private let lock = NSLock()
-    private var free: [Int: [UnsafeMutableRawPointer]] = [:]
-    private var keptBytes = 0
-    private let maxKeptBytes: Int
-
-    init(maxKeptBytes: Int = 16 << 20) {
-        self.maxKeptBytes = maxKeptBytes
-    }
-
-    /// A buffer of exactly `size` bytes (contents undefined); give it back when done.
-    func take(_ size: Int) -> UnsafeMutableRawPointer? {
-        let reused: UnsafeMutableRawPointer? = lock.withLock {
-            guard let pointer = free[size]?.popLast() else { return nil }
-            keptBytes -= size
-            return pointer
-        }
-        return reused ?? malloc(size)
-    }
-
-    func give(_ pointer: UnsafeMutableRawPointer, _ size: Int) {
-        let kept: Bool = lock.withLock {
-            guard keptBytes + size <= maxKeptBytes else { return false }
-            free[size, default: []].append(pointer)
-            keptBytes += size
-            return true
-        }
-        if !kept { Glibc.free(pointer) }
-    }
-
-    deinit {
-        for pointers in free.values { for pointer in pointers { Glibc.free(pointer) } }
     }
 }

@@ -40,6 +40,7 @@ extension Kaiten {
     /// `kaiten --home DIR id` works as `kaiten id --home DIR` does: git and terraform take their
     /// directory options before the verb, and users type them both ways.
     static func main() async {
+        HeapTuning.keepBlockBuffers()
         await main(movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
     }
 

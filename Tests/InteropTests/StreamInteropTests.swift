@@ -99,7 +99,7 @@ struct StreamInteropTests {
             let server = Process()
             server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
             server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
-            FileManager.default.createFile(atPath: dir.file("serve.log"), contents: nil)
+            _ = FileManager.default.createFile(atPath: dir.file("serve.log"), contents: nil)
             server.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("serve.log")))
             server.standardOutput = FileHandle.nullDevice
             try server.run()

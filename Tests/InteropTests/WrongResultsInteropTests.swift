@@ -305,7 +305,7 @@ struct WrongResultsInteropTests {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
             process.arguments = ["apply", "--home", world.home, "--yes", "--json"]
-            FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
+            _ = FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
             process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
             process.standardError = FileHandle.nullDevice
             try process.run()

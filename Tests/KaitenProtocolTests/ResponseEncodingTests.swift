@@ -36,4 +36,27 @@ struct ResponseEncodingTests {
         }
         #expect(decoded == response)
     }
+
+    /// A frame made by a block server (the data written into it in place) is the same bytes as
+    /// the message encoded; a fill that fails makes no frame.
+    @Test(arguments: [(1, 1), (300, 131_072), (Int(Int32.max), 4), (-5, 16)])
+    func aFrameMadeInPlaceEqualsTheEncodedResponse(id: Int, size: Int) throws {
+        var request = BEPRequest()
+        request.id = Int32(id)
+        let data = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) })
+        let frame = try #require(
+            ResponseFrame.make(answering: request, count: size, allocator: ByteBufferAllocator()) { raw in
+                data.copyBytes(to: raw)
+                return true
+            })
+        var response = BEPResponse()
+        response.id = Int32(id)
+        response.data = data
+        var expected = ByteBuffer()
+        try FrameEncoder.encode(.response(response), into: &expected)
+        #expect(frame.buffer == expected)
+        #expect(frame.id == Int32(id))
+        #expect(frame.withData(count: size) { Data($0) } == data)
+        #expect(ResponseFrame.make(answering: request, count: size, allocator: ByteBufferAllocator()) { _ in false } == nil)
+    }
 }

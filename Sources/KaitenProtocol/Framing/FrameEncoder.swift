@@ -5,6 +5,8 @@ import SwiftProtobuf
 public enum BEPOutbound: Sendable {
     case hello(BEPHello)
     case message(BEPMessage)
+    /// A Response already encoded: written as it is (``FrameWriter``).
+    case frame(ResponseFrame)
 }
 
 /// Encodes Hello and messages into BEP frames (layout on ``FrameDecoder``).
@@ -30,6 +32,8 @@ public struct FrameEncoder: MessageToByteEncoder {
             out.writeBytes(body)
         case .message(let message):
             try Self.encode(message, compressMetadata: compressMetadata, into: &out)
+        case .frame(let frame):
+            out.writeImmutableBuffer(frame.buffer)
         }
     }
 
@@ -69,47 +73,55 @@ public struct FrameEncoder: MessageToByteEncoder {
     /// buffer first, then into the frame). The same bytes as the generic path (a test checks):
     /// `id` (1, varint), `data` (2, length-delimited), `code` (3, varint, left out when 0).
     static func encodeResponse(_ response: BEPResponse, into out: inout ByteBuffer) throws {
-        let headerBytes = responseHeader
-        func varintSize(_ value: UInt64) -> Int {
-            var n = 1
-            var v = value >> 7
-            while v != 0 {
-                n += 1
-                v >>= 7
-            }
-            return n
-        }
-        func writeVarint(_ value: UInt64) {
-            var v = value
-            while v >= 0x80 {
-                out.writeInteger(UInt8(truncatingIfNeeded: v) | 0x80)
-                v >>= 7
-            }
-            out.writeInteger(UInt8(v))
-        }
-        // int32 fields are sign-extended to 64 bits on the wire, as protobuf does.
-        let id = UInt64(bitPattern: Int64(response.id))
         let code = UInt64(bitPattern: Int64(response.code.rawValue))
-        var bodyLength = 0
-        if id != 0 { bodyLength += 1 + varintSize(id) }
-        if !response.data.isEmpty { bodyLength += 1 + varintSize(UInt64(response.data.count)) + response.data.count }
-        if code != 0 { bodyLength += 1 + varintSize(code) }
+        writeResponsePrefix(id: response.id, dataCount: response.data.count, codeLength: code == 0 ? 0 : 1 + varintSize(code), into: &out)
+        out.writeBytes(response.data)
+        if code != 0 {
+            out.writeInteger(UInt8(0x18))
+            writeVarint(code, into: &out)
+        }
+    }
+
+    /// A Response frame up to its data's bytes: the frame header, the body's length, the `id`
+    /// field and the `data` field's tag and length (no data field when `dataCount` is 0).
+    /// `codeLength`: the bytes of the `code` field that will follow the data.
+    static func writeResponsePrefix(id: Int32, dataCount: Int, codeLength: Int, into out: inout ByteBuffer) {
+        let headerBytes = responseHeader
+        // int32 fields are sign-extended to 64 bits on the wire, as protobuf does.
+        let wireID = UInt64(bitPattern: Int64(id))
+        var bodyLength = codeLength
+        if wireID != 0 { bodyLength += 1 + varintSize(wireID) }
+        if dataCount != 0 { bodyLength += 1 + varintSize(UInt64(dataCount)) + dataCount }
         out.reserveCapacity(minimumWritableBytes: 2 + headerBytes.count + 4 + bodyLength)
         out.writeInteger(UInt16(headerBytes.count))
         out.writeBytes(headerBytes)
         out.writeInteger(UInt32(bodyLength))
-        if id != 0 {
+        if wireID != 0 {
             out.writeInteger(UInt8(0x08))
-            writeVarint(id)
+            writeVarint(wireID, into: &out)
         }
-        if !response.data.isEmpty {
+        if dataCount != 0 {
             out.writeInteger(UInt8(0x12))
-            writeVarint(UInt64(response.data.count))
-            out.writeBytes(response.data)
+            writeVarint(UInt64(dataCount), into: &out)
         }
-        if code != 0 {
-            out.writeInteger(UInt8(0x18))
-            writeVarint(code)
+    }
+
+    static func varintSize(_ value: UInt64) -> Int {
+        var n = 1
+        var v = value >> 7
+        while v != 0 {
+            n += 1
+            v >>= 7
         }
+        return n
+    }
+
+    static func writeVarint(_ value: UInt64, into out: inout ByteBuffer) {
+        var v = value
+        while v >= 0x80 {
+            out.writeInteger(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        out.writeInteger(UInt8(v))
     }
 }
