@@ -95,10 +95,17 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                     try perf.run()
                     return perf
                 }
+                var connectedAfter: Double?
                 try await r.waitUntil("receiver done from kaiten", timeout: 1800) {
-                    done(try await r.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
+                    if connectedAfter == nil {
+                        let c = try await r.get("/rest/system/connections") as? [String: Any]
+                        let conns = c?["connections"] as? [String: Any]
+                        if (conns?[me.description] as? [String: Any])?["connected"] as? Bool == true { connectedAfter = now() - start }
+                    }
+                    return done(try await r.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
                 }
                 let seconds = now() - start
+                log(String(format: "run %d: kaiten serve connected to the receiver after %.2f s (polled every 0.2 s)", run, connectedAfter ?? -1))
                 let senderCPU = ProcStat.cpuSeconds(pid: server.processIdentifier)
                 if let profiler {
                     kill(profiler.processIdentifier, SIGINT)

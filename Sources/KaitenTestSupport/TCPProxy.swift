@@ -5,14 +5,16 @@ import Synchronization
 import Glibc
 #endif
 
-/// A TCP proxy on 127.0.0.1 that a test can cut: every connection through it is reset at once,
-/// as a dropped NAT mapping or a cable pulled does. Threads and blocking sockets, nothing more.
+/// A TCP proxy on 127.0.0.1 that a test can cut (every connection through it is reset at once,
+/// as a dropped NAT mapping or a cable pulled does) or stall (nothing passes either way and
+/// nothing is closed, as a congested or half-dead path does). Threads and blocking sockets.
 public final class TCPProxy: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
     private let targetPort: Int
     private let open = Mutex<[Int32]>([])
     private let stopped = Atomic<Bool>(false)
+    private let stalled = Atomic<Bool>(false)
 
     /// Listens on a free loopback port and forwards each connection to 127.0.0.1:`targetPort`.
     public init(to targetPort: Int) throws {
@@ -87,6 +89,8 @@ public final class TCPProxy: @unchecked Sendable {
     private func pump(from source: Int32, to destination: Int32) {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
+            // Stalled: nothing is read, so the sender's writes fill the kernel's buffers and block.
+            while stalled.load(ordering: .relaxed) && !stopped.load(ordering: .relaxed) { usleep(20_000) }
             let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
             guard n > 0 else { break }
             var written = 0
@@ -108,6 +112,16 @@ public final class TCPProxy: @unchecked Sendable {
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
             shutdown(fd, Int32(SHUT_RDWR))
         }
+    }
+
+    /// Stops forwarding in both directions on every connection, old and new, until ``resume()``:
+    /// the connections stay open and silent.
+    public func stall() {
+        stalled.store(true, ordering: .relaxed)
+    }
+
+    public func resume() {
+        stalled.store(false, ordering: .relaxed)
     }
 
     public func stop() {

@@ -219,6 +219,123 @@ extension RunInteropTests {
         }
     }
 
+    /// A stalled path (the proxy passes nothing either way and closes nothing, as a congested or
+    /// half-dead link does): the verbs beside the service answer at once, the session carries
+    /// on when the path does and the change the peer made meanwhile arrives, and SIGTERM during
+    /// a stall still exits 0 within 10 s (the goodbye to a peer that reads nothing is not
+    /// waited for).
+    @Test func aStalledConnectionHoldsNothingUp() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run-stall")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/docs/a.txt", "a\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let proxy = try TCPProxy(to: Int(st.address.split(separator: ":").last!)!)
+            defer { proxy.stop() }
+            #expect(try world.kaiten("peer", "edit", st.deviceID.description, "--address", proxy.address).status == 0)
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"))
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let local = world.local
+            try await Self.waitFor("the first pull", log: run) { Self.content(local + "/docs/a.txt") == "a\n" }
+
+            proxy.stall()
+            let stalledAt = Date()
+            try TestFiles.write(world.peerData + "/docs/b.txt", "during the stall\n")
+            try await ApplyInteropTests.rescan(st)
+            for verb in [["status"], ["ls", Self.folder, "docs"], ["plan"], ["conflicts"]] {
+                let started = Date()
+                let result = try KaitenCLI.run(verb + ["--home", world.home])
+                let took = Date().timeIntervalSince(started)
+                #expect([0, 2].contains(result.status), "\(verb) during a stall: \(result.stderr)")
+                #expect(took < 10, "\(verb) took \(took) s during a stall")
+            }
+            #expect(Self.content(local + "/docs/b.txt") == nil, "nothing passed the stalled proxy")
+            // A stall of several seconds, well under any timeout: the session carries on.
+            let rest = 8 - Date().timeIntervalSince(stalledAt)
+            if rest > 0 { try await Task.sleep(for: .seconds(rest)) }
+            proxy.resume()
+            try await Self.waitFor("the change made during the stall", timeout: 90, log: run) {
+                Self.content(local + "/docs/b.txt") == "during the stall\n"
+            }
+            #expect(!run.log.contains("reconnected"), "the stall did not cost the session: \(run.log)")
+
+            proxy.stall()
+            try await Task.sleep(for: .seconds(1))
+            let stopping = Date()
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM during a stall")
+            #expect(run.process.terminationStatus == 0)
+            #expect(Date().timeIntervalSince(stopping) < 10)
+            proxy.resume()
+        }
+    }
+
+    /// Ctrl-C on an `apply` that the service runs (through the control socket): the client
+    /// passes the signal on, the service stops between blocks, the client exits 130 with the
+    /// summary saying so, the service stays up, and the next apply through it keeps the
+    /// verified blocks (interrupted at half of a 256 MiB file: at most ~55 % fetched again).
+    @Test func ctrlCOnAnApplyThroughTheServiceStopsItAndTheNextResumes() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run-sigint")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let size = 256 << 20
+        try TestFiles.random(world.peerData + "/big.bin", size: size)
+        let totalBlocks = size / (256 << 10)  // syncthing uses 256 KiB blocks from 250 MiB up
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            #expect(try world.kaiten("select", Self.folder, "big.bin").status == 0)
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "none"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            try await Self.waitFor("the service connected", log: run) {
+                try world.kaiten("status").stdout.contains("peers connected: a")
+                    && FileManager.default.fileExists(atPath: world.home + "/state/run.sock")
+            }
+            func servicePull() -> Int {
+                // What the service process wrote (/proc/PID/io's wchar): the file's bytes, as
+                // the temp file is allocated whole up front.
+                let io = (try? String(contentsOfFile: "/proc/\(run.process.processIdentifier)/io", encoding: .utf8)) ?? ""
+                let line = io.split(separator: "\n").first { $0.hasPrefix("wchar:") } ?? ""
+                return Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
+            }
+            let before = servicePull()
+            let client = Process()
+            client.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+            client.arguments = ["apply", "--home", world.home, "--yes", "--json"]
+            _ = FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
+            client.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
+            client.standardError = FileHandle.nullDevice
+            try client.run()
+            let deadline = Date().addingTimeInterval(120)
+            while client.isRunning && Date() < deadline && servicePull() - before < size / 2 { usleep(2_000) }
+            try #require(client.isRunning, "the apply finished before it could be interrupted at half")
+            kill(client.processIdentifier, SIGINT)
+            try client.waitForExit(timeout: 60, what: "kaiten apply through the service")
+            let out = (try? String(contentsOfFile: dir.file("out"), encoding: .utf8)) ?? ""
+            #expect(client.terminationStatus == 130, "\(out)")
+            let summary = ApplyInteropTests.json(out).last ?? [:]
+            #expect(summary["interrupted_by"] as? Int == Int(SIGINT), "\(summary)")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/big.bin"))
+            #expect(run.process.isRunning, "the service stays up")
+            #expect(try world.kaiten("status").stdout.contains("peers connected: a"))
+
+            let resumed = try world.kaiten("apply", "--yes", "--json")
+            #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+            let second = ApplyInteropTests.json(resumed.stdout).last ?? [:]
+            let fetched = second["blocks_fetched"] as? Int ?? -1
+            let local = second["blocks_copied_locally"] as? Int ?? -1
+            #expect(fetched + local == totalBlocks, "\(second)")
+            #expect(Double(fetched) <= Double(totalBlocks) * 0.55, "fetched \(fetched) of \(totalBlocks) again: \(second)")
+            #expect(ApplyInteropTests.sha(world.local + "/big.bin") == ApplyInteropTests.sha(world.peerData + "/big.bin"))
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+            #expect(run.process.terminationStatus == 0)
+        }
+    }
+
     /// Beside `kaiten run --apply none`, every verb works and nothing is refused for a lock:
     /// `plan` is the service's plan on its live connections; `apply` (fresh, or a saved plan)
     /// is applied by the service after the same stale check as a saved plan; `cat` and `get`
