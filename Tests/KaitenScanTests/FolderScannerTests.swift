@@ -116,7 +116,7 @@ struct FolderScannerTests {
                 try TestFiles.write(dir.file(name), "x")
             }
             // A name in NFD (as macOS writes it) is reported and skipped, never renamed.
-            FileManager.default.createFile(atPath: dir.path + "/cafe\u{301}-nfd", contents: Data("x".utf8))
+            _ = FileManager.default.createFile(atPath: dir.path + "/cafe\u{301}-nfd", contents: Data("x".utf8))
             try FileManager.default.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: "kept.txt")
             var warnings: [String] = []
             let (tree, stats) = try FolderScanner(root: dir.path).scan(previous: LocalTree(), warn: { warnings.append($0) })
