@@ -60,10 +60,15 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
         // Kaiten: everything from connecting to the last rename, in its own process.
         let before = childrenUsage()
         let start = now()
-        // KAITEN_BENCH_PERF=FILE records a CPU profile of the apply with perf.
+        // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS` ("record -g -o FILE",
+        // "record -e page-faults -g -o FILE", "stat -e page-faults"), started with no signal
+        // blocked (perf would inherit the bench's blocked SIGCHLD and never end).
         let applied: ProcessResult
-        if let perfFile = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
-            applied = try ProcessRunner.run("/usr/bin/perf", ["record", "-g", "-o", perfFile, KaitenCLI.executable, "apply", "--yes", "--json", "--home", kaitenHome])
+        if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
+            applied = try ProcessRunner.run(
+                "/usr/bin/python3",
+                ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/usr/bin/perf', sys.argv[1:])", "perf"]
+                    + perfArguments.split(separator: " ").map(String.init) + [KaitenCLI.executable, "apply", "--yes", "--json", "--home", kaitenHome])
         } else {
             applied = try kaiten(["apply", "--yes", "--json"])
         }

@@ -76,8 +76,11 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     }
     private var nextRequestID: Int32 = 0
     private var pending: [Int32: Pending] = [:]
-    private var queued: [(BEPRequest, EventLoopPromise<BEPResponse>)] = []
-    private var queuedHead = 0
+    /// Requests waiting for room in the outstanding budget. A request leaves as it is sent:
+    /// its promise, once fulfilled, holds the response and its block, so a queue that kept sent
+    /// entries (as an array with a head index did, up to 1,024 of them) kept up to 1,024
+    /// blocks alive: 256 MiB of a pull's peak memory.
+    private var queued = CircularBuffer<(BEPRequest, EventLoopPromise<BEPResponse>)>()
     private var outstandingBytes = 0
 
     /// Index batches handed to the consumer and not yet taken from the event sequence.
@@ -377,11 +380,10 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private func pump() {
         guard let context, closeReason == nil else { return }
         var wrote = false
-        while queuedHead < queued.count {
-            let (request, promise) = queued[queuedHead]
+        while let (request, _) = queued.first {
             let size = Int(max(request.size, 0))
             guard outstandingBytes == 0 || outstandingBytes + size <= settings.maxOutstandingRequestBytes else { break }
-            queuedHead += 1
+            let promise = queued.removeFirst().1
             var numbered = request
             numbered.id = takeRequestID()
             pending[numbered.id] = Pending(size: size, promise: promise)
@@ -394,10 +396,6 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             }
             context.write(wrapOutboundOut(.message(.request(numbered))), promise: nil)
             wrote = true
-        }
-        if queuedHead > 1024 && queuedHead * 2 > queued.count {
-            queued.removeFirst(queuedHead)
-            queuedHead = 0
         }
         if wrote {
             lastWrite = context.eventLoop.now
@@ -474,9 +472,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         }
         for (_, entry) in pending { entry.promise.fail(error) }
         pending.removeAll()
-        for (_, promise) in queued[queuedHead...] { promise.fail(error) }
+        for (_, promise) in queued { promise.fail(error) }
         queued.removeAll()
-        queuedHead = 0
         events.yield(.closed(closeReason ?? reason))
         events.finish()
         closedPromise.succeed(closeReason ?? reason)
