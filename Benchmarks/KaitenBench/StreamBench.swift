@@ -46,8 +46,12 @@ func runStreamBench(mib: Int) async throws {
 
         // kaiten get: connect, fetch every block verified, temp + fsync + rename.
         var start = now()
+        let childrenBefore = childrenUsage()
         _ = try kaiten(["get", "bench", "movie.bin", "-o", dir.file("got.bin")])
         let getSeconds = now() - start
+        // The largest child so far: the get, unless an earlier verb (small index work) was larger.
+        let getPeakMiB = childrenUsage().maxRSSMiB
+        if getPeakMiB <= childrenBefore.maxRSSMiB { log("kaiten get peaked below an earlier verb's \(childrenBefore.maxRSSMiB) MiB") }
         try? FileManager.default.removeItem(atPath: dir.file("got.bin"))
 
         // kaiten serve.
@@ -68,6 +72,7 @@ func runStreamBench(mib: Int) async throws {
         start = now()
         let whole = try curlTimes(url, range: nil)
         let streamSeconds = now() - start
+        let servePeakMiB = ProcStat.peakRSS(pid: server.processIdentifier)
 
         // syncthing pulling the same file from the same peer.
         let syncthingSeconds = try await withSyncthing(receiver) { b in
@@ -80,8 +85,8 @@ func runStreamBench(mib: Int) async throws {
         print("== on demand: one remote file of \(mib) MiB ==")
         print(String(format: "time to first byte, 1 cold byte (one block round trip, median of 7): %.1f ms", oneByte.ttfb * 1000))
         print(String(format: "time to first byte, 1 MiB range in the middle (cold, median of 7):  %.1f ms = %.2f block round trips", range.ttfb * 1000, range.ttfb / max(oneByte.ttfb, 0.0001)))
-        print(String(format: "stream the whole file through kaiten serve (curl): %6.2f s = %6.1f MB/s (ttfb %.1f ms)", whole.total, mb / whole.total, whole.ttfb * 1000))
-        print(String(format: "kaiten get (to disk, fsync, rename):               %6.2f s = %6.1f MB/s", getSeconds, mb / getSeconds))
+        print(String(format: "stream the whole file through kaiten serve (curl): %6.2f s = %6.1f MB/s (ttfb %.1f ms), serve peak RSS %.1f MiB (goal ≤ 80)", whole.total, mb / whole.total, whole.ttfb * 1000, servePeakMiB))
+        print(String(format: "kaiten get (to disk, fsync, rename):               %6.2f s = %6.1f MB/s, peak RSS %.1f MiB (goal ≤ 80)", getSeconds, mb / getSeconds, getPeakMiB))
         print(String(format: "syncthing → syncthing pull of the same file:       %6.2f s = %6.1f MB/s", syncthingSeconds, mb / syncthingSeconds))
         _ = streamSeconds
     }

@@ -58,7 +58,7 @@ public final class Service: Sendable {
         public var requirePeers: Int = 1
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.
         public var serve: (host: String, port: Int)?
-        public var cacheBytes = 64 << 20
+        public var cacheBytes = 16 << 20
 
         public init() {}
     }

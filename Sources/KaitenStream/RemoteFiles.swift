@@ -82,7 +82,7 @@ public final class RemoteFiles: @unchecked Sendable {
     /// - Parameter relay: beside a running service (which holds the peers' connections),
     ///   blocks are fetched through it; nothing is dialled then and `connect` is not called.
     public init(
-        home: KaitenHome, cacheBytes: Int = 64 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil,
+        home: KaitenHome, cacheBytes: Int = 16 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil,
         relay: BlockSource.Relay? = nil
     ) {
         self.home = home

@@ -164,7 +164,7 @@ extension Kaiten {
         var allowRemote = false
 
         @Option(help: "MiB of verified blocks to keep in memory.")
-        var cacheMib: Int = 64
+        var cacheMib: Int = 16
 
         func run() async throws {
             try await reportingErrors {
