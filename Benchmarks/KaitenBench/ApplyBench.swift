@@ -89,7 +89,7 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
         print("== pull of \(label) (\(String(format: "%.0f", totalBytes / 1_048_576)) MiB) from one syncthing peer ==")
         print(
             String(
-                format: "kaiten apply:        %6.2f s  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s  %6.1f MiB peak RSS", kaitenSeconds,
+                format: "kaiten apply:        %6.2f s  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s  %6.1f MiB peak RSS (goal for 1 GiB as 4 files: ≤ 64)", kaitenSeconds,
                 totalBytes / kaitenSeconds / 1e6, Double(expectedFiles) / kaitenSeconds, ourCPU, after.maxRSSMiB))
         print(
             String(
