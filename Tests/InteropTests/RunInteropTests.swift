@@ -193,21 +193,8 @@ extension RunInteropTests {
     /// resets it, no TLS or BEP close): the service notices, dials again through the proxy, and
     /// the peer's next change still arrives.
     @Test func aCutConnectionIsDialledAgain() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-run-cut")
-        defer { dir.remove() }
-        let world = try World(dir)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
-        try TestFiles.write(world.peerData + "/docs/a.txt", "a\n")
-        try await withSyncthing(st) { st in
-            try await world.share(st, files: 1)
-            let proxy = try TCPProxy(to: Int(st.address.split(separator: ":").last!)!)
-            defer { proxy.stop() }
-            #expect(try world.kaiten("peer", "edit", st.deviceID.description, "--address", proxy.address).status == 0)
-            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
-            let run = try Running.start(home: world.home, logPath: dir.file("run.log"))
-            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+        try await Self.withRunThroughProxy(prefix: "kaiten-run-cut") { world, st, proxy, run in
             let local = world.local
-            try await Self.waitFor("the first pull", log: run) { Self.content(local + "/docs/a.txt") == "a\n" }
             proxy.cut()
             try await Self.waitFor("the redial through the proxy", log: run) { run.log.contains("reconnected to \(st.deviceID.shortDescription)") }
             try TestFiles.write(world.peerData + "/docs/b.txt", "after the cut\n")
@@ -219,13 +206,13 @@ extension RunInteropTests {
         }
     }
 
-    /// A stalled path (the proxy passes nothing either way and closes nothing, as a congested or
-    /// half-dead link does): the verbs beside the service answer at once, the session carries
-    /// on when the path does and the change the peer made meanwhile arrives, and SIGTERM during
-    /// a stall still exits 0 within 10 s (the goodbye to a peer that reads nothing is not
-    /// waited for).
-    @Test func aStalledConnectionHoldsNothingUp() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-run-stall")
+    /// `kaiten run` reaching its syncthing peer through a ``TCPProxy`` on loopback, with
+    /// `docs/a.txt` selected and already pulled; the peer, the proxy and the service are
+    /// stopped after `body` (the service by SIGKILL if the body left it running).
+    static func withRunThroughProxy(
+        prefix: String, _ body: (World, SyncthingInstance, TCPProxy, Running) async throws -> Void
+    ) async throws {
+        let dir = try TemporaryDirectory(prefix: prefix)
         defer { dir.remove() }
         let world = try World(dir)
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
@@ -240,7 +227,18 @@ extension RunInteropTests {
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
             try await Self.waitFor("the first pull", log: run) { Self.content(local + "/docs/a.txt") == "a\n" }
+            try await body(world, st, proxy, run)
+        }
+    }
 
+    /// A stalled path (the proxy passes nothing either way and closes nothing, as a congested or
+    /// half-dead link does): the verbs beside the service answer at once, the session carries
+    /// on when the path does and the change the peer made meanwhile arrives, and SIGTERM during
+    /// a stall still exits 0 within 10 s (the goodbye to a peer that reads nothing is not
+    /// waited for).
+    @Test func aStalledConnectionHoldsNothingUp() async throws {
+        try await Self.withRunThroughProxy(prefix: "kaiten-run-stall") { world, st, proxy, run in
+            let local = world.local
             proxy.stall()
             let stalledAt = Date()
             try TestFiles.write(world.peerData + "/docs/b.txt", "during the stall\n")
@@ -278,16 +276,8 @@ extension RunInteropTests {
     /// summary saying so, the service stays up, and the next apply through it keeps the
     /// verified blocks (interrupted at half of a 256 MiB file: at most ~55 % fetched again).
     @Test func ctrlCOnAnApplyThroughTheServiceStopsItAndTheNextResumes() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-run-sigint")
-        defer { dir.remove() }
-        let world = try World(dir)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
-        let size = 256 << 20
-        try TestFiles.random(world.peerData + "/big.bin", size: size)
-        let totalBlocks = size / (256 << 10)  // syncthing uses 256 KiB blocks from 250 MiB up
-        try await withSyncthing(st) { st in
-            try await world.share(st, files: 1)
-            #expect(try world.kaiten("select", Self.folder, "big.bin").status == 0)
+        try await WrongResultsInteropTests.withBigFileSelected(prefix: "kaiten-run-sigint") { dir, world, _ in
+            let size = WrongResultsInteropTests.bigFileSize
             let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "none"])
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             try await Self.waitFor("the service connected", log: run) {
@@ -302,13 +292,7 @@ extension RunInteropTests {
                 return Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
             }
             let before = servicePull()
-            let client = Process()
-            client.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-            client.arguments = ["apply", "--home", world.home, "--yes", "--json"]
-            _ = FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
-            client.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
-            client.standardError = FileHandle.nullDevice
-            try client.run()
+            let client = try WrongResultsInteropTests.startApply(world, output: dir.file("out"))
             let deadline = Date().addingTimeInterval(120)
             while client.isRunning && Date() < deadline && servicePull() - before < size / 2 { usleep(2_000) }
             try #require(client.isRunning, "the apply finished before it could be interrupted at half")
@@ -322,14 +306,7 @@ extension RunInteropTests {
             #expect(run.process.isRunning, "the service stays up")
             #expect(try world.kaiten("status").stdout.contains("peers connected: a"))
 
-            let resumed = try world.kaiten("apply", "--yes", "--json")
-            #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
-            let second = ApplyInteropTests.json(resumed.stdout).last ?? [:]
-            let fetched = second["blocks_fetched"] as? Int ?? -1
-            let local = second["blocks_copied_locally"] as? Int ?? -1
-            #expect(fetched + local == totalBlocks, "\(second)")
-            #expect(Double(fetched) <= Double(totalBlocks) * 0.55, "fetched \(fetched) of \(totalBlocks) again: \(second)")
-            #expect(ApplyInteropTests.sha(world.local + "/big.bin") == ApplyInteropTests.sha(world.peerData + "/big.bin"))
+            try WrongResultsInteropTests.expectTheNextApplyResumes(world)
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
             #expect(run.process.terminationStatus == 0)

@@ -290,25 +290,10 @@ struct WrongResultsInteropTests {
     /// and leaves the temp file; the next apply keeps its verified blocks and fetches only the
     /// rest (interrupted at half of a 256 MiB file: at most ~55 % fetched again).
     @Test func ctrlCStopsBetweenBlocksAndTheNextApplyResumes() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-sigint")
-        defer { dir.remove() }
-        let world = try World(dir)
-        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
-        let size = 256 << 20
-        try TestFiles.random(world.peerData + "/big.bin", size: size)
-        let totalBlocks = size / (256 << 10)  // syncthing uses 256 KiB blocks from 250 MiB up
-        try await withSyncthing(st) { st in
-            try await world.share(st, files: 1)
-            #expect(try world.kaiten("select", Self.folder, "big.bin").status == 0)
-
+        try await Self.withBigFileSelected(prefix: "kaiten-sigint") { dir, world, _ in
+            let size = Self.bigFileSize
             let temp = world.local + "/.syncthing.big.bin.tmp"
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-            process.arguments = ["apply", "--home", world.home, "--yes", "--json"]
-            _ = FileManager.default.createFile(atPath: dir.file("out"), contents: nil)
-            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("out")))
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try Self.startApply(world, output: dir.file("out"))
             // Wait until half the file is written: the bytes the process wrote (/proc/PID/io's
             // wchar; the temp file is allocated whole up front, so its size says nothing).
             let deadline = Date().addingTimeInterval(120)
@@ -332,16 +317,57 @@ struct WrongResultsInteropTests {
             #expect(FileManager.default.fileExists(atPath: temp), "the temp file stays for the next apply")
             #expect(!FileManager.default.fileExists(atPath: world.local + "/big.bin"))
 
-            let resumed = try world.kaiten("apply", "--yes", "--json")
-            #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
-            let second = ApplyInteropTests.json(resumed.stdout).last ?? [:]
-            let fetched = second["blocks_fetched"] as? Int ?? -1
-            let local = second["blocks_copied_locally"] as? Int ?? -1
-            #expect(fetched + local == totalBlocks, "\(second)")
-            #expect(Double(fetched) <= Double(totalBlocks) * 0.55, "fetched \(fetched) of \(totalBlocks) again: \(second)")
-            #expect(ApplyInteropTests.sha(world.local + "/big.bin") == ApplyInteropTests.sha(world.peerData + "/big.bin"))
+            try Self.expectTheNextApplyResumes(world)
             #expect(!FileManager.default.fileExists(atPath: temp))
         }
+    }
+
+    /// `kaiten apply --yes --json` started in the background, its stdout in `output`: a test
+    /// interrupts it.
+    static func startApply(_ world: World, output: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+        process.arguments = ["apply", "--home", world.home, "--yes", "--json"]
+        _ = FileManager.default.createFile(atPath: output, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    /// The size of the file the interrupted-apply tests pull: syncthing uses 256 KiB blocks
+    /// from 250 MiB up, so 1,024 blocks.
+    static let bigFileSize = 256 << 20
+
+    /// A syncthing peer (stopped after `body`) sharing one random file `big.bin` of
+    /// ``bigFileSize``, selected in Kaiten and not yet pulled.
+    static func withBigFileSelected(
+        prefix: String, _ body: (TemporaryDirectory, World, SyncthingInstance) async throws -> Void
+    ) async throws {
+        let dir = try TemporaryDirectory(prefix: prefix)
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.random(world.peerData + "/big.bin", size: bigFileSize)
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            #expect(try world.kaiten("select", Self.folder, "big.bin").status == 0)
+            try await body(dir, world, st)
+        }
+    }
+
+    /// After an apply interrupted at half of `big.bin`: the next apply keeps the verified
+    /// blocks of the temp file (at most ~55 % fetched again) and ends with the peer's bytes.
+    static func expectTheNextApplyResumes(_ world: World) throws {
+        let totalBlocks = bigFileSize / (256 << 10)
+        let resumed = try world.kaiten("apply", "--yes", "--json")
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        let second = ApplyInteropTests.json(resumed.stdout).last ?? [:]
+        let fetched = second["blocks_fetched"] as? Int ?? -1
+        let local = second["blocks_copied_locally"] as? Int ?? -1
+        #expect(fetched + local == totalBlocks, "\(second)")
+        #expect(Double(fetched) <= Double(totalBlocks) * 0.55, "fetched \(fetched) of \(totalBlocks) again: \(second)")
+        #expect(ApplyInteropTests.sha(world.local + "/big.bin") == ApplyInteropTests.sha(world.peerData + "/big.bin"))
     }
 
     /// Whether this run may mount a small tmpfs (root in CI); elsewhere the full-disk test is skipped.
