@@ -65,10 +65,9 @@ func applyComparison(label: String, expectedFiles: Int, make: (String) throws ->
         // blocked (perf would inherit the bench's blocked SIGCHLD and never end).
         let applied: ProcessResult
         if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
-            applied = try ProcessRunner.run(
-                "/usr/bin/python3",
-                ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/usr/bin/perf', sys.argv[1:])", "perf"]
-                    + perfArguments.split(separator: " ").map(String.init) + [KaitenCLI.executable, "apply", "--yes", "--json", "--home", kaitenHome])
+            let perf = perfCommand(
+                perfArguments.split(separator: " ").map(String.init) + [KaitenCLI.executable, "apply", "--yes", "--json", "--home", kaitenHome])
+            applied = try ProcessRunner.run(perf.executable, perf.arguments)
         } else {
             applied = try kaiten(["apply", "--yes", "--json"])
         }

@@ -81,17 +81,14 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 // serves, e.g. "record -F 499 -g -o /tmp/serve.perf" or "stat -e page-faults"
                 // (its report on stderr); RUN in ARGS becomes the run's number.
                 let profiler = try ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"].map { arguments in
-                    let perf = Process()
-                    // Started with no signal blocked: it would inherit the bench's blocked
-                    // signals, and perf that never sees SIGCHLD or SIGINT never ends.
-                    perf.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
                     // "record -a …" profiles the whole machine (threads started after perf,
                     // dispatch's workers, included); `perf report --comm kaiten` picks serve.
-                    perf.arguments = [
-                        "-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/usr/bin/perf', sys.argv[1:])",
-                        "perf",
-                    ] + arguments.replacingOccurrences(of: "RUN", with: "\(run)").split(separator: " ").map(String.init)
-                        + (arguments.contains(" -a") ? [] : ["-p", "\(server.processIdentifier)"])
+                    let command = perfCommand(
+                        arguments.replacingOccurrences(of: "RUN", with: "\(run)").split(separator: " ").map(String.init)
+                            + (arguments.contains(" -a") ? [] : ["-p", "\(server.processIdentifier)"]))
+                    let perf = Process()
+                    perf.executableURL = URL(fileURLWithPath: command.executable)
+                    perf.arguments = command.arguments
                     try perf.run()
                     return perf
                 }

@@ -430,3 +430,11 @@ do {
     log("failed: \(error)")
     exit(1)
 }
+
+/// `perf ARGUMENTS` as a command line (executable, arguments) that starts perf with no signal
+/// blocked: a child of the bench inherits its blocked signals, and a perf that never sees
+/// SIGCHLD or SIGINT never ends. (`KAITEN_BENCH_PERF` in the apply and serve benches.)
+func perfCommand(_ arguments: [String]) -> (executable: String, arguments: [String]) {
+    ("/usr/bin/python3",
+     ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/usr/bin/perf', sys.argv[1:])", "perf"] + arguments)
+}

@@ -277,7 +277,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
                     let next = handler.serving.finished(request)
                     guard handler.closeReason == nil else { return }
                     handler.stats.withLockedValue { $0.requestsAnswered += 1 }
-                    handler.writeNow(reply)
+                    handler.write(reply)
                     handler.startWhenWritable(next, answer)
                 }
             }
@@ -352,14 +352,12 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     }
 
     private func write(_ message: BEPMessage) {
-        guard let context, closeReason == nil else { return }
-        lastWrite = context.eventLoop.now
-        context.writeAndFlush(wrapOutboundOut(.message(message)), promise: nil)
+        write(.message(message))
     }
 
-    /// Writes and flushes one answer. (Flushing several at once made TLS gather their
-    /// ciphertext in one growing buffer: more copies and fresh memory than it saved.)
-    private func writeNow(_ outbound: BEPOutbound) {
+    /// Writes and flushes at once: an answer too. (Flushing several answers together made TLS
+    /// gather their ciphertext in one growing buffer: more copies and fresh memory than it saved.)
+    private func write(_ outbound: BEPOutbound) {
         guard let context, closeReason == nil else { return }
         lastWrite = context.eventLoop.now
         context.writeAndFlush(wrapOutboundOut(outbound), promise: nil)
