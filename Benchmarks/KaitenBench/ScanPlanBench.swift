@@ -90,7 +90,7 @@ func runScanChild(root: String, cachePath: String, concurrency: Int, label: Stri
     let (tree, stats) = try scanner.scan(previous: previous)
     if stats.hashedFiles > 0 || tree.count != previous.count { try ScanCache.save(tree, path: cachePath) }
     let seconds = now() - start
-    let files = tree.entries.values.filter { $0.kind == .file }.count
+    let files = tree.files.count { $0.kind == .file }
     print(
         String(
             format: "%.2f s = %.0f files/s, %.0f MB/s, %d hashed, %d reused, %.1f MiB peak RSS", seconds,
@@ -170,7 +170,7 @@ func runPlanBench(paths: Int, localFiles: Int) throws {
     }
     var written = 0
     var directories = Set<String>()
-    for (path, file) in tree.entries.sorted(by: { $0.key < $1.key }) {
+    for (path, file) in tree.dictionary().sorted(by: { $0.key < $1.key }) {
         if file.kind == .directory {
             directories.insert(path)
             try emit(path, size: 0, blocks: nil, directory: true)

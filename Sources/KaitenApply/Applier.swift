@@ -345,7 +345,7 @@ public enum Applier {
             // Nothing to weigh without deletions (the local files are not counted then: a
             // big folder's count is a walk).
             guard deletions > 0 || sentDeletions > 0 else { continue }
-            let localFiles = states.first { $0.input.id == folder.id }?.input.local.entries.values.filter { $0.kind != .directory }.count ?? 0
+            let localFiles = states.first { $0.input.id == folder.id }?.input.local.files.count { $0.kind != .directory } ?? 0
             if sentDeletions > 0 && !maxDelete.allows(sentDeletions, of: localFiles + sentDeletions) {
                 throw ApplyError(
                     .brake, path: "",

@@ -111,7 +111,8 @@ struct Builder {
         input.global.forEachGlobal(covering: coverage) { g in
             classify(global: g, local: local[g.path])
         }
-        for (path, file) in local.entries {
+        for file in local.files {
+            let path = file.path
             if let g = input.global.global(path) {
                 if !coverage.covers(path) { classify(global: g, local: file) }
             } else {
@@ -394,8 +395,7 @@ struct Builder {
             let deleted = Set(deletes.map(\.path))
             for (dir, pull) in replacedDirectories.sorted(by: { $0.key < $1.key }) {
                 let prefix = dir + "/"
-                var below: [LocalFile] = []
-                for (path, file) in local.entries where path.hasPrefix(prefix) { below.append(file) }
+                let below = local.files(withPrefix: prefix)
                 if below.allSatisfy({ $0.kind == .directory || deleted.contains($0.path) }) {
                     for sub in below where sub.kind == .directory {
                         replacingRmdirs.append(Action(action: .rmdir, path: sub.path, reason: "inside a directory replaced by a file on peers", type: "directory", cause: .replaced))
@@ -452,7 +452,8 @@ struct Builder {
                     if !set.insert(String(p)).inserted { break }
                 }
             }
-            for (path, file) in local.entries {
+            for file in local.files {
+                let path = file.path
                 if file.kind == .directory {
                     if selection.isSelected(path), let g = input.global.global(path), !g.file.isDeleted, g.file.type == .directory {
                         occupied.insert(path)
@@ -467,7 +468,8 @@ struct Builder {
             for pull in keptPulls { markAncestors(pull.path, in: &occupied) }
             for dir in mkdirs.keys { occupied.insert(dir); markAncestors(dir, in: &occupied) }
             let replacing = Set(replacingRmdirs.map(\.path))
-            for (path, file) in local.entries where file.kind == .directory && !occupied.contains(path) && !replacing.contains(path) {
+            for file in local.files where file.kind == .directory && !occupied.contains(file.path) && !replacing.contains(file.path) {
+                let path = file.path
                 if touched.contains(path) {
                     rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory", cause: .emptied))
                 } else if deletedSelectedDirectories.contains(path) {

@@ -157,9 +157,9 @@ public enum Reconciler {
             for path in paths { if let file = local[path] { look(path, file) } }
         } else {
             // Straight over the tree: no copy of its hundred thousand entries first.
-            for (path, file) in local.entries { look(path, file) }
+            for file in local.files { look(file.path, file) }
         }
-        for (path, synced) in updates { local.entries[path]?.synced = synced }
+        for (path, synced) in updates { local[path]?.synced = synced }
         return updates.count
     }
 

@@ -103,7 +103,7 @@ public struct FolderScanner: Sendable {
                 let path = relative.isEmpty ? name : relative + "/" + name
                 var st = stat()
                 guard fstatat(dirFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-                guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: previous.entries[path], blockSizeHint: blockSizeHint)
+                guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: previous[path], blockSizeHint: blockSizeHint)
                 else { continue }  // sockets, fifos, devices: syncthing skips them too
                 if entry.kind == .directory && recursive { directories.append(path) }
                 if entry.kind == .file {
@@ -223,18 +223,18 @@ public struct FolderScanner: Sendable {
         var toHash: [LocalFile] = []
         func removeUnder(_ directory: String) {
             let prefix = directory + "/"
-            for key in tree.entries.keys where key.hasPrefix(prefix) { tree.entries.removeValue(forKey: key) }
+            for file in tree.files(withPrefix: prefix) { tree[file.path] = nil }
         }
         for path in Set(paths) where !path.isEmpty {
             var st = stat()
             let present = look(path, &st)
             if present == nil { continue }
             let absolute = root + "/" + path
-            let old = tree.entries[path]
+            let old = tree[path]
             guard present == true, let (entry, reused) = Self.entry(path, st, absolute: absolute, previous: old, blockSizeHint: blockSizeHint)
             else {
                 // Gone, or not something a scan keeps (a socket, a fifo).
-                tree.entries.removeValue(forKey: path)
+                tree[path] = nil
                 if old?.kind == .directory { removeUnder(path) }
                 continue
             }
@@ -243,17 +243,17 @@ public struct FolderScanner: Sendable {
                 toHash.append(entry)
             } else {
                 if entry.kind == .file { statistics.reusedFiles += 1 }
-                tree.entries[path] = entry
+                tree[path] = entry
             }
         }
         let hashed = hashAll(toHash, warn: warn)
         for (file, result) in zip(toHash, hashed) {
             if let result {
-                tree.entries[file.path] = result
+                tree[file.path] = result
                 statistics.hashedFiles += 1
                 statistics.hashedBytes += result.size
             } else {
-                tree.entries.removeValue(forKey: file.path)
+                tree[file.path] = nil
             }
         }
         statistics.entries = tree.count

@@ -77,17 +77,115 @@ public struct SyncedVersion: Sendable, Equatable {
 }
 
 /// A folder on this machine: every entry by path.
+///
+/// A tree loaded from the scan cache is that file read in place (``ScanImage``) plus, in memory,
+/// only what changed since; a tree made by a scan is all in memory. Either way it reads and
+/// changes the same: by path, or every entry in turn.
 public struct LocalTree: Sendable {
-    public var entries: [String: LocalFile]
+    /// The saved scan this tree was loaded from, read in place; nil for a tree made in memory.
+    var base: ScanImage?
+    /// Entries set since `base` was saved (every entry, without one).
+    var changed: [String: LocalFile]
+    /// Paths of `base` removed since.
+    var removed: Set<String>
+    public private(set) var count: Int
 
-    public init(entries: [String: LocalFile] = [:]) {
-        self.entries = entries
+    public init() {
+        self.init(entries: [:])
+    }
+
+    public init(entries: [String: LocalFile]) {
+        base = nil
+        changed = entries
+        removed = []
+        count = entries.count
+    }
+
+    init(base: ScanImage) {
+        self.base = base
+        changed = [:]
+        removed = []
+        count = base.count
     }
 
     public subscript(path: String) -> LocalFile? {
-        get { entries[path] }
-        set { entries[path] = newValue }
+        get {
+            if let file = changed[path] { return file }
+            guard let base, removed.isEmpty || !removed.contains(path), let i = base.index(of: path) else { return nil }
+            return base.file(at: i)
+        }
+        set {
+            let inBase = base?.index(of: path) != nil
+            let had = changed[path] != nil || (inBase && !removed.contains(path))
+            if let newValue {
+                changed[path] = newValue
+                if inBase { removed.remove(path) }
+            } else {
+                changed[path] = nil
+                if inBase { removed.insert(path) }
+            }
+            count += (newValue == nil ? 0 : 1) - (had ? 1 : 0)
+        }
     }
 
-    public var count: Int { entries.count }
+    public func contains(_ path: String) -> Bool {
+        changed[path] != nil || (!removed.contains(path) && base?.index(of: path) != nil)
+    }
+
+    /// Every entry, in no particular order. A tree read in place decodes each as it comes.
+    public var files: Files { Files(tree: self) }
+
+    /// The entries whose paths start with `prefix` (`dir/` for everything below `dir`).
+    public func files(withPrefix prefix: String) -> [LocalFile] {
+        var found = changed.values.filter { $0.path.hasPrefix(prefix) }
+        if let base {
+            for i in base.range(withPrefix: prefix) {
+                guard let file = base.file(at: i), changed[file.path] == nil, !removed.contains(file.path) else { continue }
+                found.append(file)
+            }
+        }
+        return found
+    }
+
+    /// Every entry by path: a copy, for tests and small trees.
+    public func dictionary() -> [String: LocalFile] {
+        var all: [String: LocalFile] = [:]
+        all.reserveCapacity(count)
+        for file in files { all[file.path] = file }
+        return all
+    }
+
+    /// How many entries are held in memory beside the part read in place.
+    public var entriesInMemory: Int { changed.count + removed.count }
+
+    /// Gives the pages of the part read in place back to the system (they stay in the page
+    /// cache): a service calls this between rounds.
+    public func releasePages() { base?.releasePages() }
+
+    public struct Files: Sequence {
+        let tree: LocalTree
+
+        public func makeIterator() -> Iterator { Iterator(tree: tree, rest: tree.changed.values.makeIterator()) }
+
+        public struct Iterator: IteratorProtocol {
+            let tree: LocalTree
+            var index = 0
+            var rest: Dictionary<String, LocalFile>.Values.Iterator
+
+            public mutating func next() -> LocalFile? {
+                if let base = tree.base {
+                    let overridden = !tree.changed.isEmpty || !tree.removed.isEmpty
+                    while index < base.count {
+                        let i = index
+                        index += 1
+                        // Changed entries come from memory, after the saved ones.
+                        guard let file = base.file(at: i) else { continue }
+                        if overridden && (tree.changed[file.path] != nil || tree.removed.contains(file.path)) { continue }
+                        return file
+                    }
+                }
+                return rest.next()
+            }
+        }
+    }
 }

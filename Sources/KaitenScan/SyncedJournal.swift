@@ -75,33 +75,34 @@ public final class SyncedJournal: Sendable {
         guard let data = FileManager.default.contents(atPath: path) else { return [] }
         let bytes = [UInt8](data)
         var records: [(name: String, synced: SyncedVersion)] = []
-        var offset = 0
-        while offset + 8 <= bytes.count {
-            var header = ByteReader(bytes: bytes, offset: offset, end: bytes.count)
-            guard let length = try? Int(header.u32()), length <= bytes.count - offset - 8 else { break }
-            let start = offset + 4
-            let stored = bytes[(start + length)..<(start + length + 4)].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-            let crc = bytes.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress! + start, uInt(length))) }
-            guard crc == stored else { break }
-            var reader = ByteReader(bytes: bytes, offset: start, end: start + length)
-            guard let name = try? reader.string(), let hash = try? reader.hash(), let count = try? Int(reader.u32()),
-                count <= length / 16
-            else { break }
-            var version = BEPVector()
-            var ok = true
-            for _ in 0..<count {
-                guard let id = try? reader.u64(), let value = try? reader.u64() else {
-                    ok = false
-                    break
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset + 8 <= raw.count {
+                let length = Int(raw.bigEndianU32(at: offset))
+                guard length <= raw.count - offset - 8 else { break }
+                let start = offset + 4
+                let crc = UInt32(crc32(0, raw.baseAddress!.assumingMemoryBound(to: UInt8.self) + start, uInt(length)))
+                guard crc == raw.bigEndianU32(at: start + length) else { break }
+                var reader = ByteReader(bytes: raw, offset: start, end: start + length)
+                guard let name = try? reader.string(), let hash = try? reader.hash(), let count = try? Int(reader.u32()),
+                    count <= length / 16
+                else { break }
+                var version = BEPVector()
+                var ok = true
+                for _ in 0..<count {
+                    guard let id = try? reader.u64(), let value = try? reader.u64() else {
+                        ok = false
+                        break
+                    }
+                    var counter = BEPCounter()
+                    counter.id = id
+                    counter.value = value
+                    version.counters.append(counter)
                 }
-                var counter = BEPCounter()
-                counter.id = id
-                counter.value = value
-                version.counters.append(counter)
+                guard ok else { break }
+                records.append((name, SyncedVersion(version: version, contentHash: hash)))
+                offset = start + length + 4
             }
-            guard ok else { break }
-            records.append((name, SyncedVersion(version: version, contentHash: hash)))
-            offset = start + length + 4
         }
         return records
     }

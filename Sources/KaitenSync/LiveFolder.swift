@@ -41,16 +41,29 @@ public final class LiveFolder {
         try log.refresh()
     }
 
-    /// Between rounds: the pages of the index snapshots read this round go back to the system
-    /// (they stay in the page cache; the next round maps what it reads again), and the local
-    /// index is snapshotted when it grew.
+    /// Between rounds: the pages of the index snapshots and of the saved scan read this round go
+    /// back to the system (they stay in the page cache; the next round maps what it reads
+    /// again), the local index is snapshotted when it grew, and a scan held in memory (a whole
+    /// round's, or many changes) is saved and read in place from then on.
     public func betweenRounds(warn: (String) -> Void) {
         // A newer snapshot (the intake's, just written) replaces what this view holds in memory.
         // One that cannot be read is the next round's error (it refreshes first).
         _ = try? log.refresh()
         log.index.releaseSnapshotPages()
         announcer.betweenRounds(warn: warn)
+        if tree.entriesInMemory >= Self.entriesKeptInMemory {
+            do {
+                tree = try ScanCache.saveAndReadInPlace(tree, path: home.home.scanCachePath(folderID: config.id))
+            } catch {
+                warn("warning: \(error); the folder's scan stays in memory")
+            }
+        }
+        tree.releasePages()
     }
+
+    /// Below this many changed entries the scan is not saved between rounds: a few paths in memory
+    /// cost less than writing the whole cache again.
+    static let entriesKeptInMemory = 1_024
 
     /// Takes a whole round's scan (it read everything): the base for the next scoped round.
     public func adopt(_ state: Planner.FolderState) {

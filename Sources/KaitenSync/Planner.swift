@@ -226,8 +226,8 @@ public enum Planner {
     }
 
     private static func sameStats(_ a: LocalTree, _ b: LocalTree) -> Bool {
-        for (path, file) in a.entries {
-            guard let old = b.entries[path], old.modifiedNs == file.modifiedNs, old.inode == file.inode, old.size == file.size else { return false }
+        for file in a.files {
+            guard let old = b[file.path], old.modifiedNs == file.modifiedNs, old.inode == file.inode, old.size == file.size else { return false }
         }
         return true
     }

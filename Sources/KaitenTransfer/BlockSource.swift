@@ -44,7 +44,7 @@ public final class BlockSource: Sendable {
         self.connections = connections
         self.relay = relay
         var index: [ContentHash: (String, Int64, Int32)] = [:]
-        for file in tree.entries.values where file.kind == .file {
+        for file in tree.files where file.kind == .file {
             var offset: Int64 = 0
             for block in file.blocks {
                 if block.size > 0 && index[block.hash] == nil { index[block.hash] = (file.path, offset, block.size) }

@@ -1,3 +1,4 @@
+import CZlib
 import Crypto
 import Foundation
 import KaitenProtocol
@@ -120,7 +121,7 @@ struct FolderScannerTests {
             try FileManager.default.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: "kept.txt")
             var warnings: [String] = []
             let (tree, stats) = try FolderScanner(root: dir.path).scan(previous: LocalTree(), warn: { warnings.append($0) })
-            #expect(Set(tree.entries.keys.map { Array($0.utf8) }) == Set(["sub", "sub/kept.txt", "kept.txt", "link", "café-nfc"].map { Array($0.utf8) }))
+            #expect(Set(tree.dictionary().keys.map { Array($0.utf8) }) == Set(["sub", "sub/kept.txt", "kept.txt", "link", "café-nfc"].map { Array($0.utf8) }))
             #expect(warnings.count == 1 && warnings[0].contains("not in Unicode NFC"))
             #expect(Set(stats.temporaries) == [".syncthing.a.txt.tmp", "~syncthing~b.tmp", "sub/.syncthing.c.tmp"])
             #expect(tree["link"]?.kind == .symlink && tree["link"]?.symlinkTarget == "kept.txt")
@@ -147,7 +148,7 @@ struct FolderScannerTests {
             let cache = dir.file(".stfolder/cache")  // outside what the scan sees
             try ScanCache.save(first, path: cache)
             let loaded = ScanCache.load(path: cache) { Issue.record("\($0)") }
-            #expect(loaded.entries == first.entries)
+            #expect(loaded.dictionary() == first.dictionary())
             let (second, stats2) = try scanner.scan(previous: loaded)
             #expect(stats2.hashedFiles == 0 && stats2.reusedFiles == 20)
             #expect(second["d/f3.txt"] == first["d/f3.txt"])
@@ -199,7 +200,7 @@ struct ScanCacheTests {
         tree["l"] = LocalFile(path: "l", kind: .symlink, symlinkTarget: "a/café.txt")
         try ScanCache.save(tree, path: dir.file("c"))
         let loaded = ScanCache.load(path: dir.file("c"))
-        #expect(loaded.entries == tree.entries)
+        #expect(loaded.dictionary() == tree.dictionary())
     }
 
     @Test func aDamagedCacheIsReportedAndIgnored() throws {
@@ -214,5 +215,98 @@ struct ScanCacheTests {
         var warnings: [String] = []
         #expect(ScanCache.load(path: dir.file("c")) { warnings.append($0) }.count == 0)
         #expect(warnings.count == 1 && warnings[0].contains("damaged"))
+    }
+
+    static func file(_ path: String, size: Int64 = 1) -> LocalFile {
+        let hash = ContentHash(SHA256.hash(data: Array(path.utf8)))
+        return LocalFile(
+            path: path, kind: .file, size: size, modifiedNs: 7, inode: UInt64(path.utf8.count), contentHash: hash, blockSize: 131072,
+            blocks: [LocalBlock(hash: hash, weakHash: 1, size: Int32(size))])
+    }
+
+    /// A saved cache loads read in place (nothing in memory), answers like the tree it was made
+    /// from, takes changes on top (added before, between and after its paths, replaced, removed),
+    /// and saves the combination exactly.
+    @Test func aSavedCacheIsReadInPlaceAndTakesChangesOnTop() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cache")
+        defer { dir.remove() }
+        var tree = LocalTree()
+        // Byte order differs from String order for some of these: é (C3 A9) sorts after z.
+        for path in ["b", "b/x", "b/y", "d", "d/é", "d/z", "f", "f/ü/1", "h"] { tree[path] = Self.file(path) }
+        let path = dir.file("c")
+        let inPlace = try ScanCache.saveAndReadInPlace(tree, path: path)
+        #expect(inPlace.entriesInMemory == 0 && inPlace.base != nil)
+        #expect(inPlace.count == tree.count)
+        #expect(inPlace.dictionary() == tree.dictionary())
+        for file in tree.files { #expect(inPlace[file.path] == file) }
+        #expect(inPlace["c"] == nil && inPlace["a"] == nil && inPlace["z"] == nil && inPlace[""] == nil)
+        #expect(Set(inPlace.files(withPrefix: "d/").map(\.path)) == ["d/é", "d/z"])
+        #expect(Set(inPlace.files(withPrefix: "").map(\.path)).count == 9)
+
+        var changed = inPlace
+        var expected = tree.dictionary()
+        for (name, size) in [("a", 2), ("c", 3), ("d/zz", 4), ("z", 5), ("d/é", 6)] as [(String, Int64)] {
+            changed[name] = Self.file(name, size: size)
+            expected[name] = Self.file(name, size: size)
+        }
+        for name in ["b/x", "h", "nowhere"] {
+            changed[name] = nil
+            expected[name] = nil
+        }
+        changed["h"] = Self.file("h", size: 9)  // removed, then back
+        expected["h"] = Self.file("h", size: 9)
+        changed["b/y"]?.size = 8
+        expected["b/y"]?.size = 8
+        #expect(changed.count == expected.count)
+        #expect(changed.dictionary() == expected)
+        #expect(Set(changed.files(withPrefix: "d/").map(\.path)) == ["d/é", "d/z", "d/zz"])
+        #expect(changed.files.count { _ in true } == expected.count)
+
+        let again = try ScanCache.saveAndReadInPlace(changed, path: path)
+        #expect(again.entriesInMemory == 0)
+        #expect(again.dictionary() == expected)
+        #expect(ScanCache.load(path: path, under: "d").dictionary().keys.sorted() == ["d/zz", "d/z", "d/é"].sorted())
+        #expect(try ScanCache.decode([UInt8](Data(contentsOf: URL(fileURLWithPath: path)))).dictionary() == expected)
+    }
+
+    /// A cache in format 2 (no offset table) still loads, into memory; the next save is format 3.
+    @Test func aFormat2CacheLoadsAndIsSavedInPlace() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cache")
+        defer { dir.remove() }
+        var tree = LocalTree()
+        for path in ["a", "a/b", "c"] { tree[path] = Self.file(path) }
+        try Data(ScanCache.encode(tree, format: 2)).write(to: URL(fileURLWithPath: dir.file("c")))
+        let old = ScanCache.load(path: dir.file("c")) { Issue.record("\($0)") }
+        #expect(old.base == nil && old.dictionary() == tree.dictionary())
+        let saved = try ScanCache.saveAndReadInPlace(old, path: dir.file("c"))
+        #expect(saved.base != nil && saved.dictionary() == tree.dictionary())
+    }
+
+    /// What a cache says is checked before it is read in place: records out of order (a
+    /// bisection would miss paths) or an offset table pointing elsewhere are damage, reported.
+    @Test func aCacheWhoseRecordsAreOutOfOrderOrMisplacedIsRejected() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cache")
+        defer { dir.remove() }
+        var tree = LocalTree()
+        for path in ["a", "b"] { tree[path] = Self.file(path) }
+        let good = ScanCache.encode(tree)
+        func resealed(_ bytes: [UInt8]) -> [UInt8] {
+            var body = Array(bytes.dropLast(4))
+            let crc = body.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) }
+            body.appendBigEndian(crc)
+            return body
+        }
+        // "a" → "c": the records say a, b in the table's order but read c, b.
+        var outOfOrder = good
+        outOfOrder[20] = UInt8(ascii: "c")
+        // The second offset one byte later.
+        var misplaced = good
+        misplaced[misplaced.count - 5] &+= 1
+        for (name, bytes) in [("order", resealed(outOfOrder)), ("table", resealed(misplaced))] {
+            try Data(bytes).write(to: URL(fileURLWithPath: dir.file(name)))
+            var warnings: [String] = []
+            #expect(ScanCache.load(path: dir.file(name)) { warnings.append($0) }.count == 0, "\(name)")
+            #expect(warnings.count == 1, "\(name): \(warnings)")
+        }
     }
 }

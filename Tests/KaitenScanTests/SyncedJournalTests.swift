@@ -89,7 +89,7 @@ struct ScanCacheFormatTests {
         edited.synced = SyncedVersion(version: SyncedJournalTests.version(3), contentHash: SyncedJournalTests.hash("before the edit"))
         tree["same.txt"] = unchanged
         tree["edited.txt"] = edited
-        var bytes = ScanCache.encode(tree)
+        var bytes = ScanCache.encode(tree, format: 2)
         bytes[11] = 1  // format 1
         bytes.removeLast(4)
         let crc = bytes.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) }

@@ -110,7 +110,8 @@ extension Kaiten {
                 // Local files the global index does not have, in the listed directory.
                 if let localTree, !namesAFile {
                     let known = Set(entries.map(\.path))
-                    for (path, file) in localTree.entries where file.kind != .directory && !known.contains(path) {
+                    for file in localTree.files where file.kind != .directory && !known.contains(file.path) {
+                        let path = file.path
                         guard log.index.global(path) == nil else { continue }
                         let parent = (path as NSString).deletingLastPathComponent
                         guard recursive ? (directory.isEmpty || path.hasPrefix(directory + "/")) : parent == directory else { continue }
