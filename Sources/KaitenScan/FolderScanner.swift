@@ -33,6 +33,9 @@ public struct FolderScanner: Sendable {
         public var hashedFiles = 0
         public var hashedBytes: Int64 = 0
         public var reusedFiles = 0
+        /// Entries whose kind, size, mtime or inode differ from the previous scan's, or that it
+        /// did not have: none (and as many entries as before) means the folder is as it was.
+        public var changedEntries = 0
         /// syncthing-style temp files found (`.syncthing.*.tmp`, `~syncthing~*`): leftovers of
         /// an interrupted pull, never part of the tree.
         public var temporaries: [String] = []
@@ -103,8 +106,10 @@ public struct FolderScanner: Sendable {
                 let path = relative.isEmpty ? name : relative + "/" + name
                 var st = stat()
                 guard fstatat(dirFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-                guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: previous[path], blockSizeHint: blockSizeHint)
+                let old = previous[path]
+                guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: old, blockSizeHint: blockSizeHint)
                 else { continue }  // sockets, fifos, devices: syncthing skips them too
+                if !(old?.sameStat(as: entry) ?? false) { statistics.changedEntries += 1 }
                 if entry.kind == .directory && recursive { directories.append(path) }
                 if entry.kind == .file {
                     if reused { statistics.reusedFiles += 1 } else { toHash.append(entry) }

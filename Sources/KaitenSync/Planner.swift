@@ -38,7 +38,7 @@ public enum Planner {
         let journaled = SyncedJournal.merge(
             path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
         let confirmed = Reconciler.confirmSynced(&tree, global: global)
-        if statistics.hashedFiles > 0 || confirmed > 0 || journaled > 0 || tree.count != previous.count || !sameStats(tree, previous) {
+        if statistics.hashedFiles > 0 || confirmed > 0 || journaled > 0 || tree.count != previous.count || statistics.changedEntries > 0 {
             try ScanCache.save(tree, path: cachePath)
         }
         for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn("warning: \(warning)") }
@@ -223,13 +223,6 @@ public enum Planner {
         let fresh = UUID().uuidString.lowercased()
         try AtomicFile.write(Array((fresh + "\n").utf8), to: home.lineagePath)
         return fresh
-    }
-
-    private static func sameStats(_ a: LocalTree, _ b: LocalTree) -> Bool {
-        for file in a.files {
-            guard let old = b[file.path], old.modifiedNs == file.modifiedNs, old.inode == file.inode, old.size == file.size else { return false }
-        }
-        return true
     }
 }
 

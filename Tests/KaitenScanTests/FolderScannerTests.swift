@@ -145,16 +145,19 @@ struct FolderScannerTests {
             let scanner = FolderScanner(root: dir.path)
             let (first, stats1) = try scanner.scan(previous: LocalTree())
             #expect(stats1.hashedFiles == 20)
+            #expect(stats1.changedEntries == 21, "every file and d/ are new")
             let cache = dir.file(".stfolder/cache")  // outside what the scan sees
             try ScanCache.save(first, path: cache)
             let loaded = ScanCache.load(path: cache) { Issue.record("\($0)") }
             #expect(loaded.dictionary() == first.dictionary())
             let (second, stats2) = try scanner.scan(previous: loaded)
             #expect(stats2.hashedFiles == 0 && stats2.reusedFiles == 20)
+            #expect(stats2.changedEntries == 0, "read in place, the previous scan answers every path")
             #expect(second["d/f3.txt"] == first["d/f3.txt"])
             try TestFiles.write(dir.file("d/f3.txt"), "changed, longer")
             let (third, stats3) = try scanner.scan(previous: second)
             #expect(stats3.hashedFiles == 1)
+            #expect(stats3.changedEntries == 1)
             #expect(third["d/f3.txt"]?.contentHash != first["d/f3.txt"]?.contentHash)
         }
     }
