@@ -85,6 +85,8 @@ public final class IndexLog {
     public private(set) var liveBytes: Int64 = 0
     /// Records read on open.
     public private(set) var recordsReplayed = 0
+    /// The device of the last record replayed (the next one is most likely the same).
+    private var lastReplayedDevice: DeviceID?
 
     private var fd: Int32 = -1
     private var isReadOnly = false
@@ -835,9 +837,18 @@ public final class IndexLog {
 
     private func applyRecord(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, length: Int) throws(IndexLogError) {
         let payloadStart = offset + 9
-        guard let kind = Kind(rawValue: bytes[offset + 8]), length >= 32,
-            let device = try? DeviceID(bytes: Array(bytes[payloadStart..<(payloadStart + 32)]))
-        else { throw corruption(at: offset, "unknown record kind \(bytes[offset + 8])") }
+        guard let kind = Kind(rawValue: bytes[offset + 8]), length >= 32 else {
+            throw corruption(at: offset, "unknown record kind \(bytes[offset + 8])")
+        }
+        // A batch's records all name the same device: its ID is made once, not once a record.
+        let deviceBytes = UnsafeBufferPointer(rebasing: bytes[payloadStart..<(payloadStart + 32)])
+        let device: DeviceID
+        if let last = lastReplayedDevice, last.bytes.elementsEqual(deviceBytes) {
+            device = last
+        } else {
+            device = try! DeviceID(bytes: Array(deviceBytes))  // exactly 32 bytes
+            lastReplayedDevice = device
+        }
         switch kind {
         case .replaced:
             forget(device)

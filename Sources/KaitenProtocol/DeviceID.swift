@@ -21,6 +21,14 @@ public struct DeviceID: Hashable, Sendable, Comparable, CustomStringConvertible 
         self.bytes = bytes
     }
 
+    /// The 32 bytes in one call: hashing them byte by byte was a tenth of an index replay's time
+    /// (every record names its device, and the index numbers devices through a dictionary).
+    public func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    public static func == (a: DeviceID, b: DeviceID) -> Bool { a.bytes == b.bytes }
+
     /// The device ID of a certificate, given its DER encoding.
     public init(certificateDER: [UInt8]) {
         self.bytes = Array(SHA256.hash(data: certificateDER))
