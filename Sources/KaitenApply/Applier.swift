@@ -448,11 +448,14 @@ public enum Applier {
 
             // Deletions and rmdirs, each re-checked as it runs. Those that make room for a path the
             // peers turned from a file into a directory (or back) run before the pulls.
-            func runDelete(_ action: Action) {
+            // One deletion, checked and done; what it means for the report is recorded after.
+            // Nothing here touches the apply's state: deletions run on every core at once.
+            let folderID = folderPlan.id
+            let deleteOne: @Sendable (Action, Set<DeviceID>, GlobalIndex) -> DeleteOutcome = { action, live, index in
                 do {
                     try SafePath.validate(action.path)
                     try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
-                    let global = log.index.global(action.path)
+                    let global = index.global(action.path)
                     if action.cause == .deletedOnPeers || action.cause == .movedOnPeers {
                         guard global?.file.isDeleted ?? true else {
                             throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
@@ -465,12 +468,9 @@ public enum Applier {
                         // Deselected: only peers connected now, announcing the global version this
                         // copy is (or that replaces it), count. A peer last seen holding it may be
                         // the NAS that died overnight.
-                        let live = prepared.session.live(folder: folderPlan.id)
                         let holders = global.map { $0.file.isDeleted || $0.file.isInvalid ? 0 : $0.holders.filter(live.contains).count } ?? 0
                         guard holders >= requirePeers else {
-                            report.keptForSafety.append((folderPlan.id, action.path))
-                            events(.kept(folder: folderPlan.id, action: action, reason: "only \(holders) connected peer\(holders == 1 ? "" : "s") hold\(holders == 1 ? "s" : "") it now (--require-peers \(requirePeers)); kept"))
-                            return
+                            return .kept("only \(holders) connected peer\(holders == 1 ? "" : "s") hold\(holders == 1 ? "s" : "") it now (--require-peers \(requirePeers)); kept")
                         }
                     }
                     try SafePath.prepareParentsExisting(root: root, name: action.path)
@@ -482,17 +482,42 @@ public enum Applier {
                     } else {
                         try SafePath.unlinkMakingWritable(root + "/" + action.path, name: action.path)
                     }
+                    return .deleted
+                } catch let error as ApplyError {
+                    return .failed(error.hint)
+                } catch {
+                    return .failed("\(error)")
+                }
+            }
+            func record(_ action: Action, _ outcome: DeleteOutcome) {
+                switch outcome {
+                case .deleted:
                     removedFrom.insert((root + "/" + action.path as NSString).deletingLastPathComponent)
                     tree[action.path] = nil
                     report.freedBytes += action.size
                     report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } catch let error as ApplyError {
-                    report.failed.append((folderPlan.id, action.path, error.hint))
-                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
-                } catch {
-                    report.failed.append((folderPlan.id, action.path, "\(error)"))
-                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
+                    events(.done(folder: folderID, action: action, note: nil))
+                case .kept(let reason):
+                    report.keptForSafety.append((folderID, action.path))
+                    events(.kept(folder: folderID, action: action, reason: reason))
+                case .failed(let hint):
+                    report.failed.append((folderID, action.path, hint))
+                    events(.failed(folder: folderID, action: action, reason: hint))
+                }
+            }
+            // In batches: each batch's deletions at once (the kernel's work for an unlink, and a
+            // disk's discard, overlap), then recorded in plan order; a stop is honoured between
+            // batches. Archiving into .stversions creates directories: one at a time.
+            func runDeletes(_ actions: [Action]) async {
+                var start = 0
+                while start < actions.count && stop?.isSet != true {
+                    let batch = Array(actions[start..<min(start + 512, actions.count)])
+                    start += batch.count
+                    let live = prepared.session.live(folder: folderID)
+                    let index = log.index
+                    let archives = versioner != nil && batch.contains { $0.cause == .deletedOnPeers || $0.cause == .replaced }
+                    let outcomes = await Blocking.map(batch, concurrently: !archives) { deleteOne($0, live, index) }
+                    for (action, outcome) in zip(batch, outcomes) { record(action, outcome) }
                 }
             }
             func runRmdir(_ action: Action) {
@@ -522,7 +547,7 @@ public enum Applier {
             let isMakingRoom: (Action) -> Bool = { action in
                 action.cause == .replaced || replacedRoots.contains { action.path.hasPrefix($0 + "/") }
             }
-            for action in folderPlan.actions where action.action == .delete && isMakingRoom(action) { runDelete(action) }
+            await runDeletes(folderPlan.actions.filter { $0.action == .delete && isMakingRoom($0) })
             for action in folderPlan.actions where action.action == .rmdir && action.cause == .replaced { runRmdir(action) }
             await syncRemovedFrom()
 
@@ -745,7 +770,7 @@ public enum Applier {
                 }
             }
 
-            for action in folderPlan.actions where action.action == .delete && !isMakingRoom(action) && !stopping { runDelete(action) }
+            await runDeletes(folderPlan.actions.filter { $0.action == .delete && !isMakingRoom($0) })
             for action in folderPlan.actions where action.action == .rmdir && action.cause != .replaced && !stopping { runRmdir(action) }
             await syncRemovedFrom()
             for (path, mode) in directoryModes.filter({ _ in !stopping }).sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
@@ -1039,4 +1064,12 @@ public enum Applier {
         }
         throw ApplyError(.changedLocally, path: name, "changed locally since the plan; left untouched")
     }
+}
+
+/// What became of one deletion.
+enum DeleteOutcome: Sendable {
+    case deleted
+    /// Not deleted: a brake held it back (the reason).
+    case kept(String)
+    case failed(String)
 }

@@ -256,6 +256,31 @@ public struct FilePuller: Sendable {
 public enum Blocking {
     static let queue = DispatchQueue(label: "kaiten.apply.blocking", attributes: .concurrent)
 
+    /// `body` of every item, off the cooperative pool: on every core at once when
+    /// `concurrently`, else one after the other. Results in the items' order.
+    public static func map<T: Sendable, R: Sendable>(
+        _ items: [T], concurrently: Bool = true, _ body: @escaping @Sendable (T) -> R
+    ) async -> [R] {
+        let results = UnsafeMutableBufferPointer<R?>.allocate(capacity: items.count)
+        results.initialize(repeating: nil)
+        defer { results.deallocate() }
+        // Each index is written by exactly one iteration, and read only after all have ended.
+        nonisolated(unsafe) let slots = results
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async {
+                if concurrently {
+                    DispatchQueue.concurrentPerform(iterations: items.count) { slots[$0] = body(items[$0]) }
+                } else {
+                    for i in items.indices { slots[i] = body(items[i]) }
+                }
+                continuation.resume()
+            }
+        }
+        let mapped = results.map { $0! }
+        _ = results.deinitialize()
+        return mapped
+    }
+
     public static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ApplyError) -> T {
         let result: Result<T, ApplyError> = await withCheckedContinuation { continuation in
             queue.async {

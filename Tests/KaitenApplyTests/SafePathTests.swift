@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import KaitenScan
 import KaitenTestSupport
 import Testing
@@ -98,5 +99,35 @@ struct VersionNameTests {
         #expect(Versioner.versionName("README", kind: .simple, at: date) == "README~\(tag)")
         #expect(Versioner.versionName("d/.hidden", kind: .simple, at: date) == "d/.hidden~\(tag)")
         #expect(Versioner.versionName("a/b/photo.jpg", kind: .trashcan, at: date) == "a/b/photo.jpg")
+    }
+}
+
+/// Deletions run in batches on every core (`Blocking.map`): results come back in the items'
+/// order whatever order the work finished in, every item runs exactly once, and the sequential
+/// mode (archiving into .stversions) runs them one at a time.
+struct BlockingMapTests {
+    @Test func resultsKeepTheItemsOrderAndEachRunsOnce() async {
+        let runs = Mutex<[Int: Int]>([:])
+        let items = Array(0..<2_000)
+        let mapped = await Blocking.map(items) { item in
+            // Later items finish first, so that the order has to be restored.
+            if item % 7 == 0 { usleep(UInt32(2_000 - item) / 100) }
+            runs.withLock { $0[item, default: 0] += 1 }
+            return item * 3
+        }
+        #expect(mapped == items.map { $0 * 3 })
+        #expect(runs.withLock { $0.count == items.count && $0.values.allSatisfy { $0 == 1 } })
+    }
+
+    @Test func sequentiallyNoTwoRunAtOnce() async {
+        let state = Mutex((running: 0, most: 0))
+        let mapped = await Blocking.map(Array(0..<200), concurrently: false) { item in
+            state.withLock { $0.running += 1; $0.most = max($0.most, $0.running) }
+            usleep(100)
+            state.withLock { $0.running -= 1 }
+            return item
+        }
+        #expect(mapped == Array(0..<200))
+        #expect(state.withLock { $0.most } == 1)
     }
 }
