@@ -1,3 +1,4 @@
+import Foundation
 import KaitenProtocol
 
 /// What a peer says, in the order it said it.
@@ -47,7 +48,14 @@ public struct PeerSettings: Sendable {
     /// Limits of the frame decoder.
     public var limits = BEPLimits.default
 
-    public init() {}
+    public init() {
+        // Tests shorten the read timeout to see a silent peer dropped and dialled again without
+        // waiting five minutes (Docs/testing.md); nothing else sets it.
+        if let text = ProcessInfo.processInfo.environment["KAITEN_TEST_READ_TIMEOUT"], let seconds = Double(text), seconds >= 1 {
+            readTimeout = seconds
+            keepaliveCheckInterval = min(keepaliveCheckInterval, seconds / 3)
+        }
+    }
 }
 
 /// Seconds, as a plain number so settings stay free of NIO types.

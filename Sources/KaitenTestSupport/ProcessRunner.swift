@@ -95,11 +95,12 @@ public enum KaitenCLI {
     }
 
     /// Starts a long-running `kaiten ARGS…` (serve, run) with its stderr appended to `logPath`;
-    /// the caller stops it.
-    public static func start(_ arguments: [String], logPath: String) throws -> Process {
+    /// the caller stops it. `environment` is added to this process's.
+    public static func start(_ arguments: [String], logPath: String, environment: [String: String] = [:]) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new } }
         if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         try log.seekToEnd()

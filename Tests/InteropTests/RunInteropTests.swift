@@ -22,8 +22,9 @@ struct RunInteropTests {
         let process: Process
         let logPath: String
 
-        static func start(home: String, logPath: String, _ extra: [String] = []) throws -> Running {
-            let process = try KaitenCLI.start(["run", "--home", home, "--debounce", "0.3", "--rescan-interval", "2"] + extra, logPath: logPath)
+        static func start(home: String, logPath: String, _ extra: [String] = [], environment: [String: String] = [:]) throws -> Running {
+            let process = try KaitenCLI.start(
+                ["run", "--home", home, "--debounce", "0.3", "--rescan-interval", "2"] + extra, logPath: logPath, environment: environment)
             return Running(process: process, logPath: logPath)
         }
 
@@ -210,7 +211,7 @@ extension RunInteropTests {
     /// `docs/a.txt` selected and already pulled; the peer, the proxy and the service are
     /// stopped after `body` (the service by SIGKILL if the body left it running).
     static func withRunThroughProxy(
-        prefix: String, _ body: (World, SyncthingInstance, TCPProxy, Running) async throws -> Void
+        prefix: String, environment: [String: String] = [:], _ body: (World, SyncthingInstance, TCPProxy, Running) async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory(prefix: prefix)
         defer { dir.remove() }
@@ -223,7 +224,7 @@ extension RunInteropTests {
             defer { proxy.stop() }
             #expect(try world.kaiten("peer", "edit", st.deviceID.description, "--address", proxy.address).status == 0)
             #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
-            let run = try Running.start(home: world.home, logPath: dir.file("run.log"))
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), environment: environment)
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
             try await Self.waitFor("the first pull", log: run) { Self.content(local + "/docs/a.txt") == "a\n" }
@@ -268,6 +269,26 @@ extension RunInteropTests {
             #expect(run.process.terminationStatus == 0)
             #expect(Date().timeIntervalSince(stopping) < 10)
             proxy.resume()
+        }
+    }
+
+    /// A path that stays stalled past the read timeout (syncthing's ReceiveTimeout, 300 s; 5 s
+    /// here through KAITEN_TEST_READ_TIMEOUT): the service gives the silent peer up, dials it
+    /// again, and once the path passes traffic the change the peer made meanwhile arrives.
+    @Test func aPeerSilentPastTheReadTimeoutIsDroppedAndDialledAgain() async throws {
+        try await Self.withRunThroughProxy(prefix: "kaiten-run-timeout", environment: ["KAITEN_TEST_READ_TIMEOUT": "5"]) { world, st, proxy, run in
+            let local = world.local
+            proxy.stall()
+            try TestFiles.write(world.peerData + "/docs/b.txt", "during a long stall\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("the silent peer given up", timeout: 30, log: run) { run.log.contains("read timeout") }
+            #expect(Self.content(local + "/docs/b.txt") == nil, "nothing passed the stalled proxy")
+            #expect(run.process.isRunning, "the service stays up")
+            proxy.resume()
+            try await Self.waitFor("the change made during the stall", timeout: 90, log: run) {
+                Self.content(local + "/docs/b.txt") == "during a long stall\n"
+            }
+            #expect(run.log.contains("reconnected"), "dialled again: \(run.log)")
         }
     }
 
