@@ -569,7 +569,7 @@ public enum Applier {
             }
 
             // Pulls, several files at once (one request per small file would wait a round trip each).
-            let pullActions = folderPlan.actions.filter { $0.action == .pull }
+            let pullActions = Self.interleavedByDirectory(folderPlan.actions.filter { $0.action == .pull })
             // minDiskFree, as syncthing honours it: a file starts only while the space it needs
             // leaves that much free. One that does not fit waits for the files in flight (their
             // space is counted as taken), and fails with the shortfall named only when it does not
@@ -1030,6 +1030,30 @@ public enum Applier {
         guard chmod(full, mode_t(mode)) == 0 else {
             throw ApplyError(.io, path: name, "cannot set permissions: \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// The pulls in turn from each directory (the first of each, then the second, …), each
+    /// directory's in plan order. Creating a file takes its directory's lock: with 64 files in
+    /// flight from one directory, a pull of many small files spent a tenth of its CPU spinning
+    /// on that lock (perf: `open(O_CREAT)`, `down_write`); spread over directories, they rarely meet.
+    static func interleavedByDirectory(_ pulls: [Action]) -> [Action] {
+        var order: [Substring] = []
+        var byDirectory: [Substring: [Action]] = [:]
+        for pull in pulls {
+            let directory = pull.path.lastIndex(of: "/").map { pull.path[..<$0] } ?? ""
+            if byDirectory[directory] == nil { order.append(directory) }
+            byDirectory[directory, default: []].append(pull)
+        }
+        guard order.count > 1 else { return pulls }
+        var queues = order.map { byDirectory[$0]![...] }
+        var interleaved: [Action] = []
+        interleaved.reserveCapacity(pulls.count)
+        while interleaved.count < pulls.count {
+            for i in queues.indices {
+                if let next = queues[i].popFirst() { interleaved.append(next) }
+            }
+        }
+        return interleaved
     }
 
     /// The path is still what the plan saw: absent if it was absent, else the same kind, size,

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import KaitenReconcile
 import KaitenScan
 import KaitenTestSupport
 import Testing
@@ -129,5 +130,17 @@ struct BlockingMapTests {
         }
         #expect(mapped == Array(0..<200))
         #expect(state.withLock { $0.most } == 1)
+    }
+}
+
+/// Pulls in flight spread over directories (their creates take the directory's lock).
+struct PullOrderTests {
+    @Test func pullsAreTakenInTurnFromEachDirectoryKeepingEachDirectorysOrder() {
+        let paths = ["a/1", "a/2", "a/3", "b/1", "top", "b/2", "c/d/1"]
+        let pulls = paths.map { Action(action: .pull, path: $0, reason: "", type: "file") }
+        let order = Applier.interleavedByDirectory(pulls).map(\.path)
+        #expect(order == ["a/1", "b/1", "top", "c/d/1", "a/2", "b/2", "a/3"])
+        #expect(Applier.interleavedByDirectory(Array(pulls.prefix(3))).map(\.path) == ["a/1", "a/2", "a/3"])
+        #expect(Applier.interleavedByDirectory([]).isEmpty)
     }
 }
