@@ -186,7 +186,7 @@ public final class IndexSnapshot: @unchecked Sendable {
                 throw reject("path record \(i) is malformed")
             }
             let name = UnsafeRawBufferPointer(rebasing: raw[(start + 6)..<(start + 6 + Int(raw.u32(start)))])
-            guard i == 0 || compare(previousName, name) < 0 else { throw reject("paths out of order at record \(i)") }
+            guard i == 0 || ByteOrder.compare(previousName, name) < 0 else { throw reject("paths out of order at record \(i)") }
             previousName = name
             previousEnd = end
         }
@@ -241,34 +241,19 @@ public final class IndexSnapshot: @unchecked Sendable {
         var name = name
         return name.withUTF8 { key in
             let i = lowerBound(UnsafeRawBufferPointer(key))
-            guard i < pathCount, Self.compare(nameBytes(i), UnsafeRawBufferPointer(key)) == 0 else { return nil }
+            guard i < pathCount, ByteOrder.compare(nameBytes(i), UnsafeRawBufferPointer(key)) == 0 else { return nil }
             return i
         }
     }
 
     /// The first path not ordered before `key` (byte order).
     func lowerBound(_ key: UnsafeRawBufferPointer) -> Int {
-        var low = 0
-        var high = pathCount
-        while low < high {
-            let mid = (low + high) / 2
-            if Self.compare(nameBytes(mid), key) < 0 { low = mid + 1 } else { high = mid }
-        }
-        return low
+        ByteOrder.lowerBound(of: key, count: pathCount, keyAt: nameBytes)
     }
 
     func lowerBound(_ key: String) -> Int {
         var key = key
         return key.withUTF8 { lowerBound(UnsafeRawBufferPointer($0)) }
-    }
-
-    static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
-        let n = min(a.count, b.count)
-        if n > 0 {
-            let c = memcmp(a.baseAddress!, b.baseAddress!, n)
-            if c != 0 { return Int(c) }
-        }
-        return a.count - b.count
     }
 
     /// The device numbers of path `i`'s announcements and their record lengths (a partial read:

@@ -109,7 +109,7 @@ public enum ScanCache {
         var next = changed.startIndex
         func appendChanged(through key: UnsafeRawBufferPointer?) {
             while next < changed.endIndex {
-                if let key, changed[next].bytes.withUnsafeBytes({ ScanImage.compare($0, key) }) >= 0 { return }
+                if let key, changed[next].bytes.withUnsafeBytes({ ByteOrder.compare($0, key) }) >= 0 { return }
                 offsets.append(UInt64(out.count))
                 encodeRecord(changed[next].file, into: &out)
                 next += 1

@@ -77,7 +77,7 @@ final class ScanImage: @unchecked Sendable {
             let path = try reader.stringBytes()
             guard LocalFile.Kind(rawValue: try reader.u8()) != nil else { throw damaged("bad entry kind") }
             try reader.skipEntry()
-            if let previous, Self.compare(previous, path) >= 0 { throw damaged("paths out of order at record \(i)") }
+            if let previous, ByteOrder.compare(previous, path) >= 0 { throw damaged("paths out of order at record \(i)") }
             previous = path
             expected = reader.offset
         }
@@ -113,19 +113,13 @@ final class ScanImage: @unchecked Sendable {
     func index(of path: String) -> Int? {
         Self.withBytes(path) { key in
             let i = lowerBound(key)
-            return i < count && Self.compare(pathBytes(i), key) == 0 ? i : nil
+            return i < count && ByteOrder.compare(pathBytes(i), key) == 0 ? i : nil
         }
     }
 
     /// The first record whose path is not below `key` in byte order.
     func lowerBound(_ key: UnsafeRawBufferPointer) -> Int {
-        var low = 0
-        var high = count
-        while low < high {
-            let middle = (low + high) / 2
-            if Self.compare(pathBytes(middle), key) < 0 { low = middle + 1 } else { high = middle }
-        }
-        return low
+        ByteOrder.lowerBound(of: key, count: count, keyAt: pathBytes)
     }
 
     /// The records whose paths start with `prefix`: one range, since paths are sorted by bytes.
@@ -146,16 +140,6 @@ final class ScanImage: @unchecked Sendable {
     /// Gives the pages read so far back to the system (they stay in the page cache).
     func releasePages() {
         madvise(UnsafeMutableRawPointer(mutating: raw.baseAddress), raw.count, MADV_DONTNEED)
-    }
-
-    /// Byte order, as the records are sorted.
-    static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
-        let common = min(a.count, b.count)
-        if common > 0 {
-            let order = memcmp(a.baseAddress!, b.baseAddress!, common)
-            if order != 0 { return Int(order) }
-        }
-        return a.count - b.count
     }
 
     static func withBytes<R>(_ string: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {

@@ -23,3 +23,28 @@ extension String {
         return utf8.lexicographicallyPrecedes(other.utf8)
     }
 }
+
+/// The same order over bytes in place: the sorted paths of an index snapshot and of a scan
+/// cache are compared and searched with it, mapped, without making strings.
+package enum ByteOrder {
+    /// `memcmp`'s order, a prefix before what extends it: negative, zero or positive.
+    package static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let n = Swift.min(a.count, b.count)
+        if n > 0 {
+            let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+            if c != 0 { return Int(c) }
+        }
+        return a.count - b.count
+    }
+
+    /// The first of `count` sorted keys (`keyAt(i)`) not ordered before `key`.
+    package static func lowerBound(of key: UnsafeRawBufferPointer, count: Int, keyAt: (Int) -> UnsafeRawBufferPointer) -> Int {
+        var low = 0
+        var high = count
+        while low < high {
+            let middle = (low + high) / 2
+            if compare(keyAt(middle), key) < 0 { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+}
