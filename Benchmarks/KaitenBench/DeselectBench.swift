@@ -49,12 +49,14 @@ func runDeselectBench(files: Int, runs: Int) async throws {
             try bench.run(["deselect", folderID] + top)
             sync()
             start = now()
-            // KAITEN_BENCH_PERF=FILE records a CPU profile of the apply with perf.
+            // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS`, as in the apply and serve
+            // benches (e.g. "record -F 999 -g -o /tmp/deselect.perf").
             let applyArguments = ["apply", "--yes", "--json", "--max-delete", "100%"]
             let applied: ProcessResult
-            if let perfFile = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
-                applied = try ProcessRunner.run(
-                    "/usr/bin/perf", ["record", "-F", "999", "-g", "-o", perfFile, KaitenCLI.executable] + applyArguments + ["--home", bench.home])
+            if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
+                let perf = perfCommand(
+                    perfArguments.split(separator: " ").map(String.init) + [KaitenCLI.executable] + applyArguments + ["--home", bench.home])
+                applied = try ProcessRunner.run(perf.executable, perf.arguments)
             } else if let straceFile = ProcessInfo.processInfo.environment["KAITEN_BENCH_STRACE"] {
                 // KAITEN_BENCH_STRACE=FILE: a count of every system call the apply makes, and their time.
                 applied = try ProcessRunner.run(

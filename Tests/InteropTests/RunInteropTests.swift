@@ -305,13 +305,8 @@ extension RunInteropTests {
                 try world.kaiten("status").stdout.contains("peers connected: a")
                     && FileManager.default.fileExists(atPath: world.home + "/state/run.sock")
             }
-            func servicePull() -> Int {
-                // What the service process wrote (/proc/PID/io's wchar): the file's bytes, as
-                // the temp file is allocated whole up front.
-                let io = (try? String(contentsOfFile: "/proc/\(run.process.processIdentifier)/io", encoding: .utf8)) ?? ""
-                let line = io.split(separator: "\n").first { $0.hasPrefix("wchar:") } ?? ""
-                return Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
-            }
+            // What the service process wrote: the file's bytes.
+            func servicePull() -> Int { WrongResultsInteropTests.bytesWritten(by: run.process) }
             let before = servicePull()
             let client = try WrongResultsInteropTests.startApply(world, output: dir.file("out"))
             let deadline = Date().addingTimeInterval(120)

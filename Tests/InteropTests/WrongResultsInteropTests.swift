@@ -289,23 +289,22 @@ struct WrongResultsInteropTests {
     /// Issue 10, item 14: Ctrl-C stops an apply between blocks, says what was done, exits 130
     /// and leaves the temp file; the next apply keeps its verified blocks and fetches only the
     /// rest (interrupted at half of a 256 MiB file: at most ~55 % fetched again).
+    /// The bytes a process has written so far (`/proc/PID/io`'s wchar): a pull's progress, as its
+    /// temp file is allocated whole up front and its size says nothing.
+    static func bytesWritten(by process: Process) -> Int {
+        let io = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/io", encoding: .utf8)) ?? ""
+        let line = io.split(separator: "\n").first { $0.hasPrefix("wchar:") } ?? ""
+        return Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
+    }
+
     @Test func ctrlCStopsBetweenBlocksAndTheNextApplyResumes() async throws {
         try await Self.withBigFileSelected(prefix: "kaiten-sigint") { dir, world, _ in
             let size = Self.bigFileSize
             let temp = world.local + "/.syncthing.big.bin.tmp"
             let process = try Self.startApply(world, output: dir.file("out"))
-            // Wait until half the file is written: the bytes the process wrote (/proc/PID/io's
-            // wchar; the temp file is allocated whole up front, so its size says nothing).
+            // Wait until half the file is written.
             let deadline = Date().addingTimeInterval(120)
-            var written = 0
-            while process.isRunning && Date() < deadline {
-                let io = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/io", encoding: .utf8)) ?? ""
-                for line in io.split(separator: "\n") where line.hasPrefix("wchar:") {
-                    written = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) ?? 0
-                }
-                if written >= size / 2 { break }
-                usleep(2_000)
-            }
+            while process.isRunning && Date() < deadline && Self.bytesWritten(by: process) < size / 2 { usleep(2_000) }
             try #require(process.isRunning, "the apply finished before it could be interrupted at half")
             kill(process.processIdentifier, SIGINT)
             try process.waitForExit(timeout: 300, what: "kaiten")
