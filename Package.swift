@@ -34,7 +34,8 @@ let package = Package(
     name: "kaiten",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "kaiten", targets: ["kaiten"])
+        .executable(name: "kaiten", targets: ["kaiten"]),
+        .executable(name: "kaiten-media", targets: ["kaiten-media"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -178,6 +179,30 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Media decoders from Debian: libvips (images: shrink-on-load for JPEG, HEIF, WebP; a
+        // loader allowlist) and libavformat/libavcodec (a video frame read by ranges). Only the
+        // kaiten-media helper process links them (below): `kaiten` starts without their
+        // hundred shared libraries, and a decoder crash costs one thumbnail, not the service.
+        .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
+        .systemLibrary(
+            name: "CFFmpeg", pkgConfig: "libavformat",
+            providers: [.apt(["libavformat-dev", "libavcodec-dev", "libswscale-dev", "libavutil-dev"])]
+        ),
+        // The C side of the helper: libvips's API is variadic, which Swift cannot call.
+        .target(
+            name: "CKaitenMedia", dependencies: ["CVips", "CFFmpeg"],
+            // pkg-config names one library per system-library target; the other three of ffmpeg's.
+            linkerSettings: [.linkedLibrary("avcodec"), .linkedLibrary("swscale"), .linkedLibrary("avutil")]
+        ),
+        // The helper process: thumbnail jobs as JSON lines on stdin, results on stdout.
+        .executableTarget(name: "kaiten-media", dependencies: ["CKaitenMedia"]),
+        // Media without decoders: the thumbnail cache in Sushitrain's layout, EXIF (embedded
+        // thumbnails, orientation, capture dates), the helper processes, and thumbnails of files
+        // local or on peers (through on demand's reads and its signed URLs).
+        .target(
+            name: "KaitenMedia",
+            dependencies: ["KaitenStream", "KaitenIndex", "KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTransfer"]
+        ),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
@@ -195,6 +220,7 @@ let package = Package(
                 "KaitenApply",
                 "KaitenStream",
                 "KaitenService",
+                "KaitenMedia",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -227,6 +253,10 @@ let package = Package(
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTransfer", "KaitenTestSupport"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
+        .testTarget(
+            name: "KaitenMediaTests",
+            dependencies: ["KaitenMedia", "KaitenTestSupport", "KaitenProtocol", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
         .testTarget(name: "KaitenDiscoveryTests", dependencies: ["KaitenDiscovery", "KaitenProtocol"]),
         .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
@@ -251,7 +281,7 @@ let package = Package(
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream", "KaitenService",
-                "KaitenDiscovery",
+                "KaitenDiscovery", "KaitenMedia",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

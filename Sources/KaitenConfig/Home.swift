@@ -11,6 +11,7 @@ import Foundation
 ///   index/<folder>.local    the local index: what this device announces, same format
 ///   scan/<folder>.cache     the local scan cache (size, mtime, inode, blocks per file)
 ///   state/                  Kaiten's own records: index IDs, last-synced versions, locks
+///   thumbnails/             thumbnails by content, in Sushitrain's cache layout (`kaiten thumb`)
 /// ```
 ///
 /// The home is chosen as: `--home DIR`, else `$KAITEN_HOME`, else
@@ -44,6 +45,7 @@ public struct Home: Sendable, Equatable {
     public var indexDirectory: String { file("index") }
     public var scanDirectory: String { file("scan") }
     public var stateDirectory: String { file("state") }
+    public var thumbnailsDirectory: String { file("thumbnails") }
 
     /// The selection file of one folder.
     public func selectionPath(folderID: String) -> String {

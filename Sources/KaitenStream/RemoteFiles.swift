@@ -18,6 +18,7 @@ final class Counter: Sendable {
     private let count = Mutex(0)
     var value: Int { count.withLock { $0 } }
     func increment() { count.withLock { $0 += 1 } }
+    func add(_ n: Int) { count.withLock { $0 += n } }
 }
 
 /// A bounded LRU cache of verified blocks, by content hash.
@@ -71,12 +72,15 @@ public final class RemoteFiles: @unchecked Sendable {
     private var logs: [String: (log: IndexLog, size: Int64)] = [:]
     private var locals: [String: LocalTree] = [:]
     private let fetchedBlocks = Counter()
+    private let fetchedBytes = Counter()
 
     /// Blocks come through the running service instead of this process's own connections.
     let relay: BlockSource.Relay?
 
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
     public var blocksFetched: Int { fetchedBlocks.value }
+    /// Their bytes.
+    public var bytesFetched: Int { fetchedBytes.value }
 
     /// - Parameter sessions: the sessions to read through (a service's); new ones when nil.
     /// - Parameter relay: beside a running service (which holds the peers' connections),
@@ -238,12 +242,14 @@ public final class RemoteFiles: @unchecked Sendable {
         let holders = entry.holders
         let cache = self.cache
         let counter = self.fetchedBlocks
+        let byteCounter = self.fetchedBytes
         guard let source = entry.source else { throw StreamError(.unavailable, "no block source") }
         func fetch(_ block: BEPBlockInfo) -> Task<Data, Error> {
             Task {
                 if let hash = ContentHash(data: block.hash), let hit = cache.get(hash) { return hit }
                 let data = try await source.block(block, of: file, holders: holders)
                 counter.increment()
+                byteCounter.add(data.count)
                 if let hash = ContentHash(data: block.hash) { cache.put(hash, data) }
                 return data
             }

@@ -8,23 +8,37 @@ import NIOHTTP1
 import NIOPosix
 
 /// `kaiten serve`: GET and HEAD of signed, expiring `/file` URLs with HTTP range support; only
-/// the blocks a range needs are fetched.
+/// the blocks a range needs are fetched. `/thumb` links answer with a thumbnail when the
+/// server was given a maker of them.
 public final class StreamServer: Sendable {
+    /// A JPEG thumbnail of a file, not larger than the size on either side, and a tag that
+    /// changes with the file's content.
+    public typealias ThumbnailMaker = @Sendable (_ folder: String, _ path: String, _ size: Int) async throws -> (jpeg: [UInt8], etag: String)
+
     let files: RemoteFiles
     let signer: URLSigner
     let log: @Sendable (String) -> Void
     /// Where this process listens for peers, recorded with the HTTP address.
     let peerAddresses: [String]
+    let thumbnails: ThumbnailMaker?
 
-    public init(files: RemoteFiles, signer: URLSigner, peerAddresses: [String] = [], log: @escaping @Sendable (String) -> Void) {
+    public init(
+        files: RemoteFiles, signer: URLSigner, peerAddresses: [String] = [], thumbnails: ThumbnailMaker? = nil,
+        log: @escaping @Sendable (String) -> Void
+    ) {
         self.files = files
         self.signer = signer
         self.peerAddresses = peerAddresses
+        self.thumbnails = thumbnails
         self.log = log
     }
 
-    /// Binds, records the base URL in the home, serves until `stop` resolves, then cleans up.
-    public func run(host: String, port: Int, stop: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) async throws {
+    /// Binds, records the base URL in the home (unless `record` is false: a server private to
+    /// this process), calls `ready` with it, serves until `stop` resolves, then cleans up.
+    public func run(
+        host: String, port: Int, record: Bool = true, ready: @escaping @Sendable (String) -> Void = { _ in },
+        stop: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
+    ) async throws {
         let group = MultiThreadedEventLoopGroup.singleton
         let server = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -37,11 +51,14 @@ public final class StreamServer: Sendable {
         let bound = server.channel.localAddress?.port ?? port
         let shownHost = host.contains(":") ? "[\(host)]" : host
         let base = "http://\(shownHost):\(bound)"
-        try ServerRecord(baseURL: base, pid: getpid(), peerAddresses: peerAddresses).save(files.home.home)
-        log("serving on \(base) (kaiten url FOLDER PATH prints a signed link)")
+        if record {
+            try ServerRecord(baseURL: base, pid: getpid(), peerAddresses: peerAddresses).save(files.home.home)
+            log("serving on \(base) (kaiten url FOLDER PATH prints a signed link)")
+        }
         let channel = server.channel
         stop { channel.close(promise: nil) }
-        defer { ServerRecord.remove(files.home.home) }
+        ready(base)
+        defer { if record { ServerRecord.remove(files.home.home) } }
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { inbound in
                 for try await connection in inbound {
@@ -91,6 +108,11 @@ public final class StreamServer: Sendable {
         }
         do {
             guard head.method == .GET || isHead else { throw Failure(status: .methodNotAllowed, message: "only GET and HEAD") }
+            if URLComponents(string: head.uri)?.path == "/thumb" {
+                let (folder, path, size) = try authorizeThumbnail(head.uri)
+                logged = "/thumb folder=\(folder) path=\(path) size=\(size)"
+                return try await respondThumbnail(head, folder: folder, path: path, size: size, out, status: &status, sent: &sent)
+            }
             let (folder, path) = try authorize(head.uri)
             logged = "/file folder=\(folder) path=\(path)"
             let entry: RemoteFiles.Entry
@@ -187,10 +209,46 @@ public final class StreamServer: Sendable {
         }
     }
 
-    /// Checks the URL: a clean path (400), then a valid, unexpired signature (403).
-    func authorize(_ uri: String) throws -> (folder: String, path: String) {
-        guard let components = URLComponents(string: uri), components.path == "/file" else {
-            throw Failure(status: .notFound, message: "not found (the only resource is /file)")
+    /// A thumbnail, made (or found in the cache) by `thumbnails`; 304 for a current If-None-Match.
+    func respondThumbnail(
+        _ head: HTTPRequestHead, folder: String, path: String, size: Int, _ out: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>,
+        status: inout HTTPResponseStatus, sent: inout Int64
+    ) async throws -> Bool {
+        guard let thumbnails else { throw Failure(status: .notFound, message: "this server makes no thumbnails") }
+        let made: (jpeg: [UInt8], etag: String)
+        do {
+            made = try await thumbnails(folder, path, size)
+        } catch let error as StreamError {
+            throw Failure(status: HTTPResponseStatus(statusCode: error.status), message: error.hint)
+        } catch {
+            // The file is there but is no picture this decoder makes one of.
+            throw Failure(status: .unprocessableEntity, message: "\(folder)/\(path): \(error)")
+        }
+        var headers = HTTPHeaders()
+        headers.add(name: "ETag", value: made.etag)
+        // The tag names the content: a thumbnail of it never changes.
+        headers.add(name: "Cache-Control", value: "private, max-age=86400")
+        if let match = head.headers.first(name: "If-None-Match"), match == made.etag {
+            status = .notModified
+            try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
+            try await out.write(.end(nil))
+            return head.isKeepAlive
+        }
+        headers.add(name: "Content-Type", value: "image/jpeg")
+        headers.add(name: "Content-Length", value: "\(made.jpeg.count)")
+        try await out.write(.head(HTTPResponseHead(version: head.version, status: .ok, headers: headers)))
+        if head.method != .HEAD {
+            try await out.write(.body(.byteBuffer(ByteBuffer(bytes: made.jpeg))))
+            sent = Int64(made.jpeg.count)
+        }
+        try await out.write(.end(nil))
+        return head.isKeepAlive
+    }
+
+    /// The query of a signed link: a clean path (400), then a valid, unexpired signature (403).
+    func signedQuery(_ uri: String, resource: String) throws -> (folder: String, path: String, query: [String: String], exp: Int64, sig: String) {
+        guard let components = URLComponents(string: uri), components.path == resource else {
+            throw Failure(status: .notFound, message: "not found (the resources are /file and /thumb)")
         }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
@@ -203,10 +261,27 @@ public final class StreamServer: Sendable {
             throw Failure(status: .forbidden, message: "missing signature (make a link with `kaiten url`)")
         }
         guard exp >= Int64(Date().timeIntervalSince1970) else { throw Failure(status: .forbidden, message: "the link has expired") }
-        guard signer.verify(folder: folder, path: path, expires: exp, signature: sig) else {
+        return (folder, path, query, exp, sig)
+    }
+
+    func authorizeThumbnail(_ uri: String) throws -> (folder: String, path: String, size: Int) {
+        let signed = try signedQuery(uri, resource: "/thumb")
+        guard let size = signed.query["size"].flatMap({ Int($0) }), (16...ThumbnailLimits.largest).contains(size) else {
+            throw Failure(status: .badRequest, message: "size must be 16 to \(ThumbnailLimits.largest) pixels")
+        }
+        guard signer.verifyThumbnail(folder: signed.folder, path: signed.path, size: size, expires: signed.exp, signature: signed.sig) else {
             throw Failure(status: .forbidden, message: "bad signature")
         }
-        return (folder, path)
+        return (signed.folder, signed.path, size)
+    }
+
+    /// Checks the URL: a clean path (400), then a valid, unexpired signature (403).
+    func authorize(_ uri: String) throws -> (folder: String, path: String) {
+        let signed = try signedQuery(uri, resource: "/file")
+        guard signer.verify(folder: signed.folder, path: signed.path, expires: signed.exp, signature: signed.sig) else {
+            throw Failure(status: .forbidden, message: "bad signature")
+        }
+        return (signed.folder, signed.path)
     }
 
     /// The one clean-name rule apply uses too: syncthing allows `\` in names on Linux.
@@ -246,6 +321,12 @@ public final class StreamServer: Sendable {
         defer { httpDatesLock.unlock() }
         return httpDates.string(from: date)
     }
+}
+
+/// Thumbnail sizes a link may ask for.
+public enum ThumbnailLimits {
+    /// Sushitrain's size, the largest the shared cache holds.
+    public static let largest = 255
 }
 
 /// Content types by extension: what players and browsers need to pick a decoder.

@@ -2,10 +2,12 @@
 #
 # ensure_deps installs what a fresh Debian machine with Swift lacks: syncthing (the real peer
 # the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev, libxml2-dev
-# (FoundationXML links it), pkg-config, curl, systemd (for systemd-analyze, which checks the
-# example units) and iproute2 (network namespaces for the discovery tests). ensure_build_deps installs only what building the release binary needs
-# (scripts/install, scripts/package); ensure_packaging_deps what making and checking the .deb
-# needs (dpkg-dev for dpkg-shlibdeps, lintian, man-db for `man -w`).
+# (FoundationXML links it), pkg-config, libvips-dev and ffmpeg's -dev libraries (the
+# kaiten-media helper's decoders), ffmpeg and exiftool (the media tests make their files),
+# curl, systemd (for systemd-analyze, which checks the example units) and iproute2 (network
+# namespaces for the discovery tests). ensure_build_deps installs only what building the
+# release binaries needs (scripts/install, scripts/package); ensure_packaging_deps what making
+# and checking the .deb needs (dpkg-dev for dpkg-shlibdeps, lintian, man-db for `man -w`).
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
@@ -18,6 +20,10 @@ missing_build_deps() {
     [[ -f /usr/include/lz4.h ]] || missing+=(liblz4-dev)
     [[ -f /usr/include/zlib.h ]] || missing+=(zlib1g-dev)
     [[ -f /usr/include/libxml2/libxml/parser.h ]] || missing+=(libxml2-dev)
+    # The kaiten-media helper's decoders: libvips (images) and ffmpeg's libraries (video frames).
+    pkg-config --exists vips 2>/dev/null || missing+=(libvips-dev)
+    pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null \
+        || missing+=(libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)
     echo "${missing[@]:-}"
 }
 
@@ -31,6 +37,9 @@ missing_deps() {
     command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
     # ip makes the network namespaces the discovery tests run their parties in.
     [[ -x /usr/sbin/ip ]] || missing+=(iproute2)
+    # The media tests make their pictures and videos with ffmpeg and write EXIF with exiftool.
+    command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
+    command -v exiftool >/dev/null 2>&1 || missing+=(libimage-exiftool-perl)
     echo "${missing[@]:-}"
 }
 
@@ -73,6 +82,8 @@ missing_bench_deps() {
     # shellcheck disable=SC2207
     missing+=($(missing_deps))
     ls /usr/lib/*/libcurl.so >/dev/null 2>&1 || missing+=(libcurl4-openssl-dev)
+    # The thumbnail bench runs libvips's own vipsthumbnail beside kaiten thumb.
+    command -v vipsthumbnail >/dev/null 2>&1 || missing+=(libvips-tools)
     echo "${missing[@]:-}"
 }
 

@@ -6,10 +6,12 @@ import KaitenConfig
 import KaitenDiscovery
 import KaitenService
 import KaitenIndex
+import KaitenMedia
 import KaitenScan
 import KaitenStream
 import KaitenSync
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -202,13 +204,15 @@ extension Kaiten {
                 let controlTask = Task {
                     do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
                 }
-                let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, log: log)
-                try await server.run(host: host, port: port) { stop in
+                let thumbnails = Kaiten.thumbnailMaker(files: files, signer: signer, home: opened, log: log)
+                let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: log)
+                try await server.run(host: host, port: port, ready: { thumbnails?.base.set($0) }) { stop in
                     SignalStop.install {
                         stopped.raise(SIGTERM)
                         stop()
                     }
                 }
+                thumbnails?.helpers.close()
                 control.close()
                 _ = await controlTask.result
                 for listener in listeners { await listener.close() }
@@ -219,6 +223,52 @@ extension Kaiten {
         }
     }
 
+    /// `/thumb` for `serve`: thumbnails from the home's cache, made on the spot when missing
+    /// (a remote video read through this server's own signed ranges). nil without the helper.
+    final class ServedThumbnails: Sendable {
+        let helpers: MediaHelpers
+        let base: LateAddress
+        let make: StreamServer.ThumbnailMaker
+
+        init(helpers: MediaHelpers, base: LateAddress, make: @escaping StreamServer.ThumbnailMaker) {
+            self.helpers = helpers
+            self.base = base
+            self.make = make
+        }
+    }
+
+    static func thumbnailMaker(files: RemoteFiles, signer: URLSigner, home: KaitenHome, log: @escaping @Sendable (String) -> Void)
+        -> ServedThumbnails?
+    {
+        guard let helper = try? MediaHelpers.locate() else {
+            log("no thumbnails: the media helper kaiten-media is not installed")
+            return nil
+        }
+        let helpers = MediaHelpers(executable: helper)
+        let base = LateAddress()
+        let cache = ThumbnailCache(root: home.home.thumbnailsDirectory)
+        let make: StreamServer.ThumbnailMaker = { folder, path, size in
+            var options = Thumbnails.Options()
+            options.size = size
+            let thumbnails = Thumbnails(
+                files: files, cache: cache, helpers: helpers, options: options,
+                rangeURL: { folder, path in
+                    base.current.map { signer.url(base: $0, folder: folder, path: path, expires: Int64(Date().timeIntervalSince1970) + 3600) }
+                })
+            let outcome = await thumbnails.make(folder: folder, path: path)
+            if let unreadable = outcome.unreadable { throw unreadable }
+            guard let file = outcome.thumbnail, outcome.status != .failed,
+                let jpeg = FileManager.default.contents(atPath: file)
+            else {
+                throw MediaError(outcome.error ?? "no thumbnail")
+            }
+            return ([UInt8](jpeg), "\"thumb-\((file as NSString).lastPathComponent.prefix(24))-\(size)\"")
+        }
+        return ServedThumbnails(helpers: helpers, base: base, make: make)
+    }
+}
+
+extension Kaiten {
     struct URLCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "url",
@@ -227,6 +277,7 @@ extension Kaiten {
                 Examples:
                   mpv "$(kaiten url media film.mkv)"
                   kaiten url docs report.pdf --ttl 15m
+                  curl -o cover.jpg "$(kaiten url photos 2024/IMG_0001.HEIC --thumb)"
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -239,6 +290,12 @@ extension Kaiten {
 
         @Option(help: "How long the link works: 90s, 15m, 1h, 2d.")
         var ttl: String = "1h"
+
+        @Flag(help: "A link to the file's thumbnail (a JPEG, made on first use) instead of the file.")
+        var thumb = false
+
+        @Option(help: "With --thumb: neither side larger than this (16 to 255).")
+        var size: Int = ThumbnailLimits.largest
 
         func run() async throws {
             try await reportingErrors {
@@ -265,7 +322,12 @@ extension Kaiten {
                 }
                 let signer = try URLSigner.load(home: opened.home)
                 let expires = Int64(Date().timeIntervalSince1970) + seconds
-                print(signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires))
+                if thumb {
+                    guard (16...ThumbnailLimits.largest).contains(size) else { throw ValidationError("--size takes 16 to \(ThumbnailLimits.largest)") }
+                    print(signer.thumbnailURL(base: record.baseURL, folder: folder, path: clean, size: size, expires: expires))
+                } else {
+                    print(signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires))
+                }
             }
         }
 

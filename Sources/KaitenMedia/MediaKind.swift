@@ -1,0 +1,29 @@
+/// What a file is, by its name: the thumbnailer decodes images and video frames only.
+public enum MediaKind: String, Sendable, Codable {
+    case image, video
+
+    static let images: Set<String> = ["jpg", "jpeg", "jpe", "png", "webp", "heic", "heif", "avif", "gif", "tif", "tiff"]
+    static let videos: Set<String> = ["mp4", "m4v", "mov", "mkv", "webm", "avi", "3gp", "mts", "m2ts", "mpg", "mpeg", "wmv"]
+    static let jpegs: Set<String> = ["jpg", "jpeg", "jpe"]
+
+    /// nil for anything else (a document, a song, a file without an extension).
+    public init?(path: String) {
+        let ext = Self.extensionOf(path)
+        if Self.images.contains(ext) {
+            self = .image
+        } else if Self.videos.contains(ext) {
+            self = .video
+        } else {
+            return nil
+        }
+    }
+
+    /// Whether the name says JPEG: the format that carries an EXIF thumbnail near its start.
+    public static func isJPEG(_ path: String) -> Bool { jpegs.contains(extensionOf(path)) }
+
+    static func extensionOf(_ path: String) -> String {
+        let name = path.split(separator: "/").last ?? ""
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
+        return name[name.index(after: dot)...].lowercased()
+    }
+}

@@ -1,0 +1,192 @@
+import Crypto
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenMedia
+
+/// The thumbnail cache's names (Sushitrain's layout), EXIF, and the decoder helper on good and
+/// bad files. The files are made here by ffmpeg and exiftool.
+@Suite struct ThumbnailCacheTests {
+    /// Sushitrain's Docs/thumbnails.md: "a file whose hash is t1337h4x0r will have its
+    /// thumbnail stored at t/1/337h4x0r.jpg"; the lower-casing and the filter come first.
+    @Test func theExampleOfSushitrainsDocumentation() {
+        #expect(ThumbnailCache.relativePath(base64: "t1337h4x0r") == "t/1/337h4x0r.jpg")
+        #expect(ThumbnailCache.relativePath(base64: "T1337+H4x0R/=") == "t/1/337h4x0r.jpg")
+    }
+
+    /// A worked example: the 5-byte file "hello" is one block; its blocks hash is SHA-256 over
+    /// that block's SHA-256, 9595c9df…3d50, in base64 lZXJ35AHUUjrBoYDZd8zWEt1v/eCpRDGzUiDpBmDPVA=
+    /// (computed apart from Kaiten, with Python's hashlib and base64).
+    @Test func theThumbnailOfAKnownFile() throws {
+        let block = ContentHash(SHA256.hash(data: Data("hello".utf8)))
+        let hash = BEPFileInfo.blocksHash(ofHashes: [block])
+        #expect(hash.hex == "9595c9df90075148eb06860365df33584b75bff782a510c6cd4883a419833d50")
+        #expect(ThumbnailCache.relativePath(for: hash) == "l/z/xj35ahuujrboydzd8zwet1vecprdgzuidpbmdpva.jpg")
+        #expect(ThumbnailCache(root: "/c/").path(for: hash) == "/c/l/z/xj35ahuujrboydzd8zwet1vecprdgzuidpbmdpva.jpg")
+        // Other sizes are Kaiten's own, apart from the shared layout.
+        #expect(ThumbnailCache.relativePath(for: hash, size: 128) == "128px/l/z/xj35ahuujrboydzd8zwet1vecprdgzuidpbmdpva.jpg")
+    }
+
+    @Test func mediaKindsByName() {
+        #expect(MediaKind(path: "a/IMG_0001.JPG") == .image)
+        #expect(MediaKind(path: "b.heic") == .image)
+        #expect(MediaKind(path: "clip.MOV") == .video)
+        #expect(MediaKind(path: "notes.txt") == nil)
+        #expect(MediaKind(path: ".jpg") == nil)
+        #expect(MediaKind.isJPEG("x/y.jpeg") && !MediaKind.isJPEG("y.png"))
+    }
+}
+
+@Suite struct JPEGMetadataTests {
+    @Test func readsWhatExiftoolWrote() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-exif")
+        defer { dir.remove() }
+        try TestMedia.jpeg(dir.file("big.jpg"), width: 1600, height: 1200)
+        try TestMedia.jpeg(dir.file("small.jpg"), width: 320, height: 240)
+        try TestMedia.exif(
+            dir.file("big.jpg"), thumbnail: dir.file("small.jpg"), orientation: 6, dateTimeOriginal: "2024:05:06 07:08:09", offset: "+02:00")
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("big.jpg"))))
+        let metadata = try #require(JPEGMetadata(prefix: Array(bytes.prefix(128 << 10))))
+        #expect(metadata.orientation == 6)
+        #expect(metadata.dateTimeOriginal == "2024:05:06 07:08:09")
+        #expect(metadata.offsetTimeOriginal == "+02:00")
+        #expect(metadata.thumbnailWidth == 320 && metadata.thumbnailHeight == 240)
+        let range = try #require(metadata.thumbnail)
+        #expect(Array(bytes[range]) == [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("small.jpg")))))
+
+        // A JPEG without EXIF, and not a JPEG at all.
+        let plain = try JPEGMetadata(prefix: [UInt8](Data(contentsOf: URL(fileURLWithPath: dir.file("small.jpg")))))
+        #expect(plain == JPEGMetadata())
+        #expect(JPEGMetadata(prefix: Array("not a jpeg".utf8)) == nil)
+    }
+
+    /// Cut short anywhere, or with bytes flipped anywhere, the parser answers (never traps) and
+    /// never points outside what it was given.
+    @Test func damagedSegmentsNeverTrap() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-exif")
+        defer { dir.remove() }
+        try TestMedia.jpeg(dir.file("big.jpg"), width: 640, height: 480)
+        try TestMedia.jpeg(dir.file("small.jpg"), width: 160, height: 120)
+        try TestMedia.exif(dir.file("big.jpg"), thumbnail: dir.file("small.jpg"), orientation: 3, dateTimeOriginal: "2020:01:02 03:04:05")
+        let bytes = Array([UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("big.jpg")))).prefix(16 << 10))
+        for cut in stride(from: 0, to: bytes.count, by: 7) {
+            let metadata = JPEGMetadata(prefix: Array(bytes.prefix(cut)))
+            if let range = metadata?.thumbnail { #expect(range.upperBound <= cut) }
+        }
+        var random = SplitMix64(seed: 14)
+        for _ in 0..<3000 {
+            var damaged = bytes
+            for _ in 0..<4 {
+                let at = Int(random.next() % UInt64(min(damaged.count, 12_000)))
+                damaged[at] = UInt8(truncatingIfNeeded: random.next())
+            }
+            if let range = JPEGMetadata(prefix: damaged)?.thumbnail { #expect(range.upperBound <= damaged.count) }
+        }
+    }
+}
+
+/// The helper process on real files: the thumbnail's size and orientation, and a clear error
+/// (never a crash of the caller) for each kind of bad file.
+@Suite(.serialized) struct MediaHelperTests {
+    static func helpers() throws -> MediaHelpers {
+        MediaHelpers(executable: try MediaHelpers.locate(), count: 1, timeout: 60)
+    }
+
+    func thumbnail(_ helpers: MediaHelpers, _ input: String, kind: MediaKind, into dir: TemporaryDirectory, orientation: Int = 0)
+        async -> Result<MediaPicture, MediaError>
+    {
+        let output = dir.file("out-\(UUID().uuidString).jpg")
+        return await helpers.run(MediaJob(kind: kind, input: input, output: output, size: 255, max_pixels: 64_000_000, orientation: orientation))
+    }
+
+    @Test func picturesAndAFrame() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-media")
+        defer { dir.remove() }
+        let helpers = try Self.helpers()
+        defer { helpers.close() }
+        try TestMedia.jpeg(dir.file("wide.jpg"), width: 1600, height: 1200)
+        try TestMedia.png(dir.file("tall.png"), width: 300, height: 900)
+        try TestMedia.png(dir.file("tiny.png"), width: 40, height: 30)
+        try TestMedia.video(dir.file("clip.mp4"), seconds: 4)
+        let wide = try await thumbnail(helpers, dir.file("wide.jpg"), kind: .image, into: dir).get()
+        #expect(wide.width == 255 && wide.height == 191 && wide.bytes > 1000)
+        let tall = try await thumbnail(helpers, dir.file("tall.png"), kind: .image, into: dir).get()
+        #expect(tall.width == 85 && tall.height == 255)
+        // Never enlarged.
+        let tiny = try await thumbnail(helpers, dir.file("tiny.png"), kind: .image, into: dir).get()
+        #expect(tiny.width == 40 && tiny.height == 30)
+        // An embedded thumbnail's orientation (6: turned 90° clockwise) is applied.
+        let turned = try await thumbnail(helpers, dir.file("wide.jpg"), kind: .image, into: dir, orientation: 6).get()
+        #expect(turned.width == 191 && turned.height == 255)
+        let frame = try await thumbnail(helpers, dir.file("clip.mp4"), kind: .video, into: dir).get()
+        #expect(frame.width == 255 && frame.height == 143)
+    }
+
+    @Test func badFilesGetAnErrorEach() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-media")
+        defer { dir.remove() }
+        let helpers = try Self.helpers()
+        defer { helpers.close() }
+        try TestMedia.jpeg(dir.file("whole.jpg"), width: 1200, height: 900, noise: true)
+        let whole = try Data(contentsOf: URL(fileURLWithPath: dir.file("whole.jpg")))
+        try whole.prefix(whole.count / 3).write(to: URL(fileURLWithPath: dir.file("truncated.jpg")))
+        try Data().write(to: URL(fileURLWithPath: dir.file("empty.jpg")))
+        try Data("<svg xmlns='http://www.w3.org/2000/svg'/>".utf8).write(to: URL(fileURLWithPath: dir.file("disguised.jpg")))
+        // 100 megapixels of one colour: a few hundred KB that would decode to 300 MB.
+        try TestMedia.png(dir.file("bomb.png"), width: 10_000, height: 10_000, color: "black")
+        try TestMedia.audioOnly(dir.file("silent-film.mp4"))
+        let cut = try Data(contentsOf: URL(fileURLWithPath: dir.file("silent-film.mp4")))
+        try cut.prefix(200).write(to: URL(fileURLWithPath: dir.file("cut.mp4")))
+
+        func failure(_ name: String, _ kind: MediaKind) async -> String {
+            switch await thumbnail(helpers, dir.file(name), kind: kind, into: dir) {
+            case .success: return "made a thumbnail"
+            case .failure(let error): return error.description
+            }
+        }
+        let truncated = await failure("truncated.jpg", .image)
+        #expect(truncated.hasPrefix("cannot make the thumbnail") && truncated.contains("Premature end"), "\(truncated)")
+        #expect(await failure("empty.jpg", .image).contains("not an image"))
+        #expect(await failure("disguised.jpg", .image).contains("blocked"), "SVG is not among the allowed loaders")
+        let bomb = await failure("bomb.png", .image)
+        #expect(bomb.contains("100 megapixels") && bomb.contains("limit of 64"), "\(bomb)")
+        #expect(await failure("silent-film.mp4", .video) == "no video stream")
+        #expect(await failure("cut.mp4", .video).contains("not a video"))
+        // The helper is still there for the next good file.
+        try TestMedia.png(dir.file("fine.png"), width: 64, height: 64)
+        #expect(try await thumbnail(helpers, dir.file("fine.png"), kind: .image, into: dir).get().width == 64)
+    }
+
+    /// A decoder that dies (killed here, as a crash or the memory limit would end it) costs its
+    /// job, with the reason; the next job gets a new helper.
+    @Test func aHelperThatDiesCostsOneJob() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-media")
+        defer { dir.remove() }
+        // A stand-in helper that dies on its first job.
+        let script = dir.file("dying-helper")
+        try "#!/bin/sh\nread line\nkill -SEGV $$\n".write(toFile: script, atomically: true, encoding: .utf8)
+        chmod(script, 0o755)
+        let dying = MediaHelpers(executable: script, count: 1, timeout: 10)
+        let result = await dying.run(MediaJob(kind: .image, input: "/nonexistent", output: dir.file("x.jpg"), size: 255, max_pixels: 1))
+        guard case .failure(let error) = result else {
+            Issue.record("a dead helper made a thumbnail")
+            return
+        }
+        #expect(error.description.contains("signal 11"), "\(error)")
+        // And one that never answers is stopped at the timeout.
+        let silent = dir.file("silent-helper")
+        try "#!/bin/sh\nexec sleep 600\n".write(toFile: silent, atomically: true, encoding: .utf8)
+        chmod(silent, 0o755)
+        let slow = MediaHelpers(executable: silent, count: 1, timeout: 1)
+        let started = Date()
+        let timedOut = await slow.run(MediaJob(kind: .image, input: "/nonexistent", output: dir.file("y.jpg"), size: 255, max_pixels: 1))
+        guard case .failure(let late) = timedOut else {
+            Issue.record("a silent helper made a thumbnail")
+            return
+        }
+        #expect(late.description.contains("longer than 1 s"))
+        #expect(Date().timeIntervalSince(started) < 10)
+    }
+}
