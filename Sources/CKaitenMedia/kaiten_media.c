@@ -172,6 +172,8 @@ int km_video_thumbnail(const char *url, int size, long long max_pixels, double a
     // What the container header needs, not 5 MB of probing: fewer bytes from the peers.
     av_dict_set(&options, "probesize", "1000000", 0);
     av_dict_set(&options, "analyzeduration", "1000000", 0);
+    // A small socket buffer: what the server sends ahead of a seek is fetched for nothing.
+    av_dict_set(&options, "recv_buffer_size", "32768", 0);
     int status = avformat_open_input(&format, url, NULL, &options);
     av_dict_free(&options);
     if (status < 0) {

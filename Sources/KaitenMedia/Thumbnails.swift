@@ -95,7 +95,7 @@ public final class Thumbnails: Sendable {
     func source(folder: String, path: String) throws -> Source {
         guard let kind = MediaKind(path: path) else { throw MediaError("not an image or a video (by its name)") }
         do {
-            let entry = try files.entry(folder: folder, path: path)
+            let entry = try files.entry(folder: folder, path: path, reachable: false)
             return Source(path: path, kind: kind, hash: entry.global.contentHash, size: entry.size, localPath: entry.localPath, remote: entry)
         } catch let error {
             guard let config = files.home.config.folders.first(where: { $0.id == folder }) else { throw error }
@@ -156,6 +156,7 @@ public final class Thumbnails: Sendable {
         if let local = source.localPath {
             job.input = local
         } else if let remote = source.remote {
+            if let unreachable = remote.unreachable { throw unreachable }
             switch source.kind {
             case .video:
                 guard let url = rangeURL(folder, source.path) else { throw MediaError("no range server to read the video through") }

@@ -129,6 +129,9 @@ public final class RemoteFiles: @unchecked Sendable {
         /// A local copy with exactly this content, when there is one.
         public let localPath: String?
         let source: BlockSource?
+        /// Why its bytes cannot be read now (no local copy, no connected peer holds it), when
+        /// it was looked up without requiring them.
+        public let unreachable: StreamError?
 
         public var size: Int64 { global.size }
         /// Changes whenever the global version does.
@@ -141,7 +144,10 @@ public final class RemoteFiles: @unchecked Sendable {
     }
 
     /// Looks a path up. Errors say why in words: not in the index, deleted, a directory, no peer.
-    public func entry(folder: String, path: String) throws(StreamError) -> Entry {
+    /// - Parameter reachable: whether a file no connected peer holds (and with no local copy) is
+    ///   an error; when false it is returned with ``Entry/unreachable`` set (its content hash
+    ///   is still known: a cache keyed by it can answer).
+    public func entry(folder: String, path: String, reachable: Bool = true) throws(StreamError) -> Entry {
         guard let config = home.config.folders.first(where: { $0.id == folder }) else {
             throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
         }
@@ -190,13 +196,17 @@ public final class RemoteFiles: @unchecked Sendable {
         } catch {
             throw StreamError(.unavailable, "\(folder)/\(path): \(error)")
         }
+        var unreachable: StreamError?
         if localPath == nil && relay == nil && !g.holders.contains(where: { connections[$0] != nil }) {
-            throw StreamError(
+            let error = StreamError(
                 .unavailable,
                 "\(folder)/\(path): no connected peer holds it (held by \(g.holders.map(\.shortDescription).joined(separator: ", ")))")
+            if reachable { throw error }
+            unreachable = error
         }
         let source = BlockSource(folderID: folder, root: config.path, connections: connections, tree: LocalTree(), relay: relay)
-        return Entry(folder: folder, global: g.file, blocks: blocks, holders: g.holders, localPath: localPath, source: source)
+        return Entry(
+            folder: folder, global: g.file, blocks: blocks, holders: g.holders, localPath: localPath, source: source, unreachable: unreachable)
     }
 
     /// One block of the current global version of `path`, verified: for a process beside this

@@ -21,15 +21,25 @@ public final class StreamServer: Sendable {
     /// Where this process listens for peers, recorded with the HTTP address.
     let peerAddresses: [String]
     let thumbnails: ThumbnailMaker?
+    /// Blocks fetched ahead of what a response has sent.
+    let readAhead: Int
+    /// SO_SNDBUF of each connection, when set: what the kernel holds beyond what the client took.
+    let sendBufferBytes: Int?
 
+    /// - Parameters:
+    ///   - readAhead, sendBufferBytes: a player wants blocks fetched ahead (the defaults); a
+    ///     decoder that reads a little and seeks (a video's index, one frame) wants neither,
+    ///     or an open-ended range fetches megabytes it drops at the next seek.
     public init(
-        files: RemoteFiles, signer: URLSigner, peerAddresses: [String] = [], thumbnails: ThumbnailMaker? = nil,
-        log: @escaping @Sendable (String) -> Void
+        files: RemoteFiles, signer: URLSigner, peerAddresses: [String] = [], thumbnails: ThumbnailMaker? = nil, readAhead: Int = 8,
+        sendBufferBytes: Int? = nil, log: @escaping @Sendable (String) -> Void
     ) {
         self.files = files
         self.signer = signer
         self.peerAddresses = peerAddresses
         self.thumbnails = thumbnails
+        self.readAhead = readAhead
+        self.sendBufferBytes = sendBufferBytes
         self.log = log
     }
 
@@ -40,8 +50,9 @@ public final class StreamServer: Sendable {
         stop: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
     ) async throws {
         let group = MultiThreadedEventLoopGroup.singleton
-        let server = try await ServerBootstrap(group: group)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        var bootstrap = ServerBootstrap(group: group).serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        if let sendBufferBytes { bootstrap = bootstrap.childChannelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(sendBufferBytes)) }
+        let server = try await bootstrap
             .bind(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
@@ -146,7 +157,7 @@ public final class StreamServer: Sendable {
                 headers.add(name: "Content-Length", value: "\(entry.size)")
                 try await out.write(.head(HTTPResponseHead(version: head.version, status: .ok, headers: headers)))
                 if !isHead && entry.size > 0 {
-                    try await files.read(entry, range: 0...(entry.size - 1)) { data in
+                    try await files.read(entry, range: 0...(entry.size - 1), window: readAhead) { data in
                         try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
                         sent += Int64(data.count)
                     }
@@ -160,7 +171,7 @@ public final class StreamServer: Sendable {
                 headers.add(name: "Content-Length", value: "\(r.upperBound - r.lowerBound + 1)")
                 try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
                 if !isHead {
-                    try await files.read(entry, range: r) { data in
+                    try await files.read(entry, range: r, window: readAhead) { data in
                         try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
                         sent += Int64(data.count)
                     }

@@ -39,11 +39,13 @@ public enum TestMedia {
 
     /// An H.264 MP4 of `seconds` at `bitrate` (e.g. "4M"); moov at the end, as cameras write it,
     /// unless `faststart`.
-    public static func video(_ path: String, seconds: Int, width: Int = 640, height: Int = 360, bitrate: String = "2M", faststart: Bool = false)
-        throws
-    {
+    /// With `noise` the pictures do not compress: the file is as large as the bitrate says.
+    public static func video(
+        _ path: String, seconds: Int, width: Int = 640, height: Int = 360, bitrate: String = "2M", noise: Bool = false, faststart: Bool = false
+    ) throws {
+        let source = "testsrc=duration=\(seconds):size=\(width)x\(height):rate=25" + (noise ? ",noise=alls=30:allf=t" : "")
         try ffmpeg(
-            ["-f", "lavfi", "-i", "testsrc=duration=\(seconds):size=\(width)x\(height):rate=25", "-c:v", "libx264", "-preset", "ultrafast",
+            ["-f", "lavfi", "-i", source, "-c:v", "libx264", "-preset", "ultrafast",
              "-pix_fmt", "yuv420p", "-b:v", bitrate]
                 + (faststart ? ["-movflags", "+faststart"] : []) + [path])
     }

@@ -11,7 +11,6 @@ import KaitenScan
 import KaitenStream
 import KaitenSync
 import Logging
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -204,15 +203,15 @@ extension Kaiten {
                 let controlTask = Task {
                     do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
                 }
-                let thumbnails = Kaiten.thumbnailMaker(files: files, signer: signer, home: opened, log: log)
+                let thumbnails = await Kaiten.thumbnailMaker(files: files, home: opened, log: log)
                 let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: log)
-                try await server.run(host: host, port: port, ready: { thumbnails?.base.set($0) }) { stop in
+                try await server.run(host: host, port: port) { stop in
                     SignalStop.install {
                         stopped.raise(SIGTERM)
                         stop()
                     }
                 }
-                thumbnails?.helpers.close()
+                await thumbnails?.close()
                 control.close()
                 _ = await controlTask.result
                 for listener in listeners { await listener.close() }
@@ -223,38 +222,47 @@ extension Kaiten {
         }
     }
 
-    /// `/thumb` for `serve`: thumbnails from the home's cache, made on the spot when missing
-    /// (a remote video read through this server's own signed ranges). nil without the helper.
+    /// `/thumb` for `serve`: thumbnails from the home's cache, made on the spot when missing (a
+    /// remote video read by its decoder through a range server of its own). nil without the helper.
     final class ServedThumbnails: Sendable {
         let helpers: MediaHelpers
-        let base: LateAddress
+        let ranges: RangeServer
         let make: StreamServer.ThumbnailMaker
 
-        init(helpers: MediaHelpers, base: LateAddress, make: @escaping StreamServer.ThumbnailMaker) {
+        init(helpers: MediaHelpers, ranges: RangeServer, make: @escaping StreamServer.ThumbnailMaker) {
             self.helpers = helpers
-            self.base = base
+            self.ranges = ranges
             self.make = make
+        }
+
+        func close() async {
+            helpers.close()
+            await ranges.stop()
         }
     }
 
-    static func thumbnailMaker(files: RemoteFiles, signer: URLSigner, home: KaitenHome, log: @escaping @Sendable (String) -> Void)
-        -> ServedThumbnails?
-    {
+    static func thumbnailMaker(files: RemoteFiles, home: KaitenHome, log: @escaping @Sendable (String) -> Void) async -> ServedThumbnails? {
         guard let helper = try? MediaHelpers.locate() else {
             log("no thumbnails: the media helper kaiten-media is not installed")
             return nil
         }
+        let ranges = RangeServer()
+        let signer = URLSigner.ephemeral()
+        let base: String
+        do {
+            base = try await ranges.start(files: files, signer: signer)
+        } catch {
+            log("no thumbnails: \(error)")
+            return nil
+        }
         let helpers = MediaHelpers(executable: helper)
-        let base = LateAddress()
         let cache = ThumbnailCache(root: home.home.thumbnailsDirectory)
         let make: StreamServer.ThumbnailMaker = { folder, path, size in
             var options = Thumbnails.Options()
             options.size = size
             let thumbnails = Thumbnails(
                 files: files, cache: cache, helpers: helpers, options: options,
-                rangeURL: { folder, path in
-                    base.current.map { signer.url(base: $0, folder: folder, path: path, expires: Int64(Date().timeIntervalSince1970) + 3600) }
-                })
+                rangeURL: { folder, path in signer.url(base: base, folder: folder, path: path, expires: Int64(Date().timeIntervalSince1970) + 3600) })
             let outcome = await thumbnails.make(folder: folder, path: path)
             if let unreadable = outcome.unreadable { throw unreadable }
             guard let file = outcome.thumbnail, outcome.status != .failed,
@@ -264,7 +272,7 @@ extension Kaiten {
             }
             return ([UInt8](jpeg), "\"thumb-\((file as NSString).lastPathComponent.prefix(24))-\(size)\"")
         }
-        return ServedThumbnails(helpers: helpers, base: base, make: make)
+        return ServedThumbnails(helpers: helpers, ranges: ranges, make: make)
     }
 }
 

@@ -205,7 +205,8 @@ final class RangeServer: @unchecked Sendable {
     private var running: Task<Void, Never>?
 
     func start(files: RemoteFiles, signer: URLSigner) async throws -> String {
-        let server = StreamServer(files: files, signer: signer, log: { _ in })
+        // Blocks one at a time and a small socket buffer: the decoder reads a little, then seeks.
+        let server = StreamServer(files: files, signer: signer, readAhead: 1, sendBufferBytes: 32 << 10, log: { _ in })
         let bound = LateAddress()
         let failure = Mutex<String?>(nil)
         let task = Task {
