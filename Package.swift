@@ -191,6 +191,8 @@ let package = Package(
         // The C side of the helper: libvips's API is variadic, which Swift cannot call.
         .target(
             name: "CKaitenMedia", dependencies: ["CVips", "CFFmpeg"],
+            // The glue that copies decoder messages into buffers: checked string functions.
+            cSettings: [.define("_FORTIFY_SOURCE", to: "2", .when(configuration: .release))],
             // pkg-config names one library per system-library target; the other three of ffmpeg's.
             linkerSettings: [.linkedLibrary("avcodec"), .linkedLibrary("swscale"), .linkedLibrary("avutil")]
         ),

@@ -420,10 +420,15 @@ do {
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 256
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runResumeBench(mib: mib, runs: runs)
+    case "thumb":
+        let photos = args.firstIndex(of: "--photos").flatMap { Int(args[$0 + 1]) } ?? 40
+        let videoMiB = args.firstIndex(of: "--video-mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try await runThumbBench(photos: photos, videoMiB: videoMiB, runs: runs)
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] [--runs R] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] [--runs R] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R] | thumb [--photos N] [--video-mib M] [--runs R]")
         exit(64)
     }
 } catch {

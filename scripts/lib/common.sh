@@ -120,12 +120,13 @@ install_missing() {
 # hardening "bindnow"; RELRO itself is the linker's default).
 RELEASE_FLAGS=(-c release --static-swift-stdlib --disable-local-rpath -Xlinker -z -Xlinker now)
 
-# build_release: builds kaiten and swift-argument-parser's generate-manual (the engine of its
+# build_release: builds kaiten, its media helper kaiten-media, and swift-argument-parser's generate-manual (the engine of its
 # generate-manual plugin, built here with the same flags: the plugin would make a second
 # release build with its own) and prints the directory that holds them.
 build_release() {
     log "building kaiten (release, Swift runtime linked in; the first build takes minutes)"
     (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --product kaiten >&2)
+    (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --product kaiten-media >&2)
     (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --product generate-manual >&2)
     (cd "$ROOT" && swift build "${RELEASE_FLAGS[@]}" --show-bin-path)
 }
@@ -149,6 +150,10 @@ stage_tree() {
     # Stripped as dh_strip strips (no symbols, no .comment or .note): 78 MiB instead of 152.
     install -m 0755 "$bindir/kaiten" "$root/bin/kaiten"
     strip --remove-section=.comment --remove-section=.note "$root/bin/kaiten"
+    # The decoders' process (thumbnails), where `kaiten thumb` and `serve` look for it.
+    install -d -m 0755 "$root/lib/kaiten"
+    install -m 0755 "$bindir/kaiten-media" "$root/lib/kaiten/kaiten-media"
+    strip --remove-section=.comment --remove-section=.note "$root/lib/kaiten/kaiten-media"
 
     local pages
     pages=$(mktemp -d)
