@@ -24,11 +24,11 @@ func runThumbBench(photos: Int, videoMiB: Int, runs: Int) async throws {
     try TestMedia.exif(data + "/camera/IMG_0000.JPG", thumbnail: dir.file("exif-thumb.jpg"), orientation: 1, dateTimeOriginal: "2025:07:01 12:00:00")
     let template = try Data(contentsOf: URL(fileURLWithPath: data + "/camera/IMG_0000.JPG"))
     for i in 1..<photos {
-        // Distinct content (a thumbnail per file, not one from the cache): a changed byte in
-        // the trailing padding after EOI, which decoders ignore.
-        var copy = template
-        copy.append(contentsOf: withUnsafeBytes(of: UInt32(i).bigEndian, Array.init))
-        try copy.write(to: URL(fileURLWithPath: data + String(format: "/camera/IMG_%04d.JPG", i)))
+        // Distinct content where it is read: a capture date of its own in each file's EXIF (the
+        // first block), so that no first block is another file's (fetched once, then cached).
+        let path = data + String(format: "/camera/IMG_%04d.JPG", i)
+        try template.write(to: URL(fileURLWithPath: path))
+        try TestMedia.exif(path, dateTimeOriginal: String(format: "2025:07:01 12:%02d:%02d", i / 60 % 60, i % 60))
     }
     // 40 Mbit/s of 720p noise: a camera's bitrate; its size decides the length.
     let seconds = max(4, videoMiB * 8 / 40)
@@ -59,6 +59,7 @@ func runThumbBench(photos: Int, videoMiB: Int, runs: Int) async throws {
     var videoShares: [Double] = []
     var kaitenRates: [Double] = []
     var vipsRates: [Double] = []
+    var parallelRates: [Double] = []
     try await withSyncthing(source) { a in
         try await a.addDevice(bench.me, name: "kaiten")
         try await a.shareScanned("bench", path: data, devices: [bench.me], files: photos + 1)
@@ -94,7 +95,22 @@ func runThumbBench(photos: Int, videoMiB: Int, runs: Int) async throws {
             let seconds = now() - start
             guard result.status == 0 else { throw HarnessError("vipsthumbnail: \(result.stderr)") }
             vipsRates.append(Double(photos) / seconds)
-            log(String(format: "run %d: kaiten thumb %.1f/s, vipsthumbnail %.1f/s", run + 1, kaitenRates.last!, vipsRates.last!))
+            // The same on every core: one vipsthumbnail per core, each on its share of the files
+            // (kaiten thumb runs one decoder process per core).
+            let cores = ProcessInfo.processInfo.activeProcessorCount
+            let parallelStart = now()
+            let processes = try (0..<cores).map { core -> Process in
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: vips)
+                process.arguments = ["--size", "255", "-o", out + "/%s.p.jpg[Q=80,strip]"] + files.enumerated().filter { $0.offset % cores == core }.map(\.element)
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                return process
+            }
+            for process in processes { process.waitUntilExit() }
+            parallelRates.append(Double(photos) / (now() - parallelStart))
+            log(String(format: "run %d: kaiten thumb %.1f/s, vipsthumbnail %.1f/s, %d × vipsthumbnail %.1f/s", run + 1, kaitenRates.last!, vipsRates.last!, cores, parallelRates.last!))
         }
     }
     func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
@@ -107,4 +123,6 @@ func runThumbBench(photos: Int, videoMiB: Int, runs: Int) async throws {
     print(String(format: "fetched for the video's frame, share of it:   %.2f %% (%@)   goal ≤ 10 %%", median(videoShares) * 100, spread(videoShares, 100)))
     print(String(format: "local files: kaiten thumb %.1f thumbnails/s (%@), vipsthumbnail %.1f/s (%@): ratio %.2f", median(kaitenRates),
                  spread(kaitenRates), median(vipsRates), spread(vipsRates), median(kaitenRates) / median(vipsRates)))
+    print(String(format: "             vipsthumbnail, one per core (%d): %.1f/s (%@): ratio %.2f", ProcessInfo.processInfo.activeProcessorCount,
+                 median(parallelRates), spread(parallelRates), median(kaitenRates) / median(parallelRates)))
 }

@@ -274,3 +274,27 @@ done:
     avformat_close_input(&format);
     return result;
 }
+
+int km_video_creation_time(const char *url, char *out, size_t out_size, char *error, size_t error_size) {
+    AVFormatContext *format = NULL;
+    char reason[256];
+    int status = avformat_open_input(&format, url, NULL, NULL);
+    if (status < 0) {
+        av_strerror(status, reason, sizeof(reason));
+        fail(error, error_size, "not a video this decoder reads (%s)", reason);
+        return -1;
+    }
+    const AVDictionaryEntry *entry = av_dict_get(format->metadata, "creation_time", NULL, 0);
+    for (unsigned i = 0; !entry && i < format->nb_streams; i++) {
+        entry = av_dict_get(format->streams[i]->metadata, "creation_time", NULL, 0);
+    }
+    int result = -1;
+    if (entry && entry->value && *entry->value) {
+        snprintf(out, out_size, "%s", entry->value);
+        result = 0;
+    } else {
+        fail(error, error_size, "no creation time in the container");
+    }
+    avformat_close_input(&format);
+    return result;
+}

@@ -7,7 +7,12 @@ import Glibc
 
 /// One thumbnail job for the `kaiten-media` helper (its protocol is in its main.swift).
 struct MediaJob: Encodable, Sendable {
-    var kind: MediaKind
+    enum Kind: String, Encodable, Sendable {
+        case image, video
+        case videoDate = "video-date"
+    }
+
+    var kind: Kind
     var input: String
     var output: String
     var size: Int
@@ -24,12 +29,13 @@ public struct MediaPicture: Sendable, Equatable {
     public var bytes: Int
 }
 
-private struct MediaOutcome: Decodable {
+struct MediaOutcome: Decodable, Sendable {
     var ok: Bool
     var width: Int?
     var height: Int?
     var bytes: Int?
     var error: String?
+    var date: String?
 }
 
 /// The decoder processes: up to `count` `kaiten-media` helpers, each doing one job at a time,
@@ -68,7 +74,29 @@ public final class MediaHelpers: Sendable {
         )
     }
 
+    /// A thumbnail job: the picture made.
     func run(_ job: MediaJob) async -> Result<MediaPicture, MediaError> {
+        switch await outcome(of: job) {
+        case .failure(let error): return .failure(error)
+        case .success(let outcome):
+            guard let width = outcome.width, let height = outcome.height, let bytes = outcome.bytes else {
+                return .failure(MediaError("the media helper answered something else"))
+            }
+            return .success(MediaPicture(width: width, height: height, bytes: bytes))
+        }
+    }
+
+    /// A video's creation time as its container records it (ISO 8601, UTC).
+    public func videoCreationTime(_ path: String) async -> Result<String, MediaError> {
+        switch await outcome(of: MediaJob(kind: .videoDate, input: path, output: "", size: 0, max_pixels: 0)) {
+        case .failure(let error): return .failure(error)
+        case .success(let outcome):
+            guard let date = outcome.date else { return .failure(MediaError("the media helper answered something else")) }
+            return .success(date)
+        }
+    }
+
+    func outcome(of job: MediaJob) async -> Result<MediaOutcome, MediaError> {
         await slots.wait()
         defer { slots.signal() }
         let helper: HelperProcess
@@ -120,7 +148,7 @@ private final class HelperProcess: @unchecked Sendable {
     }
 
     /// Runs one job; the Bool says whether this helper may take another.
-    func run(_ job: MediaJob, timeout: Double) -> (Result<MediaPicture, MediaError>, Bool) {
+    func run(_ job: MediaJob, timeout: Double) -> (Result<MediaOutcome, MediaError>, Bool) {
         guard var line = try? JSONEncoder().encode(job) else { return (.failure(MediaError("cannot encode the job")), true) }
         line.append(0x0A)
         do {
@@ -136,10 +164,8 @@ private final class HelperProcess: @unchecked Sendable {
                 guard let outcome = try? JSONDecoder().decode(MediaOutcome.self, from: Data(reply)) else {
                     return (.failure(MediaError("the media helper answered something else")), false)
                 }
-                guard outcome.ok, let width = outcome.width, let height = outcome.height, let bytes = outcome.bytes else {
-                    return (.failure(MediaError(outcome.error ?? "failed")), true)
-                }
-                return (.success(MediaPicture(width: width, height: height, bytes: bytes)), true)
+                guard outcome.ok else { return (.failure(MediaError(outcome.error ?? "failed")), true) }
+                return (.success(outcome), true)
             }
             let remaining = deadline.timeIntervalSinceNow
             guard remaining > 0 else {

@@ -151,7 +151,7 @@ public final class Thumbnails: Sendable {
             unlink(temporary)
             if let scratch { unlink(scratch) }
         }
-        var job = MediaJob(kind: source.kind, input: "", output: temporary, size: options.size, max_pixels: options.maxPixels, at: options.videoAt)
+        var job = MediaJob(kind: source.kind == .video ? .video : .image, input: "", output: temporary, size: options.size, max_pixels: options.maxPixels, at: options.videoAt)
         var method: Method = source.kind == .video ? .videoFrame : .image
         if let local = source.localPath {
             job.input = local

@@ -59,6 +59,9 @@ public final class Service: Sendable {
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.
         public var serve: (host: String, port: Int)?
         public var cacheBytes = 16 << 20
+        /// Makes `/thumb` answer on the server (the CLI composes the media parts): given the
+        /// files the server reads, a thumbnail maker and what ends it; nil: no thumbnails.
+        public var thumbnails: (@Sendable (RemoteFiles) async -> (make: StreamServer.ThumbnailMaker, close: @Sendable () async -> Void)?)?
 
         public init() {}
     }
@@ -246,10 +249,14 @@ public final class Service: Sendable {
         }
         var streamServer: Task<Void, Error>?
         let stopServer = Mutex<(@Sendable () -> Void)?>(nil)
+        var thumbnails: (make: StreamServer.ThumbnailMaker, close: @Sendable () async -> Void)?
         if let serve = options.serve {
             do {
                 let signer = try URLSigner.load(home: home.home)
-                let http = StreamServer(files: files, signer: signer, peerAddresses: addresses, log: { [emit] in emit(ServiceEvent("serve", $0)) })
+                thumbnails = await options.thumbnails?(files)
+                let http = StreamServer(
+                    files: files, signer: signer, peerAddresses: addresses, thumbnails: thumbnails?.make,
+                    log: { [emit] in emit(ServiceEvent("serve", $0)) })
                 streamServer = Task {
                     try await http.run(host: serve.host, port: serve.port) { stopIt in stopServer.withLock { $0 = stopIt } }
                 }
@@ -315,6 +322,7 @@ public final class Service: Sendable {
         for feeder in feeders { feeder.cancel() }
         stopServer.withLock { $0?() }
         _ = await streamServer?.result
+        await thumbnails?.close()
         control.close()
         _ = await controlTask.result
         for listener in listeners { await listener.close() }

@@ -22,7 +22,7 @@ public enum TestMedia {
         guard result.status == 0 else { throw Missing(description: "\(name) \(arguments.joined(separator: " ")): \(result.stderr)") }
     }
 
-    static func ffmpeg(_ arguments: [String]) throws {
+    public static func ffmpeg(_ arguments: [String]) throws {
         try run("ffmpeg", package: "ffmpeg", ["-loglevel", "error", "-y"] + arguments)
     }
 

@@ -8,7 +8,9 @@
 // Protocol: one JSON job per line on stdin, one JSON result per line on stdout, in order.
 //   {"kind":"image","input":PATH,"output":PATH,"size":255,"max_pixels":N,"orientation":0}
 //   {"kind":"video","input":PATH-OR-URL,"output":PATH,"size":255,"max_pixels":N,"at":1,"timeout":30}
-//   → {"ok":true,"width":W,"height":H,"bytes":N} or {"ok":false,"error":"…"}
+//   {"kind":"video-date","input":PATH,"output":"","size":0}
+//   → {"ok":true,"width":W,"height":H,"bytes":N}, {"ok":true,"date":"2024-05-06T07:08:09.000000Z"}
+//     or {"ok":false,"error":"…"}
 // The JPEG is written to `output` (created, never overwritten) and fsynced; the parent renames it.
 import CKaitenMedia
 import FoundationEssentials
@@ -34,6 +36,8 @@ struct Outcome: Encodable {
     var height: Int?
     var bytes: Int?
     var error: String?
+    /// For "video-date": the container's creation time.
+    var date: String?
 }
 
 func text(of buffer: [CChar]) -> String {
@@ -70,6 +74,12 @@ func run(_ job: Job) -> Outcome {
         status = km_video_thumbnail(
             job.input, size, maxPixels, job.at ?? 1, Int32(clamping: job.timeout ?? 30), &data, &length, &width, &height, &error,
             error.count)
+    case "video-date":
+        var date = [CChar](repeating: 0, count: 64)
+        guard km_video_creation_time(job.input, &date, date.count, &error, error.count) == 0 else {
+            return Outcome(ok: false, error: text(of: error))
+        }
+        return Outcome(ok: true, date: text(of: date))
     default:
         return Outcome(ok: false, error: "unknown kind \(job.kind)")
     }

@@ -98,7 +98,7 @@ import Testing
         async -> Result<MediaPicture, MediaError>
     {
         let output = dir.file("out-\(UUID().uuidString).jpg")
-        return await helpers.run(MediaJob(kind: kind, input: input, output: output, size: 255, max_pixels: 64_000_000, orientation: orientation))
+        return await helpers.run(MediaJob(kind: kind == .video ? .video : .image, input: input, output: output, size: 255, max_pixels: 64_000_000, orientation: orientation))
     }
 
     @Test func picturesAndAFrame() async throws {

@@ -27,6 +27,10 @@ int km_image_thumbnail(const char *path, const void *data, size_t length, int si
 int km_video_thumbnail(const char *url, int size, long long max_pixels, double at_seconds, int timeout_seconds,
                        void **out, size_t *out_length, int *width, int *height, char *error, size_t error_size);
 
+/// The container's creation time (QuickTime/MP4 `creation_time`, ISO 8601 UTC as ffmpeg reports
+/// it) into `out`; 0 when found, -1 (with `error`) when the file has none or cannot be read.
+int km_video_creation_time(const char *url, char *out, size_t out_size, char *error, size_t error_size);
+
 void km_free(void *pointer);
 
 #endif

@@ -203,7 +203,7 @@ extension Kaiten {
                 let controlTask = Task {
                     do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
                 }
-                let thumbnails = await Kaiten.thumbnailMaker(files: files, home: opened, log: log)
+                let thumbnails = await Kaiten.thumbnailMaker(files: files, cacheRoot: opened.home.thumbnailsDirectory, log: log)
                 let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: log)
                 try await server.run(host: host, port: port) { stop in
                     SignalStop.install {
@@ -241,7 +241,7 @@ extension Kaiten {
         }
     }
 
-    static func thumbnailMaker(files: RemoteFiles, home: KaitenHome, log: @escaping @Sendable (String) -> Void) async -> ServedThumbnails? {
+    static func thumbnailMaker(files: RemoteFiles, cacheRoot: String, log: @escaping @Sendable (String) -> Void) async -> ServedThumbnails? {
         guard let helper = try? MediaHelpers.locate() else {
             log("no thumbnails: the media helper kaiten-media is not installed")
             return nil
@@ -256,7 +256,7 @@ extension Kaiten {
             return nil
         }
         let helpers = MediaHelpers(executable: helper)
-        let cache = ThumbnailCache(root: home.home.thumbnailsDirectory)
+        let cache = ThumbnailCache(root: cacheRoot)
         let make: StreamServer.ThumbnailMaker = { folder, path, size in
             var options = Thumbnails.Options()
             options.size = size

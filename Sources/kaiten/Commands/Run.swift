@@ -108,6 +108,13 @@ extension Kaiten {
                 options.maxDelete = DeleteLimit(maxDelete)!
                 options.requirePeers = requirePeers
                 options.serve = try serve.map(Self.loopback)
+                let thumbnailCache = opened.home.thumbnailsDirectory
+                options.thumbnails = { files in
+                    guard let served = await Kaiten.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
+                        return nil
+                    }
+                    return (served.make, { await served.close() })
+                }
                 let stop = StopSignal()
                 stop.install()
                 let (reloads, reload) = AsyncStream<Void>.makeStream()
