@@ -336,3 +336,52 @@ public enum Importer {
         return (known, taken)
     }
 }
+
+/// One import into a folder, done: what was planned for each file of the source, what landed.
+public struct ImportRun: Sendable {
+    public var items: [ImportItem]
+    /// The files copied in (and recorded, and selected).
+    public var imported: [ImportItem]
+    public var failed: Int { items.filter { if case .failed = $0.decision { return true } else { return false } }.count }
+}
+
+extension Importer {
+    /// Plans the import of `source` into `folder`, and unless `dryRun` copies the new files in,
+    /// records each in the import record as it lands, and selects them (a line each, so that
+    /// each can be freed alone). Sending is the caller's next step (apply, or a service round).
+    public static func run(
+        source: String, folder: FolderConfiguration, subdirectory: String, layout: ImportLayout, home: KaitenHome, dryRun: Bool,
+        helpers: MediaHelpers?
+    ) async throws -> ImportRun {
+        var record = ImportRecord(home: home.home, folder: folder.id)
+        let (known, taken) = try Importer.known(home: home, folder: folder.id, record: record)
+        var items = try await Importer.plan(
+            source: source, root: folder.path, subdirectory: subdirectory, layout: layout, known: known, taken: taken, helpers: helpers)
+        var imported: [ImportItem] = []
+        if !dryRun {
+            for i in items.indices where items[i].decision == .copy {
+                do {
+                    try Importer.copy(items[i], into: folder.path)
+                    try record.append(items[i].hash, path: items[i].destination)
+                    imported.append(items[i])
+                } catch {
+                    items[i].decision = .failed("\(error)")
+                }
+            }
+            if !imported.isEmpty { try select(imported.map(\.destination), folder: folder.id, home: home) }
+        }
+        return ImportRun(items: items, imported: imported)
+    }
+
+    static func select(_ paths: [String], folder: String, home: KaitenHome) throws {
+        let file = home.home.selectionPath(folderID: folder)
+        var (selection, _) = try Planner.readSelection(file)
+        var changed = false
+        for path in paths {
+            if case .added = try selection.select(path) { changed = true }
+        }
+        guard changed else { return }
+        try FileManager.default.createDirectory(atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try AtomicFile.write(Array(selection.render().utf8), to: file)
+    }
+}

@@ -62,6 +62,9 @@ public final class Service: Sendable {
         /// Makes `/thumb` answer on the server (the CLI composes the media parts): given the
         /// files the server reads, a thumbnail maker and what ends it; nil: no thumbnails.
         public var thumbnails: (@Sendable (RemoteFiles) async -> (make: StreamServer.ThumbnailMaker, close: @Sendable () async -> Void)?)?
+        /// `--import SRC:FOLDER`: sources watched for new media (a card inserted, a phone
+        /// mounted), imported when they appear or change; the round that follows sends them.
+        public var imports: [ImportWatch] = []
 
         public init() {}
     }
@@ -219,6 +222,20 @@ public final class Service: Sendable {
                 try? await Task.sleep(until: wake, clock: .continuous)
             }
         })
+        for watch in options.imports {
+            feeders.append(Task { [emit] in
+                var last: ImportWatch.Signature?
+                while !Task.isCancelled {
+                    let now = ImportWatch.Signature.of(watch.source)
+                    if let now, now != last {
+                        emit(ServiceEvent("import", folder: watch.folder, await watch.run()))
+                        trigger.yield(.disk("an import from \(watch.source)"))
+                    }
+                    last = now
+                    try? await Task.sleep(for: .seconds(ImportWatch.interval))
+                }
+            })
+        }
         reloads.attach(trigger)
         let changes = sessions.connectionChanges()
         feeders.append(Task {
@@ -688,3 +705,46 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
 /// glibc's `malloc_trim` (declared in malloc.h, which the Glibc module does not export).
 @_silgen_name("malloc_trim")
 private func releaseFreedHeap(_ keep: Int) -> Int32
+
+/// A source `kaiten run --import` watches. It is looked at every ``interval`` seconds (a card
+/// being mounted sends no event to a folder that did not exist): when its tree of files differs
+/// from the last look — it appeared, a card was swapped, a download landed — `run` imports it.
+public struct ImportWatch: Sendable {
+    public static let interval = 10.0
+
+    public let source: String
+    public let folder: String
+    /// Imports the source; a line for the log.
+    public let run: @Sendable () async -> String
+
+    public init(source: String, folder: String, run: @escaping @Sendable () async -> String) {
+        self.source = source
+        self.folder = folder
+        self.run = run
+    }
+
+    /// What the source holds, cheaply: its visible files' count, total size and latest mtime.
+    /// nil while it is missing or empty (a card not inserted).
+    public struct Signature: Equatable, Sendable {
+        var files = 0
+        var bytes: Int64 = 0
+        var latest: Int64 = 0
+
+        public static func of(_ root: String) -> Signature? {
+            guard let walker = FileManager.default.enumerator(atPath: root) else { return nil }
+            var signature = Signature()
+            while let relative = walker.nextObject() as? String {
+                if (relative as NSString).lastPathComponent.hasPrefix(".") {
+                    if (walker.fileAttributes?[.type] as? FileAttributeType) == .typeDirectory { walker.skipDescendants() }
+                    continue
+                }
+                var info = stat()
+                guard lstat((root as NSString).appendingPathComponent(relative), &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+                signature.files += 1
+                signature.bytes += Int64(info.st_size)
+                signature.latest = max(signature.latest, Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+            }
+            return signature.files == 0 ? nil : signature
+        }
+    }
+}

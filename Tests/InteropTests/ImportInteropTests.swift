@@ -129,6 +129,48 @@ struct ImportInteropTests {
         }
     }
 
+    /// `kaiten run --import CARD:FOLDER`: nothing while the card is absent; inserted (the
+    /// directory appears with pictures), they are imported and the service's next round sends
+    /// them to the peer; a second card's pictures follow, the first card's are not imported again.
+    @Test func theServiceImportsACardWhenItAppears() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-import-run")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/x.txt", "x\n")
+        let mount = dir.file("media/card")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let running = try RunInteropTests.Running.start(
+                home: world.home, logPath: dir.file("run.log"), ["--import", "\(mount):\(Self.folder)/camera", "--apply", "safe"])
+            defer {
+                kill(running.process.processIdentifier, SIGTERM)
+                running.process.waitUntilExit()
+            }
+            try await RunInteropTests.waitFor("the service is up", log: running) { running.log.contains("running: folders") }
+            // The card is inserted: a staging directory renamed into place, as a mount appears at once.
+            try TestMedia.jpeg(dir.file("staging/DCIM/IMG_0101.JPG"), width: 320, height: 240, noise: true)
+            try TestMedia.exif(dir.file("staging/DCIM/IMG_0101.JPG"), dateTimeOriginal: "2024:08:09 10:11:12")
+            try FileManager.default.createDirectory(atPath: dir.file("media"), withIntermediateDirectories: true)
+            try FileManager.default.moveItem(atPath: dir.file("staging"), toPath: mount)
+            let landed = world.peerData + "/camera/2024/08/IMG_0101.JPG"
+            try await RunInteropTests.waitFor("the peer holds the imported picture", timeout: 90, log: running) {
+                ApplyInteropTests.sha(landed) != nil && ApplyInteropTests.sha(landed) == ApplyInteropTests.sha(mount + "/DCIM/IMG_0101.JPG")
+            }
+            #expect(running.log.contains("imported 1 of 1 files from \(mount)"), "\(running.log)")
+            // Another card in the same slot: only what is new is imported.
+            try FileManager.default.moveItem(atPath: mount, toPath: dir.file("first-card"))
+            try TestMedia.jpeg(dir.file("staging2/DCIM/IMG_0102.JPG"), width: 320, height: 240, noise: true)
+            try TestMedia.exif(dir.file("staging2/DCIM/IMG_0102.JPG"), dateTimeOriginal: "2024:08:10 10:11:12")
+            try FileManager.default.copyItem(atPath: dir.file("first-card/DCIM/IMG_0101.JPG"), toPath: dir.file("staging2/DCIM/IMG_0101.JPG"))
+            try FileManager.default.moveItem(atPath: dir.file("staging2"), toPath: mount)
+            try await RunInteropTests.waitFor("the second card's new picture reaches the peer", timeout: 90, log: running) {
+                ApplyInteropTests.sha(world.peerData + "/camera/2024/08/IMG_0102.JPG") != nil
+            }
+            #expect(running.log.contains("imported 1 of 2 files from \(mount)"), "\(running.log)")
+        }
+    }
+
     /// A source inside the folder, and a receiveonly folder, are refused before anything is written.
     @Test func refusals() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-import")

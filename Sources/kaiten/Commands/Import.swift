@@ -102,43 +102,28 @@ extension Kaiten {
                 }
                 let sourceRoot = try Self.checkedSource(source, folder: folder)
                 let layout = try ImportLayout(layout)
-                var record = ImportRecord(home: opened.home, folder: folder.id)
-                let (known, taken) = try Importer.known(home: opened, folder: folder.id, record: record)
                 let helpers = (try? MediaHelpers.locate()).map { MediaHelpers(executable: $0, count: 1) }
                 if helpers == nil { Terminal.error("kaiten-media is not installed: videos are dated by their modification time") }
-                let items = try await Importer.plan(
-                    source: sourceRoot, root: folder.path, subdirectory: subdirectory, layout: layout, known: known, taken: taken,
+                let done = try await Importer.run(
+                    source: sourceRoot, folder: folder, subdirectory: subdirectory, layout: layout, home: opened, dryRun: dryRun,
                     helpers: helpers)
                 helpers?.close()
-                var rows: [Row] = []
-                var imported: [ImportItem] = []
-                var failed = 0
-                for var item in items {
-                    if item.decision == .copy && !dryRun {
-                        do {
-                            try Importer.copy(item, into: folder.path)
-                            try record.append(item.hash, path: item.destination)
-                            imported.append(item)
-                        } catch {
-                            item.decision = .failed("\(error)")
-                        }
-                    }
-                    if case .failed = item.decision { failed += 1 }
-                    rows.append(Self.row(item))
-                    if !json { Self.print(item, dryRun: dryRun) }
-                }
+                let items = done.items
+                let imported = done.imported
+                let failed = done.failed
+                let rows = items.map(Self.row)
+                if !json { for item in items { Self.print(item, dryRun: dryRun) } }
                 if json { try Terminal.json(["items": rows]) }
                 let copies = items.filter { $0.decision == .copy }.count
                 if !json {
                     Swift.print(
-                        "\(dryRun ? "would import" : "imported") \(dryRun ? copies : imported.count) of \(items.count) files (\(items.count - copies - failed) already in \(folder.id), \(failed) failed)"
+                        "\(dryRun ? "would import" : "imported") \(dryRun ? copies : imported.count) of \(items.count) files (\(items.count - copies - failed) already in \(folder.id) or repeated, \(failed) failed)"
                     )
                 }
                 if dryRun || imported.isEmpty {
                     if failed > 0 { throw ExitCode(1) }
                     return
                 }
-                try Self.select(imported.map(\.destination), folder: folder.id, opened: opened)
                 if noSend {
                     if failed > 0 { throw ExitCode(1) }
                     return
@@ -227,17 +212,6 @@ extension Kaiten {
             case .failed(let why):
                 Terminal.error("\(item.source): \(why)")
             }
-        }
-
-        /// Adds the imported files to the selection, one line each (so that each can be freed alone).
-        static func select(_ paths: [String], folder: String, opened: KaitenHome) throws {
-            let file = opened.home.selectionPath(folderID: folder)
-            var (selection, _) = try Planner.readSelection(file)
-            var changed = false
-            for path in paths {
-                if case .added = try selection.select(path) { changed = true }
-            }
-            if changed { try SelectionStore.save(selection, to: file) }
         }
 
         /// `kaiten apply --yes --folder F`: the same pipeline, output and exit codes.

@@ -3,6 +3,7 @@ import Foundation
 import KaitenApply
 import KaitenConfig
 import KaitenReconcile
+import KaitenMedia
 import KaitenService
 import KaitenTransfer
 
@@ -74,6 +75,13 @@ extension Kaiten {
         @Option(help: ArgumentHelp("Also host the on-demand server (as `kaiten serve`) at this loopback address.", valueName: "host:port"))
         var serve: String?
 
+        @Option(
+            name: .customLong("import"),
+            help: ArgumentHelp(
+                "Import new photos and videos from SRC into FOLDER whenever SRC appears or changes (a card inserted), as `kaiten import SRC FOLDER` does; the next round sends them (repeatable).",
+                valueName: "SRC:FOLDER"))
+        var imports: [String] = []
+
         @Flag(help: "Log NDJSON events instead of lines.")
         var json = false
 
@@ -96,6 +104,40 @@ extension Kaiten {
             return (host, port)
         }
 
+        /// `SRC:FOLDER[/SUBDIR]` (split at the last ':' whose right side names a folder).
+        static func importWatch(_ argument: String, opened: KaitenHome) throws -> ImportWatch {
+            guard let colon = argument.lastIndex(of: ":") else { throw ValidationError("--import takes SRC:FOLDER, e.g. /media/card/DCIM:photos") }
+            let source = String(argument[..<colon])
+            let (folder, subdirectory) = try Import.split(String(argument[argument.index(after: colon)...]), in: opened)
+            guard folder.type == .sendreceive || folder.type == .sendonly else {
+                throw ArgumentError("--import \(argument): \(folder.id) is a \(folder.type.rawValue) folder; import into a sendreceive or sendonly one")
+            }
+            let absolute = URL(fileURLWithPath: source).standardizedFileURL.path
+            let folderPath = URL(fileURLWithPath: folder.path).standardizedFileURL.path
+            if absolute == folderPath || absolute.hasPrefix(folderPath + "/") || folderPath.hasPrefix(absolute + "/") {
+                throw ArgumentError("--import \(argument): the source and the folder \(folder.id) overlap")
+            }
+            let homePath = opened.home
+            return ImportWatch(source: absolute, folder: folder.id) {
+                do {
+                    let home = try KaitenHome.open(homePath)
+                    let helpers = (try? MediaHelpers.locate()).map { MediaHelpers(executable: $0, count: 1) }
+                    defer { helpers?.close() }
+                    let done = try await Importer.run(
+                        source: URL(fileURLWithPath: absolute).resolvingSymlinksInPath().path, folder: folder, subdirectory: subdirectory,
+                        layout: try ImportLayout(ImportLayout.standard), home: home, dryRun: false, helpers: helpers)
+                    let failures = done.items.compactMap { item -> String? in
+                        if case .failed(let why) = item.decision { return "\((item.source as NSString).lastPathComponent): \(why)" }
+                        return nil
+                    }
+                    return "imported \(done.imported.count) of \(done.items.count) files from \(absolute)"
+                        + (failures.isEmpty ? "" : "; failed: " + failures.joined(separator: "; "))
+                } catch {
+                    return "import from \(absolute) failed: \(error)"
+                }
+            }
+        }
+
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
@@ -108,6 +150,7 @@ extension Kaiten {
                 options.maxDelete = DeleteLimit(maxDelete)!
                 options.requirePeers = requirePeers
                 options.serve = try serve.map(Self.loopback)
+                options.imports = try imports.map { try Self.importWatch($0, opened: opened) }
                 let thumbnailCache = opened.home.thumbnailsDirectory
                 options.thumbnails = { files in
                     guard let served = await Kaiten.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
