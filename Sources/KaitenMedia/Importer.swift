@@ -368,12 +368,14 @@ extension Importer {
                     items[i].decision = .failed("\(error)")
                 }
             }
-            if !imported.isEmpty { try select(imported.map(\.destination), folder: folder.id, home: home) }
+            if !imported.isEmpty { try selectPaths(imported.map(\.destination), folder: folder.id, home: home) }
         }
         return ImportRun(items: items, imported: imported)
     }
 
-    static func select(_ paths: [String], folder: String, home: KaitenHome) throws {
+    /// Adds `paths` to the folder's selection file (each its own line; those covered already
+    /// are left as they are).
+    public static func selectPaths(_ paths: [String], folder: String, home: KaitenHome) throws {
         let file = home.home.selectionPath(folderID: folder)
         var (selection, _) = try Planner.readSelection(file)
         var changed = false

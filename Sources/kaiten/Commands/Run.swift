@@ -138,6 +138,24 @@ extension Kaiten {
             }
         }
 
+        /// Every view folder's source, watched like an import source: a change re-links the view.
+        static func viewWatches(_ opened: KaitenHome) -> [ImportWatch] {
+            let homePath = opened.home
+            return opened.config.folders.compactMap { folder -> ImportWatch? in
+                guard let definition = try? ViewDefinition.load(opened.home, folder: folder.id) else { return nil }
+                let id = folder.id
+                return ImportWatch(source: definition.source, folder: id) {
+                    do {
+                        let report = try await View.sync(id, opened: try KaitenHome.open(homePath))
+                        return "view of \(definition.source): \(report.linked.count) linked, \(report.relinked.count) linked again, \(report.removed.count) removed"
+                            + (report.failed.isEmpty ? "" : "; failed: " + report.failed.map { "\($0.path): \($0.why)" }.joined(separator: "; "))
+                    } catch {
+                        return "view of \(definition.source): \(error)"
+                    }
+                }
+            }
+        }
+
         func run() async throws {
             try await reportingErrors {
                 let opened = try KaitenHome.open(global.resolvedHome)
@@ -150,7 +168,7 @@ extension Kaiten {
                 options.maxDelete = DeleteLimit(maxDelete)!
                 options.requirePeers = requirePeers
                 options.serve = try serve.map(Self.loopback)
-                options.imports = try imports.map { try Self.importWatch($0, opened: opened) }
+                options.imports = try imports.map { try Self.importWatch($0, opened: opened) } + Self.viewWatches(opened)
                 let thumbnailCache = opened.home.thumbnailsDirectory
                 options.thumbnails = { files in
                     guard let served = await Kaiten.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
