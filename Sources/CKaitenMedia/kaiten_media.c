@@ -106,6 +106,134 @@ static int encode(VipsImage *image, int orientation, void **out, size_t *out_len
     return 0;
 }
 
+// A remote image read by ranges: libvips reads through this source, which reads through
+// libavformat's HTTP client (seekable against a server that answers ranges), so a decoder that
+// needs a part of the file — HEIF's index and its embedded thumbnail — fetches only that part.
+typedef struct {
+    AVIOContext *io;
+} RangeReader;
+
+static gint64 range_read(VipsSourceCustom *source, void *buffer, gint64 length, void *user) {
+    (void)source;
+    RangeReader *reader = user;
+    int n = avio_read(reader->io, buffer, (int)(length > (1 << 20) ? (1 << 20) : length));
+    if (n == AVERROR_EOF) return 0;
+    return n < 0 ? -1 : n;
+}
+
+static gint64 range_seek(VipsSourceCustom *source, gint64 offset, int whence, void *user) {
+    (void)source;
+    RangeReader *reader = user;
+    if (whence == SEEK_END) {
+        int64_t size = avio_size(reader->io);
+        if (size < 0) return -1;
+        offset += size;
+        whence = SEEK_SET;
+    }
+    int64_t position = avio_seek(reader->io, offset, whence);
+    return position < 0 ? -1 : position;
+}
+
+static VipsImage *thumbnail_by_ranges(const char *url, int size, int embedded_minimum, long long max_pixels, int *used_embedded,
+                                      char *error, size_t error_size) {
+    RangeReader reader = {NULL};
+    AVDictionary *options = NULL;
+    av_dict_set(&options, "rw_timeout", "30000000", 0);
+    av_dict_set(&options, "recv_buffer_size", "32768", 0);
+    char reason[256];
+    int status = avio_open2(&reader.io, url, AVIO_FLAG_READ, NULL, &options);
+    av_dict_free(&options);
+    if (status < 0) {
+        av_strerror(status, reason, sizeof(reason));
+        fail(error, error_size, "cannot read it (%s)", reason);
+        return NULL;
+    }
+    VipsSourceCustom *source = vips_source_custom_new();
+    g_signal_connect(source, "read", G_CALLBACK(range_read), &reader);
+    g_signal_connect(source, "seek", G_CALLBACK(range_seek), &reader);
+    VipsImage *result = NULL;
+    *used_embedded = 0;
+    // HEIF: its embedded thumbnail when there is one large enough (only its bytes are read).
+    const char *loader = vips_foreign_find_load_source(VIPS_SOURCE(source));
+    if (loader && strstr(loader, "heif")) {
+        VipsImage *primary = NULL, *embedded = NULL;
+        int primary_width = 0, primary_height = 0;
+        if (vips_heifload_source(VIPS_SOURCE(source), &primary, NULL) == 0) {
+            primary_width = vips_image_get_width(primary);
+            primary_height = vips_image_get_height(primary);
+            g_object_unref(primary);
+        }
+        // Without a thumbnail, libvips hands back the image itself: the sizes tell.
+        if (vips_heifload_source(VIPS_SOURCE(source), &embedded, "thumbnail", TRUE, NULL) == 0) {
+            int longest = vips_image_get_width(embedded) > vips_image_get_height(embedded) ? vips_image_get_width(embedded)
+                                                                                          : vips_image_get_height(embedded);
+            int is_thumbnail = vips_image_get_width(embedded) != primary_width || vips_image_get_height(embedded) != primary_height;
+            if (is_thumbnail && longest >= embedded_minimum &&
+                vips_thumbnail_image(embedded, &result, size, "height", size, "size", VIPS_SIZE_DOWN, NULL) == 0) {
+                *used_embedded = 1;
+            }
+            g_object_unref(embedded);
+        }
+        vips_error_clear();
+    }
+    if (!result) {
+        VipsImage *header = vips_image_new_from_source(VIPS_SOURCE(source), "", "access", VIPS_ACCESS_SEQUENTIAL, NULL);
+        if (!header) {
+            fail_vips(error, error_size, "not an image this decoder reads");
+        } else {
+            long long pixels = (long long)vips_image_get_width(header) * (long long)vips_image_get_height(header);
+            g_object_unref(header);
+            if (pixels > max_pixels) {
+                fail(error, error_size, "declares %.0f megapixels, over the limit of %.0f", pixels / 1e6, max_pixels / 1e6);
+            } else if (vips_thumbnail_source(VIPS_SOURCE(source), &result, size, "height", size, "size", VIPS_SIZE_DOWN, "fail_on",
+                                             VIPS_FAIL_ON_TRUNCATED, NULL)) {
+                fail_vips(error, error_size, "cannot decode it");
+                result = NULL;
+            }
+        }
+    }
+    if (result) {
+        // Decode now, while the reader is open (libvips evaluates lazily).
+        VipsImage *memory = vips_image_copy_memory(result);
+        g_object_unref(result);
+        result = memory;
+        if (!result) fail_vips(error, error_size, "cannot decode it");
+    }
+    g_object_unref(source);
+    avio_closep(&reader.io);
+    return result;
+}
+
+int km_image_thumbnail_url(const char *url, int size, int embedded_minimum, long long max_pixels, void **out, size_t *out_length,
+                           int *width, int *height, int *used_embedded, char *error, size_t error_size) {
+    VipsImage *thumbnail = thumbnail_by_ranges(url, size, embedded_minimum, max_pixels, used_embedded, error, error_size);
+    if (!thumbnail) return -1;
+    int result = encode(thumbnail, 0, out, out_length, width, height, error, error_size);
+    g_object_unref(thumbnail);
+    return result;
+}
+
+int km_image_date(const char *path, char *out, size_t out_size, char *error, size_t error_size) {
+    VipsImage *header = vips_image_new_from_file(path, "access", VIPS_ACCESS_SEQUENTIAL, NULL);
+    if (!header) {
+        fail_vips(error, error_size, "not an image this decoder reads");
+        return -1;
+    }
+    const char *value = NULL;
+    int result = -1;
+    // "2024:05:06 07:08:09 (2024:05:06 07:08:09, ASCII, 20 components, 20 bytes)"
+    if (vips_image_get_typeof(header, "exif-ifd2-DateTimeOriginal") &&
+        vips_image_get_string(header, "exif-ifd2-DateTimeOriginal", &value) == 0 && value && strlen(value) >= 19) {
+        snprintf(out, out_size, "%.19s", value);
+        result = 0;
+    } else {
+        vips_error_clear();
+        fail(error, error_size, "no EXIF DateTimeOriginal");
+    }
+    g_object_unref(header);
+    return result;
+}
+
 int km_image_thumbnail(const char *path, const void *data, size_t length, int size, long long max_pixels, int orientation,
                        void **out, size_t *out_length, int *width, int *height, char *error, size_t error_size) {
     if (!path && length == 0) {

@@ -256,6 +256,12 @@ public enum Importer {
         {
             return date
         }
+        // HEIC, PNG, WebP, TIFF: their EXIF as libvips reads it.
+        if MediaKind(path: path) == .image, !MediaKind.isJPEG(path), let helpers, case .success(let text) = await helpers.imageCaptureTime(path),
+            let date = CaptureDate.parse(exif: text)
+        {
+            return date
+        }
         return CaptureDate.local(modifiedNs / 1_000_000_000, source: .mtime)
     }
 
@@ -324,6 +330,11 @@ public enum Importer {
         var taken = Set<String>()
         for entry in record.entries { known[entry.hash] = entry.path }
         log.index.forEachGlobal { entry in
+            // Every device's announcement: content a peer still holds (an older version, one
+            // deleted elsewhere) counts as there.
+            for (_, announced) in entry.announcements where !announced.isDeleted && announced.type == .file {
+                known[announced.contentHash] = known[announced.contentHash] ?? entry.path
+            }
             guard !entry.file.isDeleted else { return }
             taken.insert(entry.path)
             if entry.file.type == .file { known[entry.file.contentHash] = entry.path }

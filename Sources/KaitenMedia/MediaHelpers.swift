@@ -9,7 +9,10 @@ import Glibc
 struct MediaJob: Encodable, Sendable {
     enum Kind: String, Encodable, Sendable {
         case image, video
+        /// An image read by ranges from a URL (a HEIF's embedded thumbnail when it has one).
+        case imageURL = "image-url"
         case videoDate = "video-date"
+        case imageDate = "image-date"
     }
 
     var kind: Kind
@@ -20,6 +23,7 @@ struct MediaJob: Encodable, Sendable {
     var orientation: Int = 0
     var at: Double = 1
     var timeout: Int = 30
+    var embedded_minimum: Int?
 }
 
 /// What the helper made: the JPEG's width, height and length.
@@ -27,6 +31,8 @@ public struct MediaPicture: Sendable, Equatable {
     public var width: Int
     public var height: Int
     public var bytes: Int
+    /// Made from the file's embedded thumbnail (a HEIF's), not from the image.
+    public var embedded = false
 }
 
 struct MediaOutcome: Decodable, Sendable {
@@ -36,6 +42,7 @@ struct MediaOutcome: Decodable, Sendable {
     var bytes: Int?
     var error: String?
     var date: String?
+    var embedded: Bool?
 }
 
 /// The decoder processes: up to `count` `kaiten-media` helpers, each doing one job at a time,
@@ -82,13 +89,22 @@ public final class MediaHelpers: Sendable {
             guard let width = outcome.width, let height = outcome.height, let bytes = outcome.bytes else {
                 return .failure(MediaError("the media helper answered something else"))
             }
-            return .success(MediaPicture(width: width, height: height, bytes: bytes))
+            return .success(MediaPicture(width: width, height: height, bytes: bytes, embedded: outcome.embedded ?? false))
         }
     }
 
     /// A video's creation time as its container records it (ISO 8601, UTC).
     public func videoCreationTime(_ path: String) async -> Result<String, MediaError> {
-        switch await outcome(of: MediaJob(kind: .videoDate, input: path, output: "", size: 0, max_pixels: 0)) {
+        await date(MediaJob(kind: .videoDate, input: path, output: "", size: 0, max_pixels: 0))
+    }
+
+    /// An image's EXIF DateTimeOriginal as libvips reads it (HEIF, PNG, WebP, TIFF as well as JPEG).
+    public func imageCaptureTime(_ path: String) async -> Result<String, MediaError> {
+        await date(MediaJob(kind: .imageDate, input: path, output: "", size: 0, max_pixels: 0))
+    }
+
+    func date(_ job: MediaJob) async -> Result<String, MediaError> {
+        switch await outcome(of: job) {
         case .failure(let error): return .failure(error)
         case .success(let outcome):
             guard let date = outcome.date else { return .failure(MediaError("the media helper answered something else")) }

@@ -40,7 +40,7 @@ public final class Thumbnails: Sendable {
 
     /// Where the picture came from.
     public enum Method: String, Sendable, Codable {
-        case exifThumbnail = "exif-thumbnail", image, videoFrame = "video-frame"
+        case exifThumbnail = "exif-thumbnail", heifThumbnail = "heif-thumbnail", image, videoFrame = "video-frame"
     }
 
     public struct Outcome: Sendable {
@@ -162,25 +162,27 @@ public final class Thumbnails: Sendable {
                 guard let url = rangeURL(folder, source.path) else { throw MediaError("no range server to read the video through") }
                 job.input = url
             case .image:
-                var embedded: (bytes: [UInt8], orientation: Int)?
-                if MediaKind.isJPEG(source.path) {
-                    embedded = try await embeddedThumbnail(remote)
-                }
-                if let embedded {
+                if MediaKind.isJPEG(source.path), let embedded = try await embeddedThumbnail(remote) {
                     scratch = try Self.scratchFile(embedded.bytes)
+                    job.input = scratch!
                     job.orientation = embedded.orientation
                     method = .exifThumbnail
+                } else if let url = rangeURL(folder, source.path) {
+                    // Read by ranges: a HEIF's index and embedded thumbnail only, when it has one.
+                    job.kind = .imageURL
+                    job.input = url
+                    job.embedded_minimum = options.embeddedMinimum
                 } else {
                     scratch = try await download(remote)
+                    job.input = scratch!
                 }
-                job.input = scratch!
             }
         } else {
             throw MediaError("neither a local copy nor a peer to read it from")
         }
         let picture = try await helpers.run(job).get()
         try cache.commit(temporary, for: source.hash, size: options.size)
-        return (picture, method)
+        return (picture, picture.embedded ? .heifThumbnail : method)
     }
 
     /// The EXIF thumbnail of a remote JPEG, from its first block alone, when there is one at

@@ -135,17 +135,10 @@ struct MediaInteropTests {
             #expect(allReport.made == 1 && allReport.cached == 2 && allReport.failed == 3)
 
             // /thumb on serve: made on the spot into the home's cache, by a signed link of its own.
-            let port = try FreePort.next()
-            let server = Process()
-            server.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-            server.arguments = ["serve", "--home", home, "--listen", "127.0.0.1:\(port)"]
-            server.standardError = FileHandle.nullDevice
-            server.standardOutput = FileHandle.nullDevice
-            try server.run()
-            defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
-            try await st.waitUntil("kaiten serve is up", timeout: 60) { ServerRecord.load(Home(path: home)) != nil }
+            let server = try await StreamInteropTests.Server.start(home: home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             let link = try kaiten("url", Self.folder, "clips/clip.mp4", "--thumb").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(link.hasPrefix("http://127.0.0.1:\(port)/thumb?folder=photos&path=clips/clip.mp4&size=255&exp="))
+            #expect(link.hasPrefix("\(server.base)/thumb?folder=photos&path=clips/clip.mp4&size=255&exp="))
             let served = try StreamInteropTests.curl(link)
             #expect(served.status == 200 && served.headers["content-type"] == "image/jpeg", "\(served.status) \(String(decoding: served.body, as: UTF8.self))")
             #expect(served.body.prefix(2) == Data([0xFF, 0xD8]))
@@ -162,10 +155,9 @@ struct MediaInteropTests {
             #expect(try StreamInteropTests.curl(bomb).status == 422)
             let signer = try URLSigner.load(home: Home(path: home))
             let unknown = signer.thumbnailURL(
-                base: "http://127.0.0.1:\(port)", folder: Self.folder, path: "camera/none.jpg", size: 255, expires: Int64(Date().timeIntervalSince1970) + 60)
+                base: server.base, folder: Self.folder, path: "camera/none.jpg", size: 255, expires: Int64(Date().timeIntervalSince1970) + 60)
             #expect(try StreamInteropTests.curl(unknown).status == 404)
-            kill(server.processIdentifier, SIGTERM)
-            server.waitUntilExit()
+            try server.stop()
         }
 
         // The peer is gone: what the cache holds is still there, nothing is dialled.

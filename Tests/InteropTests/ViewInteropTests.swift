@@ -124,4 +124,54 @@ struct ViewInteropTests {
             #expect(running.log.contains("view of \(library): 1 linked"), "\(running.log)")
         }
     }
+
+    /// A view's file is read from its source's inode when a peer asks for it, and checked
+    /// against what was announced: a source file changed in place — same size, its mtime put
+    /// back, so no scan would notice — is refused (NO_SUCH_FILE), never sent torn. The peer
+    /// here is scripted: a real syncthing cannot be made to ask for a block at that moment.
+    @Test func aSourceChangedInPlaceIsNeverServedAsTheAnnouncedVersion() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-view-torn")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let library = dir.file("library")
+        try TestMedia.jpeg(library + "/IMG_1.JPG", width: 320, height: 240, noise: true)
+        try TestMedia.exif(library + "/IMG_1.JPG", dateTimeOriginal: "2024:03:04 05:06:07")
+        let original = try Data(contentsOf: URL(fileURLWithPath: library + "/IMG_1.JPG"))
+        let peer = try await ScriptedPeer(in: dir.path, folder: Self.folder, contents: [:], allowed: world.me)
+        defer { Task { await peer.stop() } }
+        peer.announce([])
+        #expect(try await world.kaitenDetached("peer", "add", peer.deviceID.description, "--name", "scripted", "--address", peer.address).status == 0)
+        try world.addFolder(sharedWith: [peer.deviceID], type: "sendonly")
+        let added = try await world.kaitenDetached("view", "add", Self.folder, "--source", library, "--no-send")
+        #expect(added.status == 0, "\(added.stdout)\(added.stderr)")
+        // Announced (the scripted peer never says it holds it: apply gives up waiting at once).
+        _ = try await world.kaitenDetached("apply", "--yes", "--send-timeout", "1")
+        let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
+        defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+        let name = "2024/03/IMG_1.JPG"
+        let deadline = Date().addingTimeInterval(30)
+        var served: BEPResponse?
+        while Date() < deadline {
+            if let response = try? await peer.request(folder: Self.folder, name, offset: 0, size: Int32(original.count)), response.code == .noError {
+                served = response
+                break
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(served?.data == original, "the view's file is served, from the source's bytes")
+
+        // Changed in place: same size, the mtime put back.
+        var info = stat()
+        _ = lstat(library + "/IMG_1.JPG", &info)
+        var changed = original
+        for i in stride(from: 1000, to: changed.count - 2, by: 97) { changed[i] ^= 0x5A }
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: library + "/IMG_1.JPG"))
+        try handle.write(contentsOf: changed)
+        try handle.close()
+        var times = [info.st_atim, info.st_mtim]
+        _ = utimensat(AT_FDCWD, library + "/IMG_1.JPG", &times, 0)
+        let after = try await peer.request(folder: Self.folder, name, offset: 0, size: Int32(original.count))
+        #expect(after.code == .noSuchFile, "\(after.code)")
+        try server.stop()
+    }
 }
