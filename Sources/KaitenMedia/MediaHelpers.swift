@@ -9,8 +9,6 @@ import Glibc
 struct MediaJob: Encodable, Sendable {
     enum Kind: String, Encodable, Sendable {
         case image, video
-        /// An image read by ranges from a URL (a HEIF's embedded thumbnail when it has one).
-        case imageURL = "image-url"
         case videoDate = "video-date"
         case imageDate = "image-date"
     }
@@ -23,7 +21,6 @@ struct MediaJob: Encodable, Sendable {
     var orientation: Int = 0
     var at: Double = 1
     var timeout: Int = 30
-    var embedded_minimum: Int?
 }
 
 /// What the helper made: the JPEG's width, height and length.
@@ -31,8 +28,6 @@ public struct MediaPicture: Sendable, Equatable {
     public var width: Int
     public var height: Int
     public var bytes: Int
-    /// Made from the file's embedded thumbnail (a HEIF's), not from the image.
-    public var embedded = false
 }
 
 struct MediaOutcome: Decodable, Sendable {
@@ -42,7 +37,6 @@ struct MediaOutcome: Decodable, Sendable {
     var bytes: Int?
     var error: String?
     var date: String?
-    var embedded: Bool?
 }
 
 /// The decoder processes: up to `count` `kaiten-media` helpers, each doing one job at a time,
@@ -89,7 +83,7 @@ public final class MediaHelpers: Sendable {
             guard let width = outcome.width, let height = outcome.height, let bytes = outcome.bytes else {
                 return .failure(MediaError("the media helper answered something else"))
             }
-            return .success(MediaPicture(width: width, height: height, bytes: bytes, embedded: outcome.embedded ?? false))
+            return .success(MediaPicture(width: width, height: height, bytes: bytes))
         }
     }
 

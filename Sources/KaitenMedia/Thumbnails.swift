@@ -40,7 +40,7 @@ public final class Thumbnails: Sendable {
 
     /// Where the picture came from.
     public enum Method: String, Sendable, Codable {
-        case exifThumbnail = "exif-thumbnail", heifThumbnail = "heif-thumbnail", image, videoFrame = "video-frame"
+        case exifThumbnail = "exif-thumbnail", image, videoFrame = "video-frame"
     }
 
     public struct Outcome: Sendable {
@@ -167,11 +167,6 @@ public final class Thumbnails: Sendable {
                     job.input = scratch!
                     job.orientation = embedded.orientation
                     method = .exifThumbnail
-                } else if let url = rangeURL(folder, source.path) {
-                    // Read by ranges: a HEIF's index and embedded thumbnail only, when it has one.
-                    job.kind = .imageURL
-                    job.input = url
-                    job.embedded_minimum = options.embeddedMinimum
                 } else {
                     scratch = try await download(remote)
                     job.input = scratch!
@@ -182,7 +177,7 @@ public final class Thumbnails: Sendable {
         }
         let picture = try await helpers.run(job).get()
         try cache.commit(temporary, for: source.hash, size: options.size)
-        return (picture, picture.embedded ? .heifThumbnail : method)
+        return (picture, method)
     }
 
     /// The EXIF thumbnail of a remote JPEG, from its first block alone, when there is one at

@@ -73,6 +73,9 @@ public final class RemoteFiles: @unchecked Sendable {
     private var locals: [String: LocalTree] = [:]
     private let fetchedBlocks = Counter()
     private let fetchedBytes = Counter()
+    /// Blocks being fetched now, by hash: a second reader of the same block (a decoder that
+    /// seeks back, two requests for one range) waits for the same fetch.
+    private let inFlight = Mutex<[ContentHash: Task<Data, Error>]>([:])
 
     /// Blocks come through the running service instead of this process's own connections.
     let relay: BlockSource.Relay?
@@ -253,20 +256,32 @@ public final class RemoteFiles: @unchecked Sendable {
         let cache = self.cache
         let counter = self.fetchedBlocks
         let byteCounter = self.fetchedBytes
+        let files = self
         guard let source = entry.source else { throw StreamError(.unavailable, "no block source") }
         func fetch(_ block: BEPBlockInfo) -> Task<Data, Error> {
-            Task {
-                if let hash = ContentHash(data: block.hash), let hit = cache.get(hash) { return hit }
-                let data = try await source.block(block, of: file, holders: holders)
-                counter.increment()
-                byteCounter.add(data.count)
-                if let hash = ContentHash(data: block.hash) { cache.put(hash, data) }
-                return data
+            guard let hash = ContentHash(data: block.hash) else {
+                return Task { try await source.block(block, of: file, holders: holders) }
+            }
+            return files.inFlight.withLock { running in
+                if let shared = running[hash] { return shared }
+                let task = Task {
+                    defer { _ = files.inFlight.withLock { $0.removeValue(forKey: hash) } }
+                    if let hit = cache.get(hash) { return hit }
+                    let data = try await source.block(block, of: file, holders: holders)
+                    counter.increment()
+                    byteCounter.add(data.count)
+                    cache.put(hash, data)
+                    return data
+                }
+                running[hash] = task
+                return task
             }
         }
+        // Fetches are not cancelled when this reader stops early (the client went away, or a
+        // decoder seeked): another reader may be waiting on the same block, and the next request
+        // of a seeking decoder usually wants it; it lands in the cache.
         var pending: [Task<Data, Error>] = []
         var next = 0
-        defer { for task in pending { task.cancel() } }
         while next < needed.count && pending.count < window {
             pending.append(fetch(needed[next]))
             next += 1
@@ -280,15 +295,17 @@ public final class RemoteFiles: @unchecked Sendable {
             } catch let error as ApplyError {
                 throw StreamError(.peerFailed, error.description)
             }
-            if next < needed.count {
-                pending.append(fetch(needed[next]))
-                next += 1
-            }
             let block = needed[index]
             index += 1
             let from = Int(max(range.lowerBound, block.offset) - block.offset)
             let to = Int(min(range.upperBound + 1, block.offset + Int64(block.size)) - block.offset)
             try await body(from == 0 && to == data.count ? data : data.subdata(in: from..<to))
+            // The next block once this one is taken: `window` blocks ahead of what was sent,
+            // never one more (a client that reads one block and goes costs one block).
+            if next < needed.count {
+                pending.append(fetch(needed[next]))
+                next += 1
+            }
         }
     }
 }

@@ -56,7 +56,11 @@ public final class StreamServer: Sendable {
             .bind(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
+                    // Outbound half-closure: a response to "Connection: close" ends with the
+                    // output shut down after every queued byte is written (a plain close would
+                    // drop what the socket buffer had not taken yet: a player's range cut short).
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                        wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
                 }
             }
         let bound = server.channel.localAddress?.port ?? port
@@ -83,7 +87,8 @@ public final class StreamServer: Sendable {
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var head: HTTPRequestHead?
-                for try await part in inbound {
+                var finished = false
+                for try await part in inbound where !finished {
                     switch part {
                     case .head(let h): head = h
                     case .body: break
@@ -91,7 +96,12 @@ public final class StreamServer: Sendable {
                         guard let h = head else { continue }
                         let keepAlive = try await respond(to: h, outbound)
                         head = nil
-                        if !keepAlive { return }
+                        if !keepAlive {
+                            // The last response: the output is shut down once it is all written;
+                            // the client closes when it has read it, which ends this loop.
+                            outbound.finish()
+                            finished = true
+                        }
                     }
                 }
             }

@@ -55,6 +55,12 @@ public enum TestMedia {
         try ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:duration=2", "-c:a", "aac", path])
     }
 
+    /// A HEIC made from a JPEG by libheif's heif-enc (its EXIF copied), with an embedded
+    /// thumbnail of `thumbnail` pixels on its long side.
+    public static func heic(_ path: String, from jpeg: String, thumbnail: Int = 320) throws {
+        try run("heif-enc", package: "libheif-examples", ["-q", "50", "-t", "\(thumbnail)", "-o", path, jpeg])
+    }
+
     /// Writes EXIF into a JPEG with exiftool: an embedded thumbnail (a JPEG file), the
     /// orientation tag, the capture date and time zone.
     public static func exif(_ path: String, thumbnail: String? = nil, orientation: Int? = nil, dateTimeOriginal: String? = nil, offset: String? = nil)

@@ -8,7 +8,6 @@
 // Protocol: one JSON job per line on stdin, one JSON result per line on stdout, in order.
 //   {"kind":"image","input":PATH,"output":PATH,"size":255,"max_pixels":N,"orientation":0}
 //   {"kind":"video","input":PATH-OR-URL,"output":PATH,"size":255,"max_pixels":N,"at":1,"timeout":30}
-//   {"kind":"image-url","input":URL,"output":PATH,"size":255,"embedded_minimum":160} (read by ranges)
 //   {"kind":"video-date"|"image-date","input":PATH,"output":"","size":0}
 //   → {"ok":true,"width":W,"height":H,"bytes":N}, {"ok":true,"date":"2024-05-06T07:08:09.000000Z"}
 //     or {"ok":false,"error":"…"}
@@ -29,7 +28,6 @@ struct Job: Decodable {
     var orientation: Int?
     var at: Double?
     var timeout: Int?
-    var embedded_minimum: Int?
 }
 
 struct Outcome: Encodable {
@@ -40,8 +38,6 @@ struct Outcome: Encodable {
     var error: String?
     /// For "video-date" and "image-date": the creation or capture time.
     var date: String?
-    /// For "image-url": whether the file's embedded thumbnail was used.
-    var embedded: Bool?
 }
 
 func text(of buffer: [CChar]) -> String {
@@ -70,7 +66,6 @@ func run(_ job: Job) -> Outcome {
     let maxPixels = job.max_pixels ?? 64_000_000
     let size = Int32(clamping: job.size)
     let status: Int32
-    var usedEmbedded = false
     switch job.kind {
     case "image":
         status = km_image_thumbnail(
@@ -79,12 +74,6 @@ func run(_ job: Job) -> Outcome {
         status = km_video_thumbnail(
             job.input, size, maxPixels, job.at ?? 1, Int32(clamping: job.timeout ?? 30), &data, &length, &width, &height, &error,
             error.count)
-    case "image-url":
-        var embedded: Int32 = 0
-        status = km_image_thumbnail_url(
-            job.input, size, Int32(clamping: job.embedded_minimum ?? 160), maxPixels, &data, &length, &width, &height, &embedded, &error,
-            error.count)
-        usedEmbedded = embedded != 0
     case "image-date":
         var date = [CChar](repeating: 0, count: 64)
         guard km_image_date(job.input, &date, date.count, &error, error.count) == 0 else {
@@ -115,7 +104,7 @@ func run(_ job: Job) -> Outcome {
         written += n
     }
     guard fsync(fd) == 0 else { return Outcome(ok: false, error: "\(job.output): fsync: \(errnoText())") }
-    return Outcome(ok: true, width: Int(width), height: Int(height), bytes: length, embedded: usedEmbedded)
+    return Outcome(ok: true, width: Int(width), height: Int(height), bytes: length)
 }
 
 var arguments = CommandLine.arguments.dropFirst()

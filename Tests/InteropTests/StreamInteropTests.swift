@@ -181,6 +181,14 @@ struct StreamInteropTests {
             try handle.close()
             let line = try #require(serverLog().last { $0.contains("path=big.bin") && $0.contains(" 206 ") })
             #expect(line.contains("blocks_fetched=1 "), "\(line)")
+            // A client that says "Connection: close" and reads slower than the server writes
+            // (mpv and ffmpeg say it): the response is whole, not cut where the socket buffer was
+            // when the server closed.
+            let slow = try Self.curl(bigURL, range: "0-39999999", extra: ["-H", "Connection: close", "--limit-rate", "25M"])
+            #expect(slow.status == 206 && slow.body.count == 40_000_000, "\(slow.status) \(slow.body.count)")
+            let head40 = try FileHandle(forReadingFrom: URL(fileURLWithPath: peerData + "/big.bin"))
+            #expect(slow.body == head40.readData(ofLength: 40_000_000))
+            try head40.close()
 
             let localURL = try kaiten("url", Self.folder, "here-too.bin").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let fromDisk = try Self.curl(localURL, range: "1000-1999")

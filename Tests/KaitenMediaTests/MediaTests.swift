@@ -124,6 +124,21 @@ import Testing
         #expect(frame.width == 255 && frame.height == 143)
     }
 
+    /// A HEIC (libvips uses its embedded thumbnail when large enough), and its EXIF capture
+    /// date as libvips reads it.
+    @Test func aHEICAndItsDate() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-media")
+        defer { dir.remove() }
+        let helpers = try Self.helpers()
+        defer { helpers.close() }
+        try TestMedia.jpeg(dir.file("photo.jpg"), width: 800, height: 600)
+        try TestMedia.exif(dir.file("photo.jpg"), dateTimeOriginal: "2022:02:03 04:05:06")
+        try TestMedia.heic(dir.file("photo.heic"), from: dir.file("photo.jpg"), thumbnail: 320)
+        let picture = try await thumbnail(helpers, dir.file("photo.heic"), kind: .image, into: dir).get()
+        #expect(picture.width == 255 && picture.height == 191, "\(picture)")
+        #expect(try await helpers.imageCaptureTime(dir.file("photo.heic")).get() == "2022:02:03 04:05:06")
+    }
+
     @Test func badFilesGetAnErrorEach() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-media")
         defer { dir.remove() }

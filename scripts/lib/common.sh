@@ -3,9 +3,9 @@
 # ensure_deps installs what a fresh Debian machine with Swift lacks: syncthing (the real peer
 # the tests and the demo run against), liblz4-dev (BEP's LZ4 blocks), zlib1g-dev, libxml2-dev
 # (FoundationXML links it), pkg-config, libvips-dev and ffmpeg's -dev libraries (the
-# kaiten-media helper's decoders), ffmpeg and exiftool (the media tests make their files),
-# curl, systemd (for systemd-analyze, which checks the example units) and iproute2 (network
-# namespaces for the discovery tests). ensure_build_deps installs only what building the
+# kaiten-media helper's decoders), ffmpeg, exiftool and heif-enc (the media tests make their
+# files), curl, systemd (for systemd-analyze, which checks the example units) and iproute2
+# (network namespaces for the discovery tests). ensure_build_deps installs only what building the
 # release binaries needs (scripts/install, scripts/package); ensure_packaging_deps what making
 # and checking the .deb needs (dpkg-dev for dpkg-shlibdeps, lintian, man-db for `man -w`).
 
@@ -40,6 +40,7 @@ missing_deps() {
     # The media tests make their pictures and videos with ffmpeg and write EXIF with exiftool.
     command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
     command -v exiftool >/dev/null 2>&1 || missing+=(libimage-exiftool-perl)
+    command -v heif-enc >/dev/null 2>&1 || missing+=(libheif-examples)
     echo "${missing[@]:-}"
 }
 

@@ -31,12 +31,6 @@ int km_video_thumbnail(const char *url, int size, long long max_pixels, double a
 /// it) into `out`; 0 when found, -1 (with `error`) when the file has none or cannot be read.
 int km_video_creation_time(const char *url, char *out, size_t out_size, char *error, size_t error_size);
 
-/// A JPEG thumbnail of the image at `url` (http://, read by ranges): for HEIF/HEIC/AVIF its
-/// embedded thumbnail when one is at least `embedded_minimum` pixels on its long side (only
-/// its bytes and the file's index are read; `used_embedded` says so), else the image decoded.
-int km_image_thumbnail_url(const char *url, int size, int embedded_minimum, long long max_pixels, void **out, size_t *out_length,
-                           int *width, int *height, int *used_embedded, char *error, size_t error_size);
-
 /// An image's EXIF DateTimeOriginal (`YYYY:MM:DD HH:MM:SS`) as libvips reads it (JPEG, HEIF,
 /// PNG, WebP, TIFF): 0, or -1 with `error` when it has none.
 int km_image_date(const char *path, char *out, size_t out_size, char *error, size_t error_size);

@@ -111,12 +111,12 @@ extension Kaiten {
                     try ServiceGuard.refuse("thumb", home: opened)
                     files = RemoteFiles(home: opened, logger: global.logger)
                 }
-                // The decoder reads remote videos and images by ranges from a server private to this run.
+                // The decoder reads remote videos by ranges from a server private to this run.
                 let signer = URLSigner.ephemeral()
                 let base = LateAddress()
                 let rangeServer = RangeServer()
                 let folder = self.folder
-                if !targets.isEmpty {
+                if targets.contains(where: { MediaKind(path: $0) == .video }) {
                     let address = try await rangeServer.start(files: files, signer: signer)
                     base.set(address)
                 }
