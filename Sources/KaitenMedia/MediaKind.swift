@@ -18,6 +18,10 @@ public enum MediaKind: String, Sendable, Codable {
         }
     }
 
+    /// Whether the name says HEIF (HEIC, AVIF): a container whose index says where its embedded
+    /// thumbnail is.
+    public static func isHEIF(_ path: String) -> Bool { ["heic", "heif", "avif"].contains(extensionOf(path)) }
+
     /// Whether the name says JPEG: the format that carries an EXIF thumbnail near its start.
     public static func isJPEG(_ path: String) -> Bool { jpegs.contains(extensionOf(path)) }
 

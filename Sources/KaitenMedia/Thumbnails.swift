@@ -40,7 +40,7 @@ public final class Thumbnails: Sendable {
 
     /// Where the picture came from.
     public enum Method: String, Sendable, Codable {
-        case exifThumbnail = "exif-thumbnail", image, videoFrame = "video-frame"
+        case exifThumbnail = "exif-thumbnail", heifThumbnail = "heif-thumbnail", image, videoFrame = "video-frame"
     }
 
     public struct Outcome: Sendable {
@@ -167,6 +167,20 @@ public final class Thumbnails: Sendable {
                     job.input = scratch!
                     job.orientation = embedded.orientation
                     method = .exifThumbnail
+                } else if MediaKind.isHEIF(source.path), let heif = try await heifThumbnail(remote) {
+                    scratch = try Self.scratchFile(heif)
+                    job.input = scratch!
+                    method = .heifThumbnail
+                    // A thumbnail item this decoder cannot take: the image itself, fetched whole.
+                    if case .success(let picture) = await helpers.run(job) {
+                        try cache.commit(temporary, for: source.hash, size: options.size)
+                        return (picture, method)
+                    }
+                    unlink(temporary)
+                    unlink(scratch!)
+                    scratch = try await download(remote)
+                    job.input = scratch!
+                    method = .image
                 } else {
                     scratch = try await download(remote)
                     job.input = scratch!
@@ -194,6 +208,26 @@ public final class Thumbnails: Sendable {
             max(metadata.thumbnailWidth ?? 0, metadata.thumbnailHeight ?? 0) >= options.embeddedMinimum
         else { return nil }
         return (Array(prefix[range]), metadata.orientation ?? 1)
+    }
+
+    /// A remote HEIF's embedded thumbnail, rebuilt as a HEIF of its own: the index from the
+    /// file's first block, then only the thumbnail item's bytes.
+    func heifThumbnail(_ entry: RemoteFiles.Entry) async throws -> [UInt8]? {
+        guard entry.size >= 16 else { return nil }
+        let prefixLength = min(entry.size, Int64(128 << 10))
+        var prefix: [UInt8] = []
+        prefix.reserveCapacity(Int(prefixLength))
+        try await files.read(entry, range: 0...(prefixLength - 1), window: 1) { prefix += $0 }
+        guard let thumbnail = HEIFThumbnail(prefix: prefix), max(thumbnail.width, thumbnail.height) >= options.embeddedMinimum,
+            thumbnail.length < min(entry.size, 16 << 20),
+            thumbnail.extents.allSatisfy({ $0.offset + $0.length <= entry.size })
+        else { return nil }
+        var data: [UInt8] = []
+        data.reserveCapacity(Int(thumbnail.length))
+        for extent in thumbnail.extents {
+            try await files.read(entry, range: extent.offset...(extent.offset + extent.length - 1), window: 1) { data += $0 }
+        }
+        return thumbnail.standalone(data: data)
     }
 
     /// The whole of a remote file, in a scratch file.

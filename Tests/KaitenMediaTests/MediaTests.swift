@@ -137,6 +137,27 @@ import Testing
         let picture = try await thumbnail(helpers, dir.file("photo.heic"), kind: .image, into: dir).get()
         #expect(picture.width == 255 && picture.height == 191, "\(picture)")
         #expect(try await helpers.imageCaptureTime(dir.file("photo.heic")).get() == "2022:02:03 04:05:06")
+
+        // Its embedded thumbnail, found from the first 128 KiB and rebuilt as a HEIF of its own.
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("photo.heic"))))
+        let found = try #require(HEIFThumbnail(prefix: Array(bytes.prefix(128 << 10))))
+        #expect(found.width == 320 && found.height == 240)
+        #expect(found.extents.allSatisfy { $0.offset + $0.length <= Int64(bytes.count) })
+        #expect(found.length < Int64(bytes.count) / 2, "\(found.length) of \(bytes.count)")
+        var data: [UInt8] = []
+        for extent in found.extents { data += bytes[Int(extent.offset)..<Int(extent.offset + extent.length)] }
+        try Data(found.standalone(data: data)).write(to: URL(fileURLWithPath: dir.file("alone.heic")))
+        let alone = try await thumbnail(helpers, dir.file("alone.heic"), kind: .image, into: dir).get()
+        #expect(alone.width == 255 && alone.height == 191, "\(alone)")
+        // A JPEG, or a HEIF cut before its index ends, has none.
+        #expect(HEIFThumbnail(prefix: [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.file("photo.jpg"))))) == nil)
+        #expect(HEIFThumbnail(prefix: Array(bytes.prefix(200))) == nil)
+        var random = SplitMix64(seed: 7)
+        for _ in 0..<2000 {
+            var damaged = Array(bytes.prefix(4096))
+            for _ in 0..<3 { damaged[Int(random.next() % 4096)] = UInt8(truncatingIfNeeded: random.next()) }
+            _ = HEIFThumbnail(prefix: damaged)
+        }
     }
 
     @Test func badFilesGetAnErrorEach() async throws {
