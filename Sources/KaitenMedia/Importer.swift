@@ -398,3 +398,32 @@ extension Importer {
         try AtomicFile.write(Array(selection.render().utf8), to: file)
     }
 }
+
+extension Importer {
+    /// Offload's decision: of `paths` (imported into `folder`), those that at least `peers`
+    /// devices hold at exactly the imported version (the global index as last refreshed) are
+    /// deselected; the rest stay. Apply (or a service round) then frees what was deselected,
+    /// re-checking each deletion against the peers connected at that moment.
+    public static func deselectHeld(home: KaitenHome, folder: String, paths: [String], peers: Int) throws -> (deselected: [String], waiting: Int) {
+        let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+        let record = ImportRecord(home: home.home, folder: folder)
+        var imported: [String: ContentHash] = [:]
+        for entry in record.entries { imported[entry.path] = entry.hash }
+        var held: [String] = []
+        var waiting = 0
+        for path in paths {
+            guard let g = log.index.global(path), !g.file.isDeleted, g.file.contentHash == imported[path], g.holders.count >= peers else {
+                waiting += 1
+                continue
+            }
+            held.append(path)
+        }
+        log.close()
+        let file = home.home.selectionPath(folderID: folder)
+        var (selection, _) = try Planner.readSelection(file)
+        var deselected: [String] = []
+        for path in held where try selection.deselect(path) { deselected.append(path) }
+        if !deselected.isEmpty { try AtomicFile.write(Array(selection.render().utf8), to: file) }
+        return (deselected, waiting)
+    }
+}

@@ -232,6 +232,9 @@ public final class Service: Sendable {
                         trigger.yield(.disk("an import from \(watch.source)"))
                     }
                     last = now
+                    // Offload: what the peers hold now is deselected; the round the selection
+                    // change starts frees it (the last-copy rule re-checked there).
+                    if let tick = watch.tick, let line = await tick() { emit(ServiceEvent("offload", folder: watch.folder, line)) }
                     try? await Task.sleep(for: .seconds(ImportWatch.interval))
                 }
             })
@@ -716,11 +719,14 @@ public struct ImportWatch: Sendable {
     public let folder: String
     /// Imports the source; a line for the log.
     public let run: @Sendable () async -> String
+    /// Called at every look (offload): a line for the log when it did something.
+    public let tick: (@Sendable () async -> String?)?
 
-    public init(source: String, folder: String, run: @escaping @Sendable () async -> String) {
+    public init(source: String, folder: String, run: @escaping @Sendable () async -> String, tick: (@Sendable () async -> String?)? = nil) {
         self.source = source
         self.folder = folder
         self.run = run
+        self.tick = tick
     }
 
     /// What the source holds, cheaply: its visible files' count, total size and latest mtime.

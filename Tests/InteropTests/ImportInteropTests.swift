@@ -142,7 +142,9 @@ struct ImportInteropTests {
         try await withSyncthing(st) { st in
             try await world.share(st, files: 1)
             let running = try RunInteropTests.Running.start(
-                home: world.home, logPath: dir.file("run.log"), ["--import", "\(mount):\(Self.folder)/camera", "--apply", "safe"])
+                home: world.home, logPath: dir.file("run.log"),
+                // An offloading folder frees most of what it holds: the brake is opened for it.
+                ["--import", "\(mount):\(Self.folder)/camera", "--apply", "safe", "--offload-after", "1", "--max-delete", "100%"])
             defer {
                 kill(running.process.processIdentifier, SIGTERM)
                 running.process.waitUntilExit()
@@ -168,6 +170,14 @@ struct ImportInteropTests {
                 ApplyInteropTests.sha(world.peerData + "/camera/2024/08/IMG_0102.JPG") != nil
             }
             #expect(running.log.contains("imported 1 of 2 files from \(mount)"), "\(running.log)")
+            // --offload-after 1: once the peer holds them, the local copies go; the peer keeps them.
+            try await RunInteropTests.waitFor("the imported pictures are freed here", timeout: 90, log: running) {
+                !FileManager.default.fileExists(atPath: world.local + "/camera/2024/08/IMG_0101.JPG")
+                    && !FileManager.default.fileExists(atPath: world.local + "/camera/2024/08/IMG_0102.JPG")
+            }
+            #expect(ApplyInteropTests.sha(world.peerData + "/camera/2024/08/IMG_0101.JPG") != nil)
+            #expect(ApplyInteropTests.sha(world.peerData + "/camera/2024/08/IMG_0102.JPG") != nil)
+            #expect(running.log.contains("held by 1 peer: deselected, freed by the next round"), "\(running.log)")
         }
     }
 

@@ -291,29 +291,12 @@ enum Offload {
             let reports = try await IndexSync.run(home: opened, folders: [folder], logger: global.logger, warn: { Terminal.error($0) })
             if reports.contains(where: { !$0.ok }) && !json { Terminal.error("some peers did not answer; their copies do not count") }
         }
-        let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
-        let record = ImportRecord(home: opened.home, folder: folder)
-        var imported: [String: ContentHash] = [:]
-        for entry in record.entries { imported[entry.path] = entry.hash }
-        var held: [String] = []
-        var waiting: [String] = []
-        for path in paths {
-            guard let g = log.index.global(path), !g.file.isDeleted, g.file.contentHash == imported[path] else {
-                waiting.append(path)
-                continue
-            }
-            if g.holders.count >= peers { held.append(path) } else { waiting.append(path) }
-        }
-        log.close()
-        let file = opened.home.selectionPath(folderID: folder)
-        var (selection, _) = try Planner.readSelection(file)
-        var deselected = Set<String>()
-        for path in held where try selection.deselect(path) { deselected.insert(path) }
+        let (deselectedPaths, waiting) = try Importer.deselectHeld(home: opened, folder: folder, paths: paths, peers: peers)
+        let deselected = Set(deselectedPaths)
         if !json {
-            print("offload: \(deselected.count) held by \(peers) peer\(peers == 1 ? "" : "s") and deselected; \(waiting.count) not yet held, kept")
+            print("offload: \(deselected.count) held by \(peers) peer\(peers == 1 ? "" : "s") and deselected; \(waiting) not yet held, kept")
         }
         guard !deselected.isEmpty else { return [] }
-        try SelectionStore.save(selection, to: file)
         var arguments = ["--yes", "--folder", folder, "--require-peers", "\(peers)", "--max-delete", "100%", "--home", opened.home.path]
         if json { arguments.append("--json") }
         var apply = try Kaiten.ApplyCommand.parse(arguments)

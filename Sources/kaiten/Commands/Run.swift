@@ -82,6 +82,9 @@ extension Kaiten {
                 valueName: "SRC:FOLDER"))
         var imports: [String] = []
 
+        @Option(help: ArgumentHelp("With --import: once K peers hold an imported file, deselect it; the next round frees the local copy (the last-copy rule and --max-delete still apply: raise it for a folder that offloads).", valueName: "K"))
+        var offloadAfter: Int?
+
         @Flag(help: "Log NDJSON events instead of lines.")
         var json = false
 
@@ -91,6 +94,10 @@ extension Kaiten {
             guard (rescanInterval ?? 1) >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
             guard debounce >= 0 else { throw ValidationError("--debounce takes seconds, 0 or more") }
             if let serve { _ = try Self.loopback(serve) }
+            if let offloadAfter {
+                guard offloadAfter >= 1 else { throw ValidationError("--offload-after must be at least 1") }
+                guard !imports.isEmpty else { throw ValidationError("--offload-after goes with --import SRC:FOLDER") }
+            }
         }
 
         static func loopback(_ text: String) throws -> (host: String, port: Int) {
@@ -105,7 +112,7 @@ extension Kaiten {
         }
 
         /// `SRC:FOLDER[/SUBDIR]` (split at the last ':' whose right side names a folder).
-        static func importWatch(_ argument: String, opened: KaitenHome) throws -> ImportWatch {
+        static func importWatch(_ argument: String, opened: KaitenHome, offloadAfter: Int? = nil) throws -> ImportWatch {
             guard let colon = argument.lastIndex(of: ":") else { throw ValidationError("--import takes SRC:FOLDER, e.g. /media/card/DCIM:photos") }
             let source = String(argument[..<colon])
             let (folder, subdirectory) = try Import.split(String(argument[argument.index(after: colon)...]), in: opened)
@@ -134,6 +141,17 @@ extension Kaiten {
                         + (failures.isEmpty ? "" : "; failed: " + failures.joined(separator: "; "))
                 } catch {
                     return "import from \(absolute) failed: \(error)"
+                }
+            } tick: {
+                guard let offloadAfter else { return nil }
+                do {
+                    let home = try KaitenHome.open(homePath)
+                    let record = ImportRecord(home: homePath, folder: folder.id)
+                    let (deselected, _) = try Importer.deselectHeld(home: home, folder: folder.id, paths: record.entries.map(\.path), peers: offloadAfter)
+                    guard !deselected.isEmpty else { return nil }
+                    return "\(deselected.count) imported file\(deselected.count == 1 ? "" : "s") held by \(offloadAfter) peer\(offloadAfter == 1 ? "" : "s"): deselected, freed by the next round"
+                } catch {
+                    return "offload: \(error)"
                 }
             }
         }
@@ -168,7 +186,7 @@ extension Kaiten {
                 options.maxDelete = DeleteLimit(maxDelete)!
                 options.requirePeers = requirePeers
                 options.serve = try serve.map(Self.loopback)
-                options.imports = try imports.map { try Self.importWatch($0, opened: opened) } + Self.viewWatches(opened)
+                options.imports = try imports.map { try Self.importWatch($0, opened: opened, offloadAfter: offloadAfter) } + Self.viewWatches(opened)
                 let thumbnailCache = opened.home.thumbnailsDirectory
                 options.thumbnails = { files in
                     guard let served = await Kaiten.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
