@@ -12,7 +12,7 @@ import Testing
 /// cache still answering once the peer is gone.
 @Suite(.serialized, .timeLimit(.minutes(10)))
 struct MediaInteropTests {
-    static let folder = "photos"
+    static let folder = ApplyInteropTests.folder
 
     /// Sushitrain's name for a file's thumbnail, computed here apart from Kaiten: the blocks
     /// hash (SHA-256 over the SHA-256 of each 128 KiB block, syncthing's block size below
@@ -55,10 +55,9 @@ struct MediaInteropTests {
     @Test func thumbnailsOfFilesOnlyOnAPeer() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-media")
         defer { dir.remove() }
-        let home = dir.file("kaiten")
-        let created = try KaitenCLI.run(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:0"])
-        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
-        let peerData = dir.file("peer")
+        let world = try ApplyInteropTests.World(dir)
+        let home = world.home
+        let peerData = world.peerData
         // A camera picture: 3000 × 2000 of noise (megabytes: many blocks), with a 320 × 240 EXIF
         // thumbnail, turned (orientation 6), and its capture date.
         let camera = peerData + "/camera/IMG_0001.JPG"
@@ -88,15 +87,7 @@ struct MediaInteropTests {
 
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
         try await withSyncthing(st) { st in
-            try await st.addDevice(me, name: "k")
-            try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
-            try await st.waitUntil("peer scanned", timeout: 120) {
-                let s = try await st.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
-                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 8
-            }
-            #expect(try kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", st.address).status == 0)
-            #expect(try kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
-            #expect(try kaiten("index", "sync", Self.folder).status == 0)
+            try await world.share(st, files: 8)
 
             // The camera JPEG: its EXIF thumbnail, turned upright, from the first block alone.
             let jpeg = try kaiten("thumb", Self.folder, "camera/IMG_0001.JPG", "--cache", shared, "--json")
@@ -147,7 +138,7 @@ struct MediaInteropTests {
             let server = try await StreamInteropTests.Server.start(home: home, logPath: dir.file("serve.log"))
             defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
             let link = try kaiten("url", Self.folder, "clips/clip.mp4", "--thumb").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(link.hasPrefix("\(server.base)/thumb?folder=photos&path=clips/clip.mp4&size=255&exp="))
+            #expect(link.hasPrefix("\(server.base)/thumb?folder=\(Self.folder)&path=clips/clip.mp4&size=255&exp="))
             let served = try StreamInteropTests.curl(link)
             #expect(served.status == 200 && served.headers["content-type"] == "image/jpeg", "\(served.status) \(String(decoding: served.body, as: UTF8.self))")
             #expect(served.body.prefix(2) == Data([0xFF, 0xD8]))
