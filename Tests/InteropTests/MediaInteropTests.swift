@@ -166,5 +166,9 @@ struct MediaInteropTests {
         let offlineReport = try report(offline)
         #expect(offlineReport.cached == 4 && offlineReport.made == 0 && offlineReport.fetched_bytes == 0)
         #expect(offline.stderr.isEmpty, "\(offline.stderr)")
+        // As text: a line per file as it is done, then the totals.
+        let text = try kaiten("thumb", Self.folder, "camera", "--cache", shared)
+        #expect(text.status == 0 && text.stdout.contains("cached  camera/IMG_0001.JPG\n"), "\(text.stdout)")
+        #expect(text.stdout.hasSuffix("0 made, 3 already cached, 0 failed, of 3 images and videos; fetched 0 B (0 blocks) from peers\n"), "\(text.stdout)")
     }
 }

@@ -126,11 +126,16 @@ extension Kaiten {
                     rangeURL: { folder, path in
                         base.current.map { signer.url(base: $0, folder: folder, path: path, expires: Int64(Date().timeIntervalSince1970) + 3600) }
                     })
-                var outcomes = await make(targets, with: thumbnails)
-                let unreachable = outcomes.filter { $0.status == .failed && ($0.error ?? "").contains("no connected peer holds it") }
-                if !connected && !unreachable.isEmpty {
+                // Each file's line as it is done (a long run shows its progress); one that needs the
+                // peers waits for the second pass, after they are dialled.
+                func waitsForPeers(_ outcome: Thumbnails.Outcome) -> Bool {
+                    !connected && outcome.status == .failed && (outcome.error ?? "").contains("no connected peer holds it")
+                }
+                var outcomes = await make(targets, with: thumbnails) { if !waitsForPeers($0) { show($0) } }
+                let unreachable = outcomes.filter(waitsForPeers)
+                if !unreachable.isEmpty {
                     try await files.connect(folders: [folder], warn: { Terminal.error($0) })
-                    let again = await make(unreachable.map(\.path), with: thumbnails)
+                    let again = await make(unreachable.map(\.path), with: thumbnails, done: show)
                     let retried = Dictionary(again.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
                     outcomes = outcomes.map { retried[$0.path] ?? $0 }
                 }
@@ -143,7 +148,7 @@ extension Kaiten {
         }
 
         /// Every target, twice as many at once as there are cores (fetches overlap decoding).
-        func make(_ targets: [String], with thumbnails: Thumbnails) async -> [Thumbnails.Outcome] {
+        func make(_ targets: [String], with thumbnails: Thumbnails, done: (Thumbnails.Outcome) -> Void) async -> [Thumbnails.Outcome] {
             let width = max(2, ProcessInfo.processInfo.activeProcessorCount * 2)
             var outcomes: [Thumbnails.Outcome] = []
             await withTaskGroup(of: Thumbnails.Outcome.self) { group in
@@ -155,6 +160,7 @@ extension Kaiten {
                 }
                 for await outcome in group {
                     outcomes.append(outcome)
+                    done(outcome)
                     if next < targets.count {
                         let path = targets[next]
                         group.addTask { await thumbnails.make(folder: folder, path: path) }
@@ -163,6 +169,20 @@ extension Kaiten {
                 }
             }
             return outcomes.sorted { $0.path.utf8Precedes($1.path) }
+        }
+
+        /// One file's line (text mode; --json prints everything at the end).
+        func show(_ outcome: Thumbnails.Outcome) {
+            guard !json else { return }
+            switch outcome.status {
+            case .made:
+                let how = outcome.method.map { " \($0.rawValue)" } ?? ""
+                print("made    \(outcome.path) (\(outcome.width ?? 0)×\(outcome.height ?? 0)\(how)\(outcome.local ? ", local" : ""))")
+            case .cached:
+                print("cached  \(outcome.path)")
+            case .failed:
+                Terminal.error("\(folder)/\(outcome.path): \(outcome.error ?? "failed")")
+            }
         }
 
         func render(_ outcomes: [Thumbnails.Outcome], fetchedBytes: Int, fetchedBlocks: Int) {
@@ -178,17 +198,6 @@ extension Kaiten {
                 try? Terminal.json(
                     Report(files: rows, made: made, cached: cached, failed: failed, fetched_bytes: fetchedBytes, fetched_blocks: fetchedBlocks))
                 return
-            }
-            for outcome in outcomes {
-                switch outcome.status {
-                case .made:
-                    let how = outcome.method.map { " \($0.rawValue)" } ?? ""
-                    print("made    \(outcome.path) (\(outcome.width ?? 0)×\(outcome.height ?? 0)\(how)\(outcome.local ? ", local" : ""))")
-                case .cached:
-                    print("cached  \(outcome.path)")
-                case .failed:
-                    Terminal.error("\(folder)/\(outcome.path): \(outcome.error ?? "failed")")
-                }
             }
             print(
                 "\(made) made, \(cached) already cached, \(failed) failed, of \(outcomes.count) images and videos; fetched \(Kaiten.Ls.human(Int64(fetchedBytes))) (\(fetchedBlocks) blocks) from peers"
