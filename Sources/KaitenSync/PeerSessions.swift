@@ -31,6 +31,8 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
 
     private struct State {
         var connections: [DeviceID: PeerConnection] = [:]
+        /// Why each peer's last connection ended, for the redial loop to say once.
+        var lost: [DeviceID: String] = [:]
         /// Per folder, the peers whose index is current (exchanged on the open connection).
         var current: [String: Set<DeviceID>] = [:]
         /// Per peer, what it holds of this device's local index of each folder.
@@ -150,7 +152,10 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                 let open = self.connections()
                 let now = ContinuousClock.now
                 for device in wanted where open[device] == nil && due[device] == nil && delay[device] == nil {
-                    // Lost a moment ago: the first redial after 2 s.
+                    // Lost a moment ago: said once, with why; the first redial after 2 s.
+                    if let why = self.state.withLock({ $0.lost.removeValue(forKey: device) }) {
+                        warn("\(device.shortDescription): connection lost: \(why); dialling again in 2 s")
+                    }
                     delay[device] = 2
                     due[device] = now + .seconds(2)
                 }
@@ -323,10 +328,12 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             let update = IndexUpdate(device: device, folder: folder, files: files, isFullIndex: isFull)
             for continuation in state.withLock({ Array($0.subscribers.values) }) { continuation.yield(update) }
         }
+        let reason = await connection.waitUntilClosed()
         state.withLock { state in
             if state.connections[device] === connection {
                 state.connections[device] = nil
                 state.announced[device] = nil
+                state.lost[device] = "\(reason)"
                 for folder in state.current.keys { state.current[folder]?.remove(device) }
             }
         }
