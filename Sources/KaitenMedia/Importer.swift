@@ -170,18 +170,8 @@ public enum Importer {
     ) async throws -> [ImportItem] {
         var files: [(path: String, size: Int64, mtime: Int64)] = []
         let root = (source as NSString).standardizingPath
-        guard let walker = FileManager.default.enumerator(atPath: root) else { throw MediaError("\(source): cannot read this directory") }
-        while let relative = walker.nextObject() as? String {
-            let name = (relative as NSString).lastPathComponent
-            if name.hasPrefix(".") {
-                // Hidden files and directories (.Trashes, .thumbnails, syncthing's temp files).
-                if (walker.fileAttributes?[.type] as? FileAttributeType) == .typeDirectory { walker.skipDescendants() }
-                continue
-            }
-            guard MediaKind(path: name) != nil else { continue }
-            let full = (root as NSString).appendingPathComponent(relative)
-            var info = stat()
-            guard lstat(full, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+        guard let media = MediaWalk.files(under: root) else { throw MediaError("\(source): cannot read this directory") }
+        for (full, info) in media {
             files.append((full, Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)))
         }
         files.sort { $0.path < $1.path }

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
 /// What a file is, by its name: the thumbnailer decodes images and video frames only.
 public enum MediaKind: String, Sendable, Codable {
     case image, video
@@ -29,5 +34,28 @@ public enum MediaKind: String, Sendable, Codable {
         let name = path.split(separator: "/").last ?? ""
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
         return name[name.index(after: dot)...].lowercased()
+    }
+}
+
+/// The pictures and videos under a directory, as import and view folders read a source: regular
+/// files whose names say media, hidden files and directories (.Trashes, .thumbnails, syncthing's
+/// temp files) skipped. nil when the directory cannot be read.
+enum MediaWalk {
+    static func files(under root: String) -> [(path: String, info: stat)]? {
+        guard let walker = FileManager.default.enumerator(atPath: root) else { return nil }
+        var found: [(path: String, info: stat)] = []
+        while let relative = walker.nextObject() as? String {
+            let name = (relative as NSString).lastPathComponent
+            if name.hasPrefix(".") {
+                if (walker.fileAttributes?[.type] as? FileAttributeType) == .typeDirectory { walker.skipDescendants() }
+                continue
+            }
+            guard MediaKind(path: name) != nil else { continue }
+            let full = (root as NSString).appendingPathComponent(relative)
+            var info = stat()
+            guard lstat(full, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            found.append((full, info))
+        }
+        return found
     }
 }

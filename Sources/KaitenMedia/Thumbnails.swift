@@ -198,12 +198,8 @@ public final class Thumbnails: Sendable {
     /// least `embeddedMinimum` pixels on its long side.
     func embeddedThumbnail(_ entry: RemoteFiles.Entry) async throws -> (bytes: [UInt8], orientation: Int)? {
         guard entry.size >= 4 else { return nil }
-        // APP1 (EXIF) is at most 64 KiB and comes before the image data: inside the first
-        // block, which is never smaller than 128 KiB.
-        let prefixLength = min(entry.size, Int64(128 << 10))
-        var prefix: [UInt8] = []
-        prefix.reserveCapacity(Int(prefixLength))
-        try await files.read(entry, range: 0...(prefixLength - 1), window: 1) { prefix += $0 }
+        // APP1 (EXIF) is at most 64 KiB and comes before the image data: inside the first block.
+        let prefix = try await firstBlock(entry)
         guard let metadata = JPEGMetadata(prefix: prefix), let range = metadata.thumbnail,
             max(metadata.thumbnailWidth ?? 0, metadata.thumbnailHeight ?? 0) >= options.embeddedMinimum
         else { return nil }
@@ -214,10 +210,7 @@ public final class Thumbnails: Sendable {
     /// file's first block, then only the thumbnail item's bytes.
     func heifThumbnail(_ entry: RemoteFiles.Entry) async throws -> [UInt8]? {
         guard entry.size >= 16 else { return nil }
-        let prefixLength = min(entry.size, Int64(128 << 10))
-        var prefix: [UInt8] = []
-        prefix.reserveCapacity(Int(prefixLength))
-        try await files.read(entry, range: 0...(prefixLength - 1), window: 1) { prefix += $0 }
+        let prefix = try await firstBlock(entry)
         guard let thumbnail = HEIFThumbnail(prefix: prefix), max(thumbnail.width, thumbnail.height) >= options.embeddedMinimum,
             thumbnail.length < min(entry.size, 16 << 20),
             thumbnail.extents.allSatisfy({ $0.offset + $0.length <= entry.size })
@@ -228,6 +221,15 @@ public final class Thumbnails: Sendable {
             try await files.read(entry, range: extent.offset...(extent.offset + extent.length - 1), window: 1) { data += $0 }
         }
         return thumbnail.standalone(data: data)
+    }
+
+    /// The file's first 128 KiB: within its first block, which is never smaller (one fetch).
+    func firstBlock(_ entry: RemoteFiles.Entry) async throws -> [UInt8] {
+        let length = min(entry.size, Int64(128 << 10))
+        var prefix: [UInt8] = []
+        prefix.reserveCapacity(Int(length))
+        try await files.read(entry, range: 0...(length - 1), window: 1) { prefix += $0 }
+        return prefix
     }
 
     /// The whole of a remote file, in a scratch file.

@@ -125,21 +125,10 @@ public enum ViewFolder {
         }
         // The source's media, in path order (the order a new file's suffix is decided in).
         var sources: [(path: String, inode: Inode, modifiedNs: Int64)] = []
-        if let walker = FileManager.default.enumerator(atPath: definition.source) {
-            while let relative = walker.nextObject() as? String {
-                let name = (relative as NSString).lastPathComponent
-                if name.hasPrefix(".") {
-                    if (walker.fileAttributes?[.type] as? FileAttributeType) == .typeDirectory { walker.skipDescendants() }
-                    continue
-                }
-                guard MediaKind(path: name) != nil else { continue }
-                let full = (definition.source as NSString).appendingPathComponent(relative)
-                var info = stat()
-                guard lstat(full, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
-                sources.append(
-                    (full, Inode(device: UInt64(info.st_dev), number: UInt64(info.st_ino)),
-                     Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)))
-            }
+        for (full, info) in MediaWalk.files(under: definition.source) ?? [] {
+            sources.append(
+                (full, Inode(device: UInt64(info.st_dev), number: UInt64(info.st_ino)),
+                 Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)))
         }
         sources.sort { $0.path < $1.path }
         // A source with nothing in it, under a view that has files, is far likelier an unmounted
