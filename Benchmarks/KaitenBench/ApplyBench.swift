@@ -17,89 +17,109 @@ func childrenUsage() -> (cpu: Double, maxRSSMiB: Double) {
 }
 
 /// `kaiten apply` pulling a folder from a syncthing peer, next to a second syncthing pulling the
-/// same folder from the same peer, in the same run.
-func runApplyBench(mib: Int, files: Int, directories: Int) async throws {
+/// same folder from the same peer, in the same run; `runs` of each, medians.
+func runApplyBench(mib: Int, files: Int, directories: Int, runs: Int) async throws {
     if mib > 0 {
-        try await applyComparison(label: "\(mib) MiB as 4 random files", expectedFiles: 4) { data in
-        for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
-    }
+        try await applyComparison(label: "\(mib) MiB as 4 random files", expectedFiles: 4, runs: runs) { data in
+            for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
+        }
     }
     guard files > 0 else { return }
-    try await applyComparison(label: "\(files) files of 4 KiB in \(directories) directories", expectedFiles: files) { data in
+    try await applyComparison(label: "\(files) files of 4 KiB in \(directories) directories", expectedFiles: files, runs: runs) { data in
         try makeFourKiBFiles(data, files: files, directories: directories)
     }
 }
 
-func applyComparison(label: String, expectedFiles: Int, make: (String) throws -> Void) async throws {
+func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String) throws -> Void) async throws {
     let dir = try TemporaryDirectory(prefix: "kaiten-applybench")
+    // Every run's trees stay until the end: deleting one run's 20,000 files slows the next
+    // run's file creation on some file systems (see `settleFileSystem`), whichever side it is.
     defer { dir.remove() }
-    log("work dir \(dir.path): \(label)")
+    log("work dir \(dir.path): \(label), \(runs) runs")
     let data = dir.file("data")
     try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
     try make(data)
     let totalBytes = Double(directorySize(data))
     let source = try SyncthingInstance.generate(in: dir.path, name: "source")
-    let receiver = try SyncthingInstance.generate(in: dir.path, name: "receiver")
-    let kaitenData = dir.file("kaiten-data")
+    let receivers = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "receiver-\($0)") }
+    let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
     let folderID = "bench"
-    let bench = try BenchKaiten(home: dir.file("kaiten"))
-    let kaitenHome = bench.home
-    let me = bench.me
-    func kaiten(_ args: [String]) throws -> ProcessResult { try bench.run(args) }
+    struct Run { var seconds: Double; var cpu: Double; var rss: Double }
+    var ours: [Run] = []
+    var theirs: [Run] = []
 
     try await withSyncthing(source) { a in
-        try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])
-        try await a.addDevice(me, name: "kaiten")
-        try await a.shareScanned(folderID, path: data, devices: [receiver.deviceID, me], files: expectedFiles)
-        _ = try kaiten(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
-        _ = try kaiten(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
-        _ = try kaiten(["index", "sync"])
+        for (run, receiver) in receivers.enumerated() { try await a.addDevice(receiver.deviceID, name: "receiver-\(run + 1)", addresses: [receiver.address]) }
+        for (run, bench) in kaitens.enumerated() { try await a.addDevice(bench.me, name: "kaiten-\(run + 1)") }
+        try await a.shareScanned(folderID, path: data, devices: receivers.map(\.deviceID) + kaitens.map(\.me), files: expectedFiles)
         let top = try FileManager.default.contentsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }
-        _ = try kaiten(["select", folderID] + top)
+        for run in 1...runs {
+            let bench = kaitens[run - 1]
+            let kaitenData = dir.file("kaiten-\(run)-data")
+            try bench.run(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
+            try bench.run(["folder", "add", folderID, "--path", kaitenData, "--share", a.deviceID.description])
+            try bench.run(["index", "sync"])
+            try bench.run(["select", folderID] + top)
 
-        // Kaiten: everything from connecting to the last rename, in its own process.
-        let before = childrenUsage()
-        let start = now()
-        // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS` ("record -g -o FILE",
-        // "record -e page-faults -g -o FILE", "stat -e page-faults"), started with no signal
-        // blocked (perf would inherit the bench's blocked SIGCHLD and never end).
-        let applied: ProcessResult
-        if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
-            let perf = perfCommand(
-                perfArguments.split(separator: " ").map(String.init) + [KaitenCLI.executable, "apply", "--yes", "--json", "--home", kaitenHome])
-            applied = try ProcessRunner.run(perf.executable, perf.arguments)
-        } else {
-            applied = try kaiten(["apply", "--yes", "--json"])
-        }
-        let kaitenSeconds = now() - start
-        let after = childrenUsage()
-        let summary = applied.stdout.split(separator: "\n").last.map(String.init) ?? ""
-        let kaitenFiles = (try? FileManager.default.subpathsOfDirectory(atPath: kaitenData).filter { !$0.hasPrefix(".st") }.count) ?? 0
-        log("kaiten summary: \(summary) (\(kaitenFiles) entries on disk)")
-
-        // A fresh syncthing receiving the same folder from the same peer.
-        let theirs = try await withSyncthing(receiver) { b in
-            try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-data")) { s in
-                (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+            // Kaiten: everything from connecting to the last rename, in its own process.
+            settleFileSystem()
+            let before = childrenUsage()
+            let start = now()
+            // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS` ("record -g -o FILE",
+            // "record -e page-faults -g -o FILE", "stat -e page-faults"; RUN becomes the run's
+            // number), started with no signal blocked (perf would inherit the bench's blocked
+            // SIGCHLD and never end).
+            let applied: ProcessResult
+            if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
+                let perf = perfCommand(
+                    perfArguments.replacingOccurrences(of: "RUN", with: "\(run)").split(separator: " ").map(String.init)
+                        + [KaitenCLI.executable, "apply", "--yes", "--json", "--home", bench.home])
+                applied = try ProcessRunner.run(perf.executable, perf.arguments)
+            } else {
+                applied = try bench.run(["apply", "--yes", "--json"])
             }
+            let kaitenSeconds = now() - start
+            let after = childrenUsage()
+            let summary = applied.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let kaitenFiles = (try? FileManager.default.subpathsOfDirectory(atPath: kaitenData).filter { !$0.hasPrefix(".st") }.count) ?? 0
+            log("run \(run): kaiten summary: \(summary) (\(kaitenFiles) entries on disk)")
+            // ru_maxrss of the children is the largest of any so far: each run's Kaiten is the
+            // same binary doing the same work, so the largest is reported.
+            ours.append(Run(seconds: kaitenSeconds, cpu: after.cpu - before.cpu, rss: after.maxRSSMiB))
+
+            // A fresh syncthing receiving the same folder from the same peer.
+            let pulled = try await withSyncthing(receivers[run - 1]) { b in
+                try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-\(run)-data")) { s in
+                    (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+                }
+            }
+            theirs.append(Run(seconds: pulled.seconds, cpu: pulled.cpu, rss: pulled.rss))
+            log(
+                String(
+                    format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, kaitenSeconds,
+                    ours.last!.cpu, ours.last!.rss, pulled.seconds, pulled.cpu, pulled.rss, pulled.seconds / kaitenSeconds))
         }
-        let ourCPU = after.cpu - before.cpu
-        print("")
-        print("== pull of \(label) (\(String(format: "%.0f", totalBytes / 1_048_576)) MiB) from one syncthing peer ==")
-        print(
-            String(
-                format: "kaiten apply:        %6.2f s  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s  %6.1f MiB peak RSS (goal for 1 GiB as 4 files: ≤ 64)", kaitenSeconds,
-                totalBytes / kaitenSeconds / 1e6, Double(expectedFiles) / kaitenSeconds, ourCPU, after.maxRSSMiB))
-        print(
-            String(
-                format: "syncthing receiver:  %6.2f s  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s  %6.1f MiB peak RSS", theirs.seconds,
-                totalBytes / theirs.seconds / 1e6, Double(expectedFiles) / theirs.seconds, theirs.cpu, theirs.rss))
-        print(
-            String(
-                format: "ratio kaiten/syncthing: throughput %.2f×, CPU %.2f×", theirs.seconds / kaitenSeconds,
-                ourCPU / max(theirs.cpu, 0.001)))
-        print("(kaiten: index exchange, verified pulls, fsync before every rename; syncthing: the same, from adding the folder)")
     }
+    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+    func row(_ name: String, _ runs: [Run]) -> String {
+        let seconds = median(runs.map(\.seconds))
+        return String(
+            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s (%.2f–%.2f)  %6.1f MiB peak RSS",
+            name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
+            runs.map(\.seconds).max()!, totalBytes / seconds / 1e6, Double(expectedFiles) / seconds, median(runs.map(\.cpu)),
+            runs.map(\.cpu).min()!, runs.map(\.cpu).max()!, median(runs.map(\.rss)))
+    }
+    let ratios = zip(ours, theirs).map { $1.seconds / $0.seconds }
+    print("")
+    print("== pull of \(label) (\(String(format: "%.0f", totalBytes / 1_048_576)) MiB) from one syncthing peer, median of \(runs) ==")
+    print(row("kaiten apply:", ours) + (expectedFiles == 4 ? " (goal for 1 GiB as 4 files: ≤ 64)" : ""))
+    print(row("syncthing receiver:", theirs))
+    print(
+        String(
+            format: "ratio kaiten/syncthing: throughput %.2f× (runs: %@), CPU %.2f×   goal: throughput ≥ %@, CPU ≤ 0.7×",
+            median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), ratios.map { String(format: "%.2f", $0) }.joined(separator: ", "),
+            median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001), expectedFiles == 4 ? "1.5×" : "3×"))
+    print("(kaiten: index exchange, verified pulls, fsync before every rename; syncthing: the same, from adding the folder)")
 }
 
 /// A running syncthing `receiver` pulls `folderID` from `source` into `folderPath`, from adding
@@ -117,6 +137,7 @@ func syncthingPull(
         return (conns?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
     }
     guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
+    settleFileSystem()
     let cpu0 = ProcStat.cpuSeconds(pid: pid)
     let start = now()
     try await b.addFolder(id: folderID, path: folderPath, type: "receiveonly", devices: [a.deviceID])

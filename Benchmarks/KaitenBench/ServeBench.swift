@@ -74,6 +74,7 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 try await r.addFolder(id: folderID, path: dir.file("from-kaiten-\(run)-data"), type: "receiveonly", devices: [me])
                 try kaiten(["peer", "add", r.deviceID.description, "--name", "r\(run)", "--address", r.address])
                 try kaiten(["folder", "share", folderID, "r\(run)"])
+                settleFileSystem()
                 let start = now()
                 let (server, _) = try bench.startServe()
                 defer { bench.stop(server) }
@@ -130,8 +131,8 @@ func serveComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             }
             theirs.append(SenderRun(seconds: pulled.seconds, senderCPU: ProcStat.cpuSeconds(pid: sourcePID) - cpu0))
             log(String(format: "run %d: syncthing source %.2f s, %.2f CPU-s", run, theirs.last!.seconds, theirs.last!.senderCPU))
-            try? FileManager.default.removeItem(atPath: dir.file("from-kaiten-\(run)-data"))
-            try? FileManager.default.removeItem(atPath: dir.file("from-syncthing-\(run)-data"))
+            // Each run's trees stay until the end: removing them would slow the next run's
+            // receiver (see `settleFileSystem`).
         }
     }
     func row(_ name: String, _ runs: [SenderRun]) -> String {

@@ -34,6 +34,12 @@ public struct GlobalIndex: Sendable {
     /// not for the other devices' announcements of the same paths.
     private var overlay: [String: Changes] = [:]
 
+    /// While a log's tail is replayed, the paths it changes first are searched for in the
+    /// snapshot together, in name order, at the end (``resolveDeferredSearches()``): one by one
+    /// in the order they came, each search was a binary search through cold pages of the
+    /// snapshot, the largest cost of the replay. nil when searches are made at once.
+    private var deferredSearches: [String]?
+
     /// The conflict rule of the peers' generation (Kaiten picks it from their Hello).
     public var conflictRule: ConflictRule = .syncthing1
 
@@ -223,6 +229,65 @@ public struct GlobalIndex: Sendable {
 
     /// A path not yet searched for in the snapshot.
     private static let unsearched = Int.min
+    /// A name's first 8 UTF-8 bytes as a big-endian number (zeros after a shorter name): its
+    /// order among such numbers is the names' byte order, except between equal ones.
+    private static func prefixKey(_ name: String) -> UInt64 {
+        var key: UInt64 = 0
+        var count = 0
+        for byte in name.utf8 {
+            key = key << 8 | UInt64(byte)
+            count += 1
+            if count == 8 { return key }
+        }
+        return key << (8 * UInt64(8 - count))
+    }
+
+    /// A path whose search is deferred (``deferSnapshotSearches()``).
+    private static let deferred = Int.min + 1
+
+    /// From now until ``resolveDeferredSearches()``, defers the search of each newly changed
+    /// path in the snapshot (a log's tail is about to be replayed); nothing may read the view
+    /// in between.
+    mutating func deferSnapshotSearches() {
+        if base != nil, deferredSearches == nil { deferredSearches = [] }
+    }
+
+    /// Makes the deferred searches, in name order, each starting where the previous one ended;
+    /// returns the record bytes of the snapshot's announcements the changes replaced (what
+    /// ``set(_:for:)`` would have returned for each, had it searched at once).
+    mutating func resolveDeferredSearches() -> Int64 {
+        guard let deferred = deferredSearches else { return 0 }
+        deferredSearches = nil
+        guard let base, !deferred.isEmpty else { return 0 }
+        // Sorted by their first 8 bytes as a number, then in full where those are equal: most
+        // comparisons are then one of integers.
+        var keyed = deferred.map { (prefix: Self.prefixKey($0), name: $0) }
+        keyed.sort { $0.prefix != $1.prefix ? $0.prefix < $1.prefix : $0.name.utf8Precedes($1.name) }
+        let names = keyed.lazy.map(\.name)
+        // Searches in name order visit the snapshot front to back: when they are many, pages
+        // are better mapped several at a time.
+        let dense = names.count >= base.pathCount / 64
+        if dense { base.expectWalk(true) }
+        defer { if dense { base.expectWalk(false) } }
+        let voided = voidedInBase
+        var replaced: Int64 = 0
+        var from = 0
+        for var name in names {
+            let found: Int = name.withUTF8 { key in
+                let i = base.lowerBound(UnsafeRawBufferPointer(key), from: from)
+                from = i
+                return i < base.pathCount && ByteOrder.compare(base.nameBytes(i), UnsafeRawBufferPointer(key)) == 0 ? i : -1
+            }
+            Self.update(&overlay[name]!) { changes in
+                changes.baseIndex = found
+                // Every device with a change replaced its snapshot announcement, if it had one:
+                // the first change of a device is appended, later ones replace that.
+                for item in changes.entries { replaced += Int64(Self.baseRecordLength(base, voided, found, item.device) ?? 0) }
+            }
+            if found >= 0 { touchedInBase[found >> 6] |= 1 << UInt64(found & 63) }
+        }
+        return replaced
+    }
 
     /// Records `device`'s announcement of a path, replacing its previous one; returns the
     /// record length of the one it replaced (the log's live bytes drop by it).
@@ -231,13 +296,20 @@ public struct GlobalIndex: Sendable {
         let n = number(of: device)
         let base = self.base
         let voided = voidedInBase
+        let deferring = deferredSearches != nil
         var touched: Int?
+        var searchLater = false
         // One hash lookup, the path's changes modified in place.
         let old = Self.update(&overlay[entry.name, default: Changes(baseIndex: Self.unsearched, entries: [])]) { changes -> Int32? in
             if changes.baseIndex == Self.unsearched {
-                // First change of this path: one search of the snapshot, nothing decoded.
-                changes.baseIndex = base?.find(entry.name) ?? -1
-                if changes.baseIndex >= 0 { touched = changes.baseIndex }
+                if deferring {
+                    changes.baseIndex = Self.deferred
+                    searchLater = true
+                } else {
+                    // First change of this path: one search of the snapshot, nothing decoded.
+                    changes.baseIndex = base?.find(entry.name) ?? -1
+                    if changes.baseIndex >= 0 { touched = changes.baseIndex }
+                }
             }
             if let j = changes.entries.firstIndex(where: { $0.device == n }) {
                 let old = changes.entries[j].entry.recordLength
@@ -245,9 +317,11 @@ public struct GlobalIndex: Sendable {
                 return old
             }
             changes.entries.append((n, entry))
-            return Self.baseRecordLength(base, voided, changes.baseIndex, n)
+            // A deferred path's snapshot announcement is weighed when it is searched.
+            return changes.baseIndex == Self.deferred ? nil : Self.baseRecordLength(base, voided, changes.baseIndex, n)
         }
         if let i = touched { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
+        if searchLater { deferredSearches!.append(entry.name) }
         return old
     }
 
@@ -283,8 +357,12 @@ public struct GlobalIndex: Sendable {
 
     /// Forgets everything `device` announced; returns the record bytes that backed it.
     mutating func removeAll(from device: DeviceID) -> Int64 {
-        guard let n = deviceNumbers[device] else { return 0 }
-        var freed: Int64 = 0
+        // What the snapshot holds of each changed path must be known first; the searches
+        // resume deferred after (``deferSnapshotSearches()``).
+        let deferring = deferredSearches != nil
+        var freed = resolveDeferredSearches()
+        defer { if deferring { deferSnapshotSearches() } }
+        guard let n = deviceNumbers[device] else { return freed }
         if let base, !voidedInBase.contains(n) {
             // The snapshot's announcements of the device stop counting, weighed without
             // decoding; one the overlay replaced was already taken off when it was.

@@ -709,6 +709,10 @@ public final class IndexLog {
             }
             data = Data(bytesNoCopy: base, count: Int(size), deallocator: .custom { pointer, count in munmap(pointer, count) })
         }
+        // Over a snapshot, the paths the records change are searched for in it together, in
+        // name order, once they are all read (whatever happens, before anything reads the view).
+        index.deferSnapshotSearches()
+        defer { liveBytes -= index.resolveDeferredSearches() }
         do {
             try replay(data: data, from: Int(start), warn: warn)
         } catch let error as IndexLogError {

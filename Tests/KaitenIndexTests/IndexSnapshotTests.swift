@@ -87,9 +87,13 @@ struct IndexSnapshotTests {
             #expect(log.index.hasSnapshot)
             #expect(FileManager.default.fileExists(atPath: log.snapshotPath))
             // The tail: changes to snapshotted paths, new paths, a peer's full index that voids
-            // what the snapshot holds of it.
+            // what the snapshot holds of it, then more changes (paths changed twice, by one
+            // device and by both; replay searches the snapshot for them together at the end).
             try Self.fill(log, from: 250, count: 100)
             try Self.fill(log, from: 40, count: 10, peer: Self.peerB, indexID: 23, full: true)
+            try Self.fill(log, from: 260, count: 5)
+            try Self.fill(log, from: 30, count: 20)
+            try Self.fill(log, from: 45, count: 10, peer: Self.peerB, indexID: 23)
             let expected = try Self.fullReplay(path)
             #expect(View(log) == expected, "the writer's own view: \(View(log).difference(from: expected))")
             log.close()

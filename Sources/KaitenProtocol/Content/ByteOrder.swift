@@ -39,8 +39,28 @@ package enum ByteOrder {
 
     /// The first of `count` sorted keys (`keyAt(i)`) not ordered before `key`.
     package static func lowerBound(of key: UnsafeRawBufferPointer, count: Int, keyAt: (Int) -> UnsafeRawBufferPointer) -> Int {
-        var low = 0
-        var high = count
+        lowerBound(of: key, in: 0, count, keyAt: keyAt)
+    }
+
+    /// The same, knowing that every key before `start` is ordered before `key` (keys searched
+    /// in ascending order): steps of 1, 2, 4… from `start`, then a binary search of the last
+    /// step, so that a key near the previous one costs a few probes of nearby memory.
+    package static func lowerBound(of key: UnsafeRawBufferPointer, from start: Int, count: Int, keyAt: (Int) -> UnsafeRawBufferPointer) -> Int {
+        var low = start
+        var probe = start
+        var step = 1
+        while probe < count, compare(keyAt(probe), key) < 0 {
+            low = probe + 1
+            probe = low + step
+            step <<= 1
+        }
+        return lowerBound(of: key, in: low, Swift.min(probe, count), keyAt: keyAt)
+    }
+
+    /// Binary search of `low..<high`, where the answer is known to lie in `low...high`.
+    private static func lowerBound(of key: UnsafeRawBufferPointer, in low: Int, _ high: Int, keyAt: (Int) -> UnsafeRawBufferPointer) -> Int {
+        var low = low
+        var high = high
         while low < high {
             let middle = (low + high) / 2
             if compare(keyAt(middle), key) < 0 { low = middle + 1 } else { high = middle }
