@@ -37,6 +37,9 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         var current: [String: Set<DeviceID>] = [:]
         /// Per peer, what it holds of this device's local index of each folder.
         var announced: [DeviceID: [String: RemoteIndexState]] = [:]
+        /// Per peer, folders it began to share on an open connection whose index has not yet
+        /// reached the sequence its ClusterConfig announced (not current until it has).
+        var awaited: [DeviceID: [String: Int64]] = [:]
         var intakes: [Task<Void, Never>] = []
         var subscribers: [UUID: AsyncStream<IndexUpdate>.Continuation] = [:]
         /// Told when a connection is kept or lost (``connectionChanges()``).
@@ -49,6 +52,13 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     private let exchanges = SerialQueue()
     /// The writers that take peers' updates in, by folder (each holds its lock per batch only).
     private let intakeLogs = Mutex<[String: IndexLog]>([:])
+    /// Where what happens on an open connection is said (a peer sharing a folder or stopping):
+    /// the last `warn` a caller gave, which says things the way the rest of its output does.
+    private let notices = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+    private func notice(_ message: String) {
+        if let say = notices.withLock({ $0 }) { say(message) } else { logger.info("\(message)") }
+    }
 
     /// - Parameter serve: answers the peers' block requests (the block server); without it
     ///   they get NO_SUCH_FILE.
@@ -69,6 +79,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// sends it this device's; returns what happened with each peer and folder.
     @discardableResult
     public func connect(folders: [String] = [], warn: @escaping @Sendable (String) -> Void) async throws -> [IndexSync.Report] {
+        notices.withLock { $0 = warn }
         // In turn with accepted sessions: a peer that dials in meanwhile is then seen as
         // connected (and closed as a duplicate) rather than kept beside this one.
         let outcome = Mutex<Result<[IndexSync.Report], Error>>(.success([]))
@@ -99,6 +110,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// connection — one that restarted, a connection cut. A peer discovery just found
     /// (`found`) is dialled at once. Cancel the task to stop.
     public func keepConnected(found: AsyncStream<DeviceID>? = nil, warn: @escaping @Sendable (String) -> Void) -> Task<Void, Never> {
+        notices.withLock { $0 = warn }
         let me = home.identity.deviceID
         let wanted = home.config.devices.filter { device in
             device.id != me && mayRoute(device) && home.config.folders.contains { $0.devices.contains(device.id) }
@@ -315,28 +327,102 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// subscribers. A batch that cannot be stored ends the connection: the next exchange asks
     /// for everything after the last checkpoint again.
     private func takeIn(_ connection: PeerConnection, device: DeviceID) async {
-        for await event in connection.events {
-            guard case .index(let folder, let files, let isFull) = event else { continue }
-            guard home.config.folder(id: folder)?.devices.contains(device) == true else { continue }
-            do {
-                try storeBatch(folder: folder, device: device, files: files, isFull: isFull)
-            } catch {
-                logger.warning("\(device.shortDescription): cannot store its index update of \(folder): \(error)")
-                await connection.close(reason: "cannot store the index update")
-                break
+        events: for await event in connection.events {
+            switch event {
+            case .clusterConfig(let clusterConfig):
+                do {
+                    try sharingChanged(clusterConfig, connection: connection, device: device)
+                } catch {
+                    logger.warning("\(device.shortDescription): cannot take in the folders it now shares: \(error)")
+                    await connection.close(reason: "cannot take in the folders it now shares")
+                    break events
+                }
+            case .index(let folder, let files, let isFull):
+                guard home.config.folder(id: folder)?.devices.contains(device) == true else { continue }
+                do {
+                    try storeBatch(folder: folder, device: device, files: files, isFull: isFull)
+                } catch {
+                    logger.warning("\(device.shortDescription): cannot store its index update of \(folder): \(error)")
+                    await connection.close(reason: "cannot store the index update")
+                    break events
+                }
+                let update = IndexUpdate(device: device, folder: folder, files: files, isFullIndex: isFull)
+                for continuation in state.withLock({ Array($0.subscribers.values) }) { continuation.yield(update) }
+            case .closed:
+                continue
             }
-            let update = IndexUpdate(device: device, folder: folder, files: files, isFullIndex: isFull)
-            for continuation in state.withLock({ Array($0.subscribers.values) }) { continuation.yield(update) }
         }
         let reason = await connection.waitUntilClosed()
         state.withLock { state in
             if state.connections[device] === connection {
                 state.connections[device] = nil
                 state.announced[device] = nil
+                state.awaited[device] = nil
                 state.lost[device] = "\(reason)"
                 for folder in state.current.keys { state.current[folder]?.remove(device) }
             }
         }
+        connectionsChanged()
+    }
+
+    /// A ClusterConfig on a connection past its exchange (the peer's configuration changed):
+    /// a folder it now shares too is taken up on this connection as syncthing does (its index
+    /// ID noted, this device's index sent; the peer counts as current for it once its index
+    /// reaches the sequence it announced), and one it stopped sharing is dropped at once (it
+    /// no longer vouches for anything there).
+    private func sharingChanged(_ clusterConfig: BEPClusterConfig, connection: PeerConnection, device: DeviceID) throws {
+        // A secondary connection's ClusterConfig lists no folders and means nothing about them.
+        guard !clusterConfig.secondary else { return }
+        let me = home.identity.deviceID
+        let ours = home.config.folders.filter { $0.devices.contains(device) }.map(\.id)
+        let sharedNow = Set(ours.filter { clusterConfig.device(me, in: $0) != nil && clusterConfig.device(device, in: $0) != nil })
+        let (exchanged, isHeld) = state.withLock { state in
+            (Set(state.announced[device]?.keys.map { $0 } ?? []), state.connections[device] === connection)
+        }
+        guard isHeld else { return }
+        let stopped = exchanged.subtracting(sharedNow)
+        let started = sharedNow.subtracting(exchanged).sorted()
+        if !stopped.isEmpty {
+            notice("\(device.shortDescription): no longer shares \(stopped.sorted().joined(separator: ", ")) with this device")
+            state.withLock { state in
+                for folder in stopped {
+                    state.announced[device]?[folder] = nil
+                    state.awaited[device]?[folder] = nil
+                    state.current[folder]?.remove(device)
+                }
+            }
+        }
+        guard !started.isEmpty else { return }
+        notice("\(device.shortDescription): now shares \(started.joined(separator: ", ")) with this device")
+        for folder in started {
+            let theirs = clusterConfig.device(device, in: folder)!
+            let viewOfUs = clusterConfig.device(me, in: folder)!
+            IndexCompleteness.expect(home.home, folder: folder, device: device, indexID: theirs.indexID, maxSequence: theirs.maxSequence)
+            // The batches it sends next are stored under its index ID; a new one (it sends its
+            // index from the start then, as this device's ClusterConfig held another or none)
+            // replaces what the log held of it.
+            let held: Int64 = try intakeLogs.withLock { logs in
+                if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
+                let log = logs[folder]!
+                return try log.exclusively {
+                    if log.checkpoints[device]?.indexID != theirs.indexID {
+                        try log.apply(device: device, indexID: theirs.indexID, files: [], isFullIndex: true)
+                    }
+                    return log.checkpoints[device]?.maxSequence ?? 0
+                }
+            }
+            state.withLock { state in
+                state.announced[device, default: [:]][folder] = RemoteIndexState(indexID: viewOfUs.indexID, maxSequence: viewOfUs.maxSequence)
+                if held >= theirs.maxSequence {
+                    state.current[folder, default: []].insert(device)
+                } else {
+                    state.awaited[device, default: [:]][folder] = theirs.maxSequence
+                }
+            }
+        }
+        // What it lacks of this device's index of those folders, sent in turn with the other
+        // exchanges (not from here: the intake goes on meanwhile).
+        Task { await self.announce(folders: started, warn: { self.logger.warning("\($0)") }) }
         connectionsChanged()
     }
 
@@ -392,6 +478,14 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
                 }
                 try log.apply(device: device, indexID: indexID, files: files, isFullIndex: isFull)
                 log.maintain(warn: { logger.warning("\($0)") })
+                // A folder it began to share on this connection is current once its index is in.
+                let held = log.checkpoints[device]?.maxSequence ?? 0
+                state.withLock { state in
+                    if let target = state.awaited[device]?[folder], held >= target {
+                        state.awaited[device]?[folder] = nil
+                        state.current[folder, default: []].insert(device)
+                    }
+                }
             }
         }
     }

@@ -145,6 +145,60 @@ struct FullDeviceInteropTests {
         }
     }
 
+    /// The usual way a folder starts: Kaiten shares it, and the peer's user accepts it later,
+    /// while the two are connected. The peer then sends a new ClusterConfig on the open
+    /// connection; Kaiten takes the folder up there, as syncthing does (its index sent, the
+    /// peer's taken in): the peer gets the files on the same connection, not after a
+    /// reconnection that may never come. And when the peer stops sharing it, Kaiten says so.
+    @Test func aFolderThePeerAcceptsWhileConnectedIsTakenUpOnTheSameConnection() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-accept")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        let dataB = dir.file("peer-b")
+        try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
+        try TestFiles.random(world.peerData + "/a.bin", size: 300_000)
+        try TestFiles.write(world.peerData + "/dir/c.txt", "selected through its directory\n")
+        try await withSyncthing(a) { a in
+            try await world.share(a, files: 2)
+            #expect(try world.kaiten("select", Self.folder, "a.bin", "dir").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+        }
+        try await withSyncthing(b) { b in
+            // B knows Kaiten but has no folder yet; Kaiten shares the folder with B.
+            try await b.addDevice(world.me, name: "k")
+            #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
+            #expect(try world.kaiten("folder", "share", Self.folder, "b").status == 0)
+            let logPath = dir.file("serve.log")
+            let server = try await StreamInteropTests.Server.start(home: world.home, logPath: logPath)
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            func connection() async throws -> [String: Any]? {
+                let connections = try await b.get("/rest/system/connections") as? [String: Any]
+                return (connections?["connections"] as? [String: Any])?[world.me.description] as? [String: Any]
+            }
+            try await b.waitUntil("B connected to Kaiten", timeout: 60) { try await connection()?["connected"] as? Bool == true }
+            let startedAt = try await connection()?["startedAt"] as? String
+            // B's user accepts the folder.
+            try await b.addFolder(id: Self.folder, path: dataB, type: "receiveonly", devices: [world.me])
+            try await b.waitUntil("B has what Kaiten holds", timeout: 60) {
+                ApplyInteropTests.sha(dataB + "/a.bin") == ApplyInteropTests.sha(world.peerData + "/a.bin")
+                    && ApplyInteropTests.sha(dataB + "/dir/c.txt") == ApplyInteropTests.sha(world.peerData + "/dir/c.txt")
+            }
+            try await Self.waitCompletion(b, of: world.me, { $0 == 100 && $1 == 0 }, "B sees Kaiten at 100 %")
+            let after = try await connection()
+            #expect(after?["connected"] as? Bool == true)
+            #expect(after?["startedAt"] as? String == startedAt, "the same connection, not a new one: \(String(describing: after))")
+            let log = { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+            #expect(log().contains("now shares \(Self.folder) with this device"), "\(log())")
+            // B stops sharing it (the folder kept on B, Kaiten removed from it).
+            try await b.addFolder(id: Self.folder, path: dataB, type: "receiveonly", devices: [])
+            try await b.waitUntil("Kaiten noticed", timeout: 30) { log().contains("no longer shares \(Self.folder) with this device") }
+            #expect(try await connection()?["startedAt"] as? String == startedAt)
+            try server.stop()
+        }
+    }
+
     /// A hostile requester (a scripted peer) gets the right refusal for each thing it may not
     /// have, and nothing outside the folder is read: a name not announced, a block past the
     /// end, a 1 GiB block, a file whose parent became a symlink to a copy outside, a file
