@@ -63,29 +63,32 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
 
             // Kaiten: everything from connecting to the last rename, in its own process.
             settleFileSystem()
-            let before = childrenUsage()
-            let start = now()
             // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS` ("record -g -o FILE",
             // "record -e page-faults -g -o FILE", "stat -e page-faults"; RUN becomes the run's
             // number), started with no signal blocked (perf would inherit the bench's blocked
-            // SIGCHLD and never end).
-            let applied: ProcessResult
+            // SIGCHLD and never end). Otherwise through `kaiten-bench timed`, whose only child it
+            // is: its peak RSS is then its own, not the largest of every process waited for.
+            let arguments = [KaitenCLI.executable, "apply", "--yes", "--json", "--home", bench.home]
+            let kaitenRun: Run
             if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
+                let before = childrenUsage()
+                let start = now()
                 let perf = perfCommand(
-                    perfArguments.replacingOccurrences(of: "RUN", with: "\(run)").split(separator: " ").map(String.init)
-                        + [KaitenCLI.executable, "apply", "--yes", "--json", "--home", bench.home])
-                applied = try ProcessRunner.run(perf.executable, perf.arguments)
+                    perfArguments.replacingOccurrences(of: "RUN", with: "\(run)").split(separator: " ").map(String.init) + arguments)
+                let applied = try ProcessRunner.run(perf.executable, perf.arguments)
+                guard applied.status == 0 else { throw HarnessError("kaiten apply failed: \(applied.stderr)") }
+                let after = childrenUsage()
+                kaitenRun = Run(seconds: now() - start, cpu: after.cpu - before.cpu, rss: after.maxRSSMiB)
             } else {
-                applied = try bench.run(["apply", "--yes", "--json"])
+                let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed"] + arguments)
+                let f = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                guard timed.status == 0, f.count == 3 else { throw HarnessError("kaiten apply failed: \(timed.stderr)") }
+                kaitenRun = Run(seconds: f[0], cpu: f[1], rss: f[2])
             }
-            let kaitenSeconds = now() - start
-            let after = childrenUsage()
-            let summary = applied.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let kaitenSeconds = kaitenRun.seconds
             let kaitenFiles = (try? FileManager.default.subpathsOfDirectory(atPath: kaitenData).filter { !$0.hasPrefix(".st") }.count) ?? 0
-            log("run \(run): kaiten summary: \(summary) (\(kaitenFiles) entries on disk)")
-            // ru_maxrss of the children is the largest of any so far: each run's Kaiten is the
-            // same binary doing the same work, so the largest is reported.
-            ours.append(Run(seconds: kaitenSeconds, cpu: after.cpu - before.cpu, rss: after.maxRSSMiB))
+            guard kaitenFiles >= expectedFiles else { throw HarnessError("kaiten apply left \(kaitenFiles) entries, not \(expectedFiles)") }
+            ours.append(kaitenRun)
 
             // A fresh syncthing receiving the same folder from the same peer.
             let pulled = try await withSyncthing(receivers[run - 1]) { b in

@@ -101,13 +101,9 @@ struct FullDeviceInteropTests {
         }
     }
 
-    /// A second syncthing device that shares the folder only with Kaiten (the original source
-    /// stopped) pulls every selected file from Kaiten, byte for byte, while `kaiten serve`
-    /// holds the connections; the file Kaiten left out never reaches it, and Kaiten is never
-    /// asked for it.
-    @Test func anotherDevicePullsWhatKaitenHolds() async throws {
-        let dir = try TemporaryDirectory(prefix: "kaiten-source")
-        defer { dir.remove() }
+    /// Kaiten holding `a.bin` and `dir/c.txt` of peer A's folder (not `left-out.txt`), A stopped;
+    /// a second syncthing device B, not started, with an empty directory for its copy.
+    static func kaitenHoldsTwoOfThree(_ dir: TemporaryDirectory) async throws -> (world: World, b: SyncthingInstance, dataB: String) {
         let world = try World(dir)
         let a = try SyncthingInstance.generate(in: dir.path, name: "a")
         let b = try SyncthingInstance.generate(in: dir.path, name: "b")
@@ -121,6 +117,17 @@ struct FullDeviceInteropTests {
             #expect(try world.kaiten("select", Self.folder, "a.bin", "dir").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
         }
+        return (world, b, dataB)
+    }
+
+    /// A second syncthing device that shares the folder only with Kaiten (the original source
+    /// stopped) pulls every selected file from Kaiten, byte for byte, while `kaiten serve`
+    /// holds the connections; the file Kaiten left out never reaches it, and Kaiten is never
+    /// asked for it.
+    @Test func anotherDevicePullsWhatKaitenHolds() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-source")
+        defer { dir.remove() }
+        let (world, b, dataB) = try await Self.kaitenHoldsTwoOfThree(dir)
         try await withSyncthing(b) { b in
             try await b.addDevice(world.me, name: "k")
             try await Self.shareWithKaitenOnly(b, world: world, path: dataB)
@@ -153,18 +160,7 @@ struct FullDeviceInteropTests {
     @Test func aFolderThePeerAcceptsWhileConnectedIsTakenUpOnTheSameConnection() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-accept")
         defer { dir.remove() }
-        let world = try World(dir)
-        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
-        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
-        let dataB = dir.file("peer-b")
-        try FileManager.default.createDirectory(atPath: dataB, withIntermediateDirectories: true)
-        try TestFiles.random(world.peerData + "/a.bin", size: 300_000)
-        try TestFiles.write(world.peerData + "/dir/c.txt", "selected through its directory\n")
-        try await withSyncthing(a) { a in
-            try await world.share(a, files: 2)
-            #expect(try world.kaiten("select", Self.folder, "a.bin", "dir").status == 0)
-            #expect(try world.kaiten("apply", "--yes").status == 0)
-        }
+        let (world, b, dataB) = try await Self.kaitenHoldsTwoOfThree(dir)
         try await withSyncthing(b) { b in
             // B knows Kaiten but has no folder yet; Kaiten shares the folder with B.
             try await b.addDevice(world.me, name: "k")
@@ -186,6 +182,7 @@ struct FullDeviceInteropTests {
                     && ApplyInteropTests.sha(dataB + "/dir/c.txt") == ApplyInteropTests.sha(world.peerData + "/dir/c.txt")
             }
             try await Self.waitCompletion(b, of: world.me, { $0 == 100 && $1 == 0 }, "B sees Kaiten at 100 %")
+            #expect(!FileManager.default.fileExists(atPath: dataB + "/left-out.txt"))
             let after = try await connection()
             #expect(after?["connected"] as? Bool == true)
             #expect(after?["startedAt"] as? String == startedAt, "the same connection, not a new one: \(String(describing: after))")
