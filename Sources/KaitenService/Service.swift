@@ -504,9 +504,12 @@ public final class Service: Sendable {
         do {
             try Applier.checkBrakes(admitted, states: prepared.states, maxDelete: options.maxDelete)
         } catch {
-            // A brake holds the deletions back, not the rest.
+            // A brake holds the deletions back, not the rest; the directories they would empty
+            // too (trying those every round only said "left in place" every round).
             if !repeated { emit(ServiceEvent("kept", "\(error.hint); deletions held back, the rest applied")) }
-            for i in admitted.folders.indices { admitted.folders[i].actions.removeAll { $0.action == .delete || $0.action == .sendDelete } }
+            for i in admitted.folders.indices {
+                admitted.folders[i].actions.removeAll { $0.action == .delete || $0.action == .sendDelete || $0.action == .rmdir }
+            }
             count = admitted.folders.reduce(0) { $0 + $1.actions.count }
         }
         let emit = self.emit

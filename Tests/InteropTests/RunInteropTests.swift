@@ -441,6 +441,33 @@ extension RunInteropTests {
         return record["last_round"] as? [String: Any]
     }
 
+    /// Deletions a brake holds back stay held, quietly: said once, not every round (nor the
+    /// directories they would have emptied, "left in place" at each rescan), and nothing is
+    /// deleted; the rest of the service goes on.
+    @Test func deletionsHeldByABrakeAreSaidOnceNotEveryRound() async throws {
+        try await Self.withDocsSelected("kaiten-run-brake") { world, st, dir in
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "1"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let local = world.local
+            try await Self.waitFor("the selection pulled", log: run) {
+                Self.content(local + "/docs/a.txt") == "a, first\n" && Self.content(local + "/docs/b.txt") == "b\n"
+            }
+            let before = run.log.count
+            // Two deletions (and the directory) against a brake of one.
+            #expect(try world.kaiten("deselect", Self.folder, "docs").status == 0)
+            try await Self.waitFor("the brake said", log: run) { run.log.dropFirst(before).contains("deletions held back") }
+            // Several rescans (every 2 s here), each planning the same held deletions.
+            let firstRound = Self.lastRound(world)?["number"] as? Int ?? 0
+            try await Self.waitFor("three more rounds", log: run) { (Self.lastRound(world)?["number"] as? Int ?? 0) >= firstRound + 3 }
+            let since = String(run.log.dropFirst(before))
+            #expect(since.components(separatedBy: "deletions held back").count == 2, "said once: \(since)")
+            #expect(!since.contains("left in place"), "\(since)")
+            #expect(Self.content(local + "/docs/a.txt") == "a, first\n" && Self.content(local + "/docs/b.txt") == "b\n")
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+        }
+    }
+
     /// A peer's change is planned from the paths its update names (the rest of the folder is
     /// held in memory, not read again), and what the service writes itself is not news to it:
     /// after the pull no second round follows. A change to a file that is not selected here is
