@@ -229,19 +229,6 @@ public struct GlobalIndex: Sendable {
 
     /// A path not yet searched for in the snapshot.
     private static let unsearched = Int.min
-    /// A name's first 8 UTF-8 bytes as a big-endian number (zeros after a shorter name): its
-    /// order among such numbers is the names' byte order, except between equal ones.
-    private static func prefixKey(_ name: String) -> UInt64 {
-        var key: UInt64 = 0
-        var count = 0
-        for byte in name.utf8 {
-            key = key << 8 | UInt64(byte)
-            count += 1
-            if count == 8 { return key }
-        }
-        return key << (8 * UInt64(8 - count))
-    }
-
     /// A path whose search is deferred (``deferSnapshotSearches()``).
     private static let deferred = Int.min + 1
 
@@ -256,19 +243,10 @@ public struct GlobalIndex: Sendable {
     /// returns the record bytes of the snapshot's announcements the changes replaced (what
     /// ``set(_:for:)`` would have returned for each, had it searched at once).
     mutating func resolveDeferredSearches() -> Int64 {
-        guard let deferred = deferredSearches else { return 0 }
+        guard var names = deferredSearches else { return 0 }
         deferredSearches = nil
-        guard let base, !deferred.isEmpty else { return 0 }
-        // Sorted by their first 8 bytes as a number, then in full where those are equal: most
-        // comparisons are then one of integers.
-        var keyed = deferred.map { (prefix: Self.prefixKey($0), name: $0) }
-        keyed.sort { $0.prefix != $1.prefix ? $0.prefix < $1.prefix : $0.name.utf8Precedes($1.name) }
-        let names = keyed.lazy.map(\.name)
-        // Searches in name order visit the snapshot front to back: when they are many, pages
-        // are better mapped several at a time.
-        let dense = names.count >= base.pathCount / 64
-        if dense { base.expectWalk(true) }
-        defer { if dense { base.expectWalk(false) } }
+        guard let base, !names.isEmpty else { return 0 }
+        names.sort { $0.utf8Precedes($1) }
         let voided = voidedInBase
         var replaced: Int64 = 0
         var from = 0

@@ -101,14 +101,12 @@ public final class IndexSnapshot: @unchecked Sendable {
         let raw = UnsafeRawBufferPointer(start: mapped, count: size)
         // Lookups jump around: map only the page each touches, not its neighbours (fault-around)
         // or a whole huge page, which made a 1,000-file `ls` resident in 140 MiB.
+        madvise(mapped, size, MADV_RANDOM)
         madvise(mapped, size, 15 /* MADV_NOHUGEPAGE */)
         do {
-            // The check reads every byte in order: pages mapped many at a time.
-            madvise(mapped, size, MADV_SEQUENTIAL)
             let snapshot = try check(raw, path: path, folderID: folderID, generation: generation, logSize: logSize)
             // Checking read every page; the plan reads only what it visits.
             madvise(mapped, size, MADV_DONTNEED)
-            madvise(mapped, size, MADV_RANDOM)
             return snapshot
         } catch {
             munmap(mapped, size)
@@ -318,11 +316,6 @@ public final class IndexSnapshot: @unchecked Sendable {
 
     /// Gives the pages read so far back (they stay in the page cache): a long-running service
     /// between rounds.
-    /// Whether pages are mapped one at a time (lookups) or many (a walk in name order).
-    func expectWalk(_ walk: Bool) {
-        madvise(UnsafeMutableRawPointer(mutating: base), byteCount, walk ? MADV_NORMAL : MADV_RANDOM)
-    }
-
     public func releasePages() {
         madvise(UnsafeMutableRawPointer(mutating: base), byteCount, MADV_DONTNEED)
     }

@@ -401,10 +401,8 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             // The batches it sends next are stored under its index ID; a new one (it sends its
             // index from the start then, as this device's ClusterConfig held another or none)
             // replaces what the log held of it.
-            let held: Int64 = try intakeLogs.withLock { logs in
-                if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
-                let log = logs[folder]!
-                return try log.exclusively {
+            let held: Int64 = try withIntakeLog(folder) { log in
+                try log.exclusively {
                     if log.checkpoints[device]?.indexID != theirs.indexID {
                         try log.apply(device: device, indexID: theirs.indexID, files: [], isFullIndex: true)
                     }
@@ -467,10 +465,16 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         }
     }
 
-    private func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
+    /// The folder's intake log (opened the first time), held for `body`.
+    private func withIntakeLog<T: Sendable>(_ folder: String, _ body: (IndexLog) throws -> T) throws -> T {
         try intakeLogs.withLock { logs in
             if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
-            let log = logs[folder]!
+            return try body(logs[folder]!)
+        }
+    }
+
+    private func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
+        try withIntakeLog(folder) { log in
             try log.exclusively {
                 // The index ID its ClusterConfig gave, stored by the exchange.
                 guard let indexID = log.checkpoints[device]?.indexID else {
