@@ -122,7 +122,7 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             format: "ratio kaiten/syncthing: throughput %.2f× (runs: %@), CPU %.2f×   goal: throughput ≥ %@, CPU ≤ 0.7×",
             median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), ratios.map { String(format: "%.2f", $0) }.joined(separator: ", "),
             median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001), expectedFiles == 4 ? "1.5×" : "3×"))
-    print("(kaiten: index exchange, verified pulls, fsync before every rename; syncthing: the same, from adding the folder)")
+    print("(kaiten: index exchange, verified pulls, each file flushed to disk before its rename (small files share a syncfs); syncthing: the same, from adding the folder)")
 }
 
 /// A running syncthing `receiver` pulls `folderID` from `source` into `folderPath`, from adding

@@ -430,6 +430,7 @@ public enum Applier {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
                 puller.versioner = versioner
                 puller.journal = journal
+                puller.groupSync = GroupSync(root: root)
                 puller.copyOwnershipFromParent = config.copyOwnershipFromParent
                 puller.stop = stop
                 puller.progress = bytesMoved

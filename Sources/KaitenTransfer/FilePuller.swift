@@ -39,6 +39,8 @@ public struct FilePuller: Sendable {
     public var progress: ByteCounter?
     /// Keeps the file a pull replaces (the folder's versioning), just before the rename.
     public var versioner: Versioner?
+    /// Shares one flush among the small files in flight (apply); nil: each file is fsynced.
+    public var groupSync: GroupSync?
 
     /// What is on disk at `path` before the rename must still be what the plan saw; otherwise
     /// the pull stops and the local file is left alone.
@@ -171,15 +173,10 @@ public struct FilePuller: Sendable {
         }
         let mode: mode_t = entry.noPermissions || ignorePermissions ? 0o644 : mode_t(entry.permissions & 0o777)
         ok = true
-        // fsync blocks for milliseconds: run it (and the rename after it) off the cooperative
-        // pool, so other files keep downloading and many fsyncs share one journal commit.
         let copyOwnership = copyOwnershipFromParent
-        let info = try await Blocking.run { () throws -> stat in
-            defer { close(fd) }
-            guard fsync(fd) == 0 else {
-                unlink(temp)
-                throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(errno)))")
-            }
+        let synced = SyncedVersion(version: entry.version, contentHash: entry.contentHash)
+        /// Mode, owner and times, set before the flush so that it makes them durable too.
+        @Sendable func setMetadata() -> stat {
             fchmod(fd, mode)
             if copyOwnership {
                 // As syncthing: the directory's owner and group; without the privilege it is a no-op.
@@ -193,15 +190,42 @@ public struct FilePuller: Sendable {
             futimens(fd, &times)
             var info = stat()
             fstat(fd, &info)
+            return info
+        }
+        @Sendable func renameIntoPlace() throws(ApplyError) {
+            defer { close(fd) }
             do {
-                try finish(
-                    temp: temp, target: target, name: name, synced: SyncedVersion(version: entry.version, contentHash: entry.contentHash),
-                    check: check)
+                try finish(temp: temp, target: target, name: name, synced: synced, check: check)
             } catch {
                 unlink(temp)
                 throw error
             }
-            return info
+        }
+        let info: stat
+        if let groupSync, entry.size <= GroupSync.largestFile {
+            // A small file: its flush is shared with the others in flight (see GroupSync).
+            info = setMetadata()
+            let result = await groupSync.sync(fd)
+            guard result == 0 else {
+                close(fd)
+                unlink(temp)
+                throw ApplyError(.io, path: name, "cannot make it durable (syncfs): \(String(cString: strerror(result)))")
+            }
+            try await Blocking.run { try renameIntoPlace() }
+        } else {
+            // fsync blocks for milliseconds: run it (and the rename after it) off the cooperative
+            // pool, so other files keep downloading and many fsyncs share one journal commit.
+            info = try await Blocking.run { () throws -> stat in
+                let info = setMetadata()
+                guard fsync(fd) == 0 else {
+                    let error = errno
+                    close(fd)
+                    unlink(temp)
+                    throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(error)))")
+                }
+                try renameIntoPlace()
+                return info
+            }
         }
         var offset: Int64 = 0
         let localBlocks = blocks.map { block -> LocalBlock in

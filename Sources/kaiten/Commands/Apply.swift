@@ -25,7 +25,7 @@ extension Kaiten {
                 once is stale afterwards.
 
                 Order: .stignore first (atomically), then directories, then pulls (every block \
-                SHA-256-verified, written to .syncthing.NAME.tmp, fsynced, renamed into place), \
+                SHA-256-verified, written to .syncthing.NAME.tmp, flushed to disk, renamed into place), \
                 then deletions (each re-checked as it runs: still the content the plan saw, still \
                 held by --require-peers peers connected right now: a peer that is offline holds nothing \
                 as far as a deletion is concerned), then empty directories, then what changed here \

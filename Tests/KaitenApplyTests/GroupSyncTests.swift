@@ -1,0 +1,72 @@
+import Foundation
+import Synchronization
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenTransfer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite struct GroupSyncTests {
+    @Test(arguments: [
+        ("6.18.44-fc-v669", true), ("5.8.0", true), ("5.10.0-23-amd64", true), ("6.1.0-18-cloud-amd64", true),
+        ("5.7.19", false), ("4.19.0-26-amd64", false), ("", false), ("linux", false),
+    ])
+    func syncfsIsTrustedFromLinux58(release: String, trusted: Bool) {
+        #expect(GroupSync.kernel(release, isAtLeast: (5, 8)) == trusted)
+    }
+
+    /// Every file waiting is released by a flush, none before one has run, and files written at
+    /// the same time share flushes rather than having one each.
+    @Test func filesInFlightTogetherShareFlushes() async throws {
+        let root = try TemporaryDirectory()
+        // The first flush is held a moment, as a slow disk would: the files written meanwhile
+        // must then share the next one.
+        let held = Atomic<Bool>(false)
+        guard let group = GroupSync(root: root.path, beforeFlush: { if !held.exchange(true, ordering: .relaxed) { usleep(200_000) } }) else {
+            // The one line a kernel before 5.8 gets: there each file is fsynced on its own.
+            print("GroupSync: syncfs does not report errors on this kernel; each file is fsynced")
+            return
+        }
+        let count = 200
+        let results = await withTaskGroup(of: Int32.self, returning: [Int32].self) { tasks in
+            for i in 0..<count {
+                tasks.addTask {
+                    let fd = open(root.path + "/f\(i)", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+                    defer { close(fd) }
+                    let bytes = [UInt8](repeating: UInt8(i & 0xff), count: 4096)
+                    _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                    return await group.sync(fd)
+                }
+            }
+            return await tasks.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.count == count)
+        #expect(results.allSatisfy { $0 == 0 })
+        #expect(group.flushes >= 1)
+        #expect(group.flushes < count)
+    }
+
+    /// A file on another file system than the folder's (a mount below it) is not covered by the
+    /// folder's syncfs: it gets its own fsync.
+    @Test func aFileOnAnotherFileSystemIsFsyncedOnItsOwn() async throws {
+        let root = try TemporaryDirectory()
+        var rootInfo = stat(), shmInfo = stat()
+        guard stat(root.path, &rootInfo) == 0, stat("/dev/shm", &shmInfo) == 0, rootInfo.st_dev != shmInfo.st_dev,
+            let group = GroupSync(root: root.path)
+        else {
+            print("GroupSync: no second file system at /dev/shm (or kernel before 5.8); skipped")
+            return
+        }
+        let path = "/dev/shm/kaiten-groupsync-\(getpid())"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        defer {
+            close(fd)
+            unlink(path)
+        }
+        #expect(await group.sync(fd) == 0)
+        #expect(group.flushes == 0)
+    }
+}
