@@ -14,6 +14,7 @@ public struct GlobalIndex: Sendable {
     /// A snapshot's devices come first, with the snapshot's numbers.
     private var devices: [DeviceID] = []
     private var deviceNumbers: [DeviceID: UInt16] = [:]
+    private var lastNumbered: (device: DeviceID, number: UInt16)?
     /// The state a snapshot held (``IndexSnapshot``), read in place, sorted by name; nil
     /// without one (then `overlay` holds everything).
     private var base: IndexSnapshot?
@@ -37,8 +38,12 @@ public struct GlobalIndex: Sendable {
     /// While a log's tail is replayed, the paths it changes first are searched for in the
     /// snapshot together, in name order, at the end (``resolveDeferredSearches()``): one by one
     /// in the order they came, each search was a binary search through cold pages of the
-    /// snapshot, the largest cost of the replay. nil when searches are made at once.
-    private var deferredSearches: [String]?
+    /// snapshot, the largest cost of the replay. Each comes with the device that changed it
+    /// first, whose snapshot announcement it replaced. nil when searches are made at once.
+    private var deferredSearches: [(name: String, device: UInt16)]?
+    /// The other devices that changed a deferred path (its first one is with its name), by the
+    /// path's place among the deferred names: their snapshot announcements are weighed with it.
+    private var deferredOtherDevices: [(place: Int, device: UInt16)] = []
 
     /// The conflict rule of the peers' generation (Kaiten picks it from their Hello).
     public var conflictRule: ConflictRule = .syncthing1
@@ -212,7 +217,13 @@ public struct GlobalIndex: Sendable {
     }
 
     private mutating func number(of device: DeviceID) -> UInt16 {
-        if let n = deviceNumbers[device] { return n }
+        // A log's records come in batches of one device: the same one as last time is compared
+        // (the same bytes, usually the very same array), not hashed.
+        if let last = lastNumbered, last.device == device { return last.number }
+        if let n = deviceNumbers[device] {
+            lastNumbered = (device, n)
+            return n
+        }
         let n = UInt16(devices.count)
         devices.append(device)
         deviceNumbers[device] = n
@@ -229,8 +240,10 @@ public struct GlobalIndex: Sendable {
 
     /// A path not yet searched for in the snapshot.
     private static let unsearched = Int.min
-    /// A path whose search is deferred (``deferSnapshotSearches()``).
-    private static let deferred = Int.min + 1
+    /// A path whose search is deferred (``deferSnapshotSearches()``) is marked with its place
+    /// among the deferred names, counted from here.
+    private static let firstDeferred = Int.min + 1
+    private static func isDeferred(_ baseIndex: Int) -> Bool { baseIndex != unsearched && baseIndex < -1 }
 
     /// From now until ``resolveDeferredSearches()``, defers the search of each newly changed
     /// path in the snapshot (a log's tail is about to be replayed); nothing may read the view
@@ -243,26 +256,83 @@ public struct GlobalIndex: Sendable {
     /// returns the record bytes of the snapshot's announcements the changes replaced (what
     /// ``set(_:for:)`` would have returned for each, had it searched at once).
     mutating func resolveDeferredSearches() -> Int64 {
-        guard var names = deferredSearches else { return 0 }
+        guard let deferred = deferredSearches else { return 0 }
+        let otherDevices = deferredOtherDevices
         deferredSearches = nil
-        guard let base, !names.isEmpty else { return 0 }
-        names.sort { $0.utf8Precedes($1) }
+        deferredOtherDevices = []
+        guard let base, !deferred.isEmpty else { return 0 }
+        // The names' bytes side by side, and their order sorted as numbers into them: sorting
+        // the Strings themselves retained and released both at every comparison, half of the
+        // sort's time.
+        var arena: [UInt8] = []
+        arena.reserveCapacity(deferred.count * 32)
+        var spans: [(start: Int, count: Int)] = []
+        spans.reserveCapacity(deferred.count)
+        for (var name, _) in deferred {
+            name.withUTF8 { bytes in
+                spans.append((arena.count, bytes.count))
+                arena.append(contentsOf: bytes)
+            }
+        }
+        let firstDevices = deferred.map(\.device)
+        var order = [Int32](0..<Int32(deferred.count))
+        // Where each deferred name is in the snapshot (-1: not there), by its place.
+        var found = [Int](repeating: -1, count: deferred.count)
         let voided = voidedInBase
-        var replaced: Int64 = 0
-        var from = 0
-        for var name in names {
-            let found: Int = name.withUTF8 { key in
-                let i = base.lowerBound(UnsafeRawBufferPointer(key), from: from)
-                from = i
-                return i < base.pathCount && ByteOrder.compare(base.nameBytes(i), UnsafeRawBufferPointer(key)) == 0 ? i : -1
+        // The record bytes of the snapshot announcements the first devices replaced, per part.
+        var replacedByPart: [Int64] = [0, 0]
+        arena.withUnsafeBytes { arena in
+            spans.withUnsafeBufferPointer { spans in
+                func key(_ k: Int32) -> UnsafeRawBufferPointer {
+                    let span = spans[Int(k)]
+                    return UnsafeRawBufferPointer(rebasing: arena[span.start..<(span.start + span.count)])
+                }
+                order.sort { ByteOrder.compare(key($0), key($1)) < 0 }
+                // The searches read only the snapshot: two halves of the sorted names on two
+                // cores, each search starting where the previous one of its half ended.
+                order.withUnsafeBufferPointer { order in
+                    found.withUnsafeMutableBufferPointer { found in
+                        replacedByPart.withUnsafeMutableBufferPointer { replacedByPart in
+                            // Each part writes only its own names' places and its own sum; all
+                            // is read after both end.
+                            nonisolated(unsafe) let (arena, spans, order, found, sums) = (arena, spans, order, found, replacedByPart)
+                            let parts = order.count >= 4096 ? 2 : 1
+                            DispatchQueue.concurrentPerform(iterations: parts) { part in
+                                var from = 0
+                                var sum: Int64 = 0
+                                for k in order[(order.count * part / parts)..<(order.count * (part + 1) / parts)] {
+                                    let span = spans[Int(k)]
+                                    let key = UnsafeRawBufferPointer(rebasing: arena[span.start..<(span.start + span.count)])
+                                    let i = base.lowerBound(key, from: from)
+                                    from = i
+                                    guard i < base.pathCount && ByteOrder.compare(base.nameBytes(i), key) == 0 else { continue }
+                                    found[Int(k)] = i
+                                    // The change replaced the first device's snapshot announcement, if
+                                    // it had one (read here, in name order, where the search just was).
+                                    sum += Int64(Self.baseRecordLength(base, voided, i, firstDevices[Int(k)]) ?? 0)
+                                }
+                                sums[part] = sum
+                            }
+                        }
+                    }
+                }
             }
-            Self.update(&overlay[name]!) { changes in
-                changes.baseIndex = found
-                // Every device with a change replaced its snapshot announcement, if it had one:
-                // the first change of a device is appended, later ones replace that.
-                for item in changes.entries { replaced += Int64(Self.baseRecordLength(base, voided, found, item.device) ?? 0) }
+        }
+        var replaced = replacedByPart[0] + replacedByPart[1]
+        for (place, device) in otherDevices {
+            replaced += Int64(Self.baseRecordLength(base, voided, found[place], device) ?? 0)
+        }
+        // Each deferred path takes its result in the table's own order (memory read in
+        // sequence, no name hashed again).
+        var position = overlay.values.startIndex
+        while position != overlay.values.endIndex {
+            let marked = overlay.values[position].baseIndex
+            if Self.isDeferred(marked) {
+                let i = found[marked - Self.firstDeferred]
+                overlay.values[position].baseIndex = i
+                if i >= 0 { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
             }
-            if found >= 0 { touchedInBase[found >> 6] |= 1 << UInt64(found & 63) }
+            overlay.values.formIndex(after: &position)
         }
         return replaced
     }
@@ -274,14 +344,15 @@ public struct GlobalIndex: Sendable {
         let n = number(of: device)
         let base = self.base
         let voided = voidedInBase
-        let deferring = deferredSearches != nil
+        let deferredCount = deferredSearches?.count
         var touched: Int?
         var searchLater = false
+        var otherDevice: Int?
         // One hash lookup, the path's changes modified in place.
         let old = Self.update(&overlay[entry.name, default: Changes(baseIndex: Self.unsearched, entries: [])]) { changes -> Int32? in
             if changes.baseIndex == Self.unsearched {
-                if deferring {
-                    changes.baseIndex = Self.deferred
+                if let deferredCount {
+                    changes.baseIndex = Self.firstDeferred + deferredCount
                     searchLater = true
                 } else {
                     // First change of this path: one search of the snapshot, nothing decoded.
@@ -295,11 +366,17 @@ public struct GlobalIndex: Sendable {
                 return old
             }
             changes.entries.append((n, entry))
-            // A deferred path's snapshot announcement is weighed when it is searched.
-            return changes.baseIndex == Self.deferred ? nil : Self.baseRecordLength(base, voided, changes.baseIndex, n)
+            // A deferred path's snapshot announcements are weighed when it is searched: this
+            // device's with the path's name when it is the first, else noted for then.
+            if Self.isDeferred(changes.baseIndex) {
+                if !searchLater { otherDevice = changes.baseIndex - Self.firstDeferred }
+                return nil
+            }
+            return Self.baseRecordLength(base, voided, changes.baseIndex, n)
         }
         if let i = touched { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
-        if searchLater { deferredSearches!.append(entry.name) }
+        if searchLater { deferredSearches!.append((entry.name, n)) }
+        if let place = otherDevice { deferredOtherDevices.append((place, n)) }
         return old
     }
 

@@ -847,7 +847,7 @@ public final class IndexLog {
         // A batch's records all name the same device: its ID is made once, not once a record.
         let deviceBytes = UnsafeBufferPointer(rebasing: bytes[payloadStart..<(payloadStart + 32)])
         let device: DeviceID
-        if let last = lastReplayedDevice, last.bytes.elementsEqual(deviceBytes) {
+        if let last = lastReplayedDevice, last.bytes.withUnsafeBytes({ memcmp($0.baseAddress!, deviceBytes.baseAddress!, 32) == 0 }) {
             device = last
         } else {
             device = try! DeviceID(bytes: Array(deviceBytes))  // exactly 32 bytes

@@ -152,6 +152,38 @@ struct IndexLogTests {
         }
     }
 
+    /// In a long batch, damage is found at the record that holds it, and a torn last batch is
+    /// cut back with everything before it kept.
+    @Test func inALongLogDamageIsFoundWhereItIsAndATornEndIsCut() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            let files = (0..<3000).map { Self.file("d\($0 % 9)/f\($0)", sequence: Int64($0 + 1), version: [(1, UInt64($0 + 1))]) }
+            try log.apply(device: Self.peerA, indexID: 1, files: files, isFullIndex: true)
+            let last = log.fileSize
+            try log.apply(device: Self.peerA, indexID: 1, files: [Self.file("late", sequence: 3001, version: [(1, 3001)])], isFullIndex: false)
+            log.close()
+            let whole = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+
+            // Torn: the last batch cut short. Everything before it stands.
+            try Data(whole.prefix(whole.count - 3)).write(to: URL(fileURLWithPath: path))
+            var warnings: [String] = []
+            let torn = try IndexLog.open(path: path, folderID: "photos") { warnings.append($0) }
+            #expect(!warnings.isEmpty)
+            #expect(torn.index.global("d1/f2998") != nil)
+            #expect(torn.fileSize >= last && torn.fileSize < Int64(whole.count))
+            torn.close()
+
+            // Damaged: a byte flipped in the middle of the long batch.
+            var damaged = whole
+            let middle = Int(last) / 2
+            damaged[middle] ^= 0xFF
+            try Data(damaged).write(to: URL(fileURLWithPath: path))
+            let error = #expect(throws: IndexLogError.self) { try IndexLog.open(path: path, folderID: "photos") }
+            #expect(error?.code == .corruptRecord)
+            #expect(error?.offset != nil && error!.offset! <= Int64(middle) && error!.offset! > Int64(middle) - 200)
+        }
+    }
+
     /// Nothing that escapes the folder is stored, and a log that holds such a name anyway
     /// (edited by something other than Kaiten) is refused as damaged, naming the offset.
     @Test func aNameThatEscapesTheFolderIsNeverStoredNorReplayed() throws {

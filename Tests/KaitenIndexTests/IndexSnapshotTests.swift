@@ -112,6 +112,31 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// The same with a tail long enough for its paths to be searched for in the snapshot in two
+    /// halves, on two cores: the reopened view is the writer's own and that of a full replay,
+    /// live bytes included.
+    @Test func aLongTailIsTheViewOfTheWriterAndOfAFullReplay() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(log, from: 0, count: 6000, full: true)
+            try Self.fill(log, from: 0, count: 2000, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            try Self.fill(log, from: 3000, count: 5000)
+            try Self.fill(log, from: 40, count: 1000, peer: Self.peerB, indexID: 23, full: true)
+            try Self.fill(log, from: 500, count: 100, peer: Self.peerB, indexID: 23)
+            try Self.fill(log, from: 100, count: 5000)
+            let writer = View(log)
+            log.close()
+            let full = try Self.fullReplay(path)
+            #expect(writer == full, "\(writer.difference(from: full))")
+            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { again.close() }
+            #expect(again.index.hasSnapshot)
+            #expect(again.recordsReplayed > 10_000)
+            #expect(View(again) == writer, "\(View(again).difference(from: writer))")
+        }
+    }
+
     @Test func listingsAndLookupsReadOnlyWhatTheyName() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
