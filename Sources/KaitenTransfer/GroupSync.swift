@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -19,6 +20,11 @@ import Glibc
 /// because an error `syncfs` reported to one batch is not reported again to the next. Older
 /// kernels, and files on another file system than the folder's (a mount below it), always get
 /// their own `fsync`.
+///
+/// Other programs: `syncfs` writes out everything dirty on the file system, theirs included. When
+/// the system holds more dirty data than ``dirtyLimit`` (another program copying gigabytes),
+/// a round would wait for all of it and push it out early; that round's files are then fsynced
+/// each on its own instead, as without a group.
 public final class GroupSync: Sendable {
     private let descriptor: Int32
     private let device: UInt
@@ -26,9 +32,13 @@ public final class GroupSync: Sendable {
     private let state = Mutex(State())
     private let flushCount = Atomic<Int>(0)
     private let beforeFlush: (@Sendable () -> Void)?
+    private let dirtyBytes: @Sendable () -> Int
+
+    /// Above this much dirty data in the system, a round fsyncs its files one by one.
+    static let dirtyLimit = 64 << 20
 
     private struct State {
-        var waiting: [CheckedContinuation<Int32, Never>] = []
+        var waiting: [(fd: Int32, continuation: CheckedContinuation<Int32, Never>)] = []
         var flushing = false
         /// Set once a flush failed: every file is then fsynced on its own.
         var failed = false
@@ -36,10 +46,11 @@ public final class GroupSync: Sendable {
 
     /// A group sync for the file system `root` is on; nil where the kernel's `syncfs` does not
     /// report write-back errors (before 5.8) or the folder cannot be opened.
-    public convenience init?(root: String) { self.init(root: root, beforeFlush: nil) }
+    public convenience init?(root: String) { self.init(root: root, beforeFlush: nil, dirtyBytes: Self.systemDirtyBytes) }
 
-    /// `beforeFlush` runs before each flush (tests hold the first one to gather waiters).
-    init?(root: String, beforeFlush: (@Sendable () -> Void)?) {
+    /// `beforeFlush` runs before each flush (tests hold the first one to gather waiters);
+    /// `dirtyBytes` says how much data waits to be written in the system (tests pretend).
+    init?(root: String, beforeFlush: (@Sendable () -> Void)?, dirtyBytes: @escaping @Sendable () -> Int) {
         guard Self.kernelReportsSyncfsErrors(), let syncfs = Self.syncfs else { return nil }
         let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
@@ -52,6 +63,7 @@ public final class GroupSync: Sendable {
         device = UInt(info.st_dev)
         self.syncfs = syncfs
         self.beforeFlush = beforeFlush
+        self.dirtyBytes = dirtyBytes
     }
 
     deinit { close(descriptor) }
@@ -67,7 +79,7 @@ public final class GroupSync: Sendable {
         if !shared || state.withLock({ $0.failed }) { return await Self.ownFsync(fd) }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             let starts = state.withLock { state in
-                state.waiting.append(continuation)
+                state.waiting.append((fd, continuation))
                 guard !state.flushing else { return false }
                 state.flushing = true
                 return true
@@ -88,10 +100,19 @@ public final class GroupSync: Sendable {
             }
             if batch.isEmpty { return }
             beforeFlush?()
+            if dirtyBytes() > Self.dirtyLimit {
+                // Much else waits to be written: each file's own fsync, all at once.
+                let results = UnsafeMutableBufferPointer<Int32>.allocate(capacity: batch.count)
+                nonisolated(unsafe) let slots = results
+                DispatchQueue.concurrentPerform(iterations: batch.count) { slots[$0] = fsync(batch[$0].fd) == 0 ? 0 : errno }
+                for (i, waiter) in batch.enumerated() { waiter.continuation.resume(returning: results[i]) }
+                results.deallocate()
+                continue
+            }
             let result = syncfs(descriptor) == 0 ? 0 : errno
             flushCount.add(1, ordering: .relaxed)
             if result != 0 { state.withLock { $0.failed = true } }
-            for waiter in batch { waiter.resume(returning: result) }
+            for waiter in batch { waiter.continuation.resume(returning: result) }
         }
     }
 
@@ -106,6 +127,26 @@ public final class GroupSync: Sendable {
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "syncfs") else { return nil }
         return unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self)
     }()
+
+    /// The `Dirty:` line of /proc/meminfo, in bytes (0 when it cannot be read).
+    static func systemDirtyBytes() -> Int {
+        let fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return 0 }
+        return dirtyBytes(inMeminfo: String(decoding: buffer[..<count], as: UTF8.self))
+    }
+
+    static func dirtyBytes(inMeminfo text: String) -> Int {
+        for line in text.split(separator: "\n") where line.hasPrefix("Dirty:") {
+            let fields = line.split(separator: " ")
+            guard fields.count >= 2, let kibibytes = Int(fields[1]) else { return 0 }
+            return kibibytes << 10
+        }
+        return 0
+    }
 
     /// Linux 5.8 or later (`uname -r`).
     static func kernelReportsSyncfsErrors() -> Bool {

@@ -25,7 +25,10 @@ import Glibc
         // The first flush is held a moment, as a slow disk would: the files written meanwhile
         // must then share the next one.
         let held = Atomic<Bool>(false)
-        guard let group = GroupSync(root: root.path, beforeFlush: { if !held.exchange(true, ordering: .relaxed) { usleep(200_000) } }) else {
+        guard
+            let group = GroupSync(
+                root: root.path, beforeFlush: { if !held.exchange(true, ordering: .relaxed) { usleep(200_000) } }, dirtyBytes: { 0 })
+        else {
             // The one line a kernel before 5.8 gets: there each file is fsynced on its own.
             print("GroupSync: syncfs does not report errors on this kernel; each file is fsynced")
             return
@@ -47,6 +50,41 @@ import Glibc
         #expect(results.allSatisfy { $0 == 0 })
         #expect(group.flushes >= 1)
         #expect(group.flushes < count)
+    }
+
+    /// With much else waiting to be written in the system, a round does not flush the whole
+    /// file system for its files: each has its own fsync.
+    @Test func withMuchDirtyDataElsewhereEachFileIsFsyncedOnItsOwn() async throws {
+        let root = try TemporaryDirectory()
+        let held = Atomic<Bool>(false)
+        guard
+            let group = GroupSync(
+                root: root.path, beforeFlush: { if !held.exchange(true, ordering: .relaxed) { usleep(200_000) } },
+                dirtyBytes: { GroupSync.dirtyLimit + 1 })
+        else {
+            print("GroupSync: syncfs does not report errors on this kernel; each file is fsynced")
+            return
+        }
+        let results = await withTaskGroup(of: Int32.self, returning: [Int32].self) { tasks in
+            for i in 0..<50 {
+                tasks.addTask {
+                    let fd = open(root.path + "/f\(i)", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+                    defer { close(fd) }
+                    _ = [UInt8](repeating: 1, count: 4096).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                    return await group.sync(fd)
+                }
+            }
+            return await tasks.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.count == 50 && results.allSatisfy { $0 == 0 })
+        #expect(group.flushes == 0)
+    }
+
+    @Test func dirtyBytesAreReadFromMeminfo() {
+        let text = "MemTotal:       24684132 kB\nDirty:              1536 kB\nWriteback:             0 kB\n"
+        #expect(GroupSync.dirtyBytes(inMeminfo: text) == 1536 << 10)
+        #expect(GroupSync.dirtyBytes(inMeminfo: "MemTotal: 1 kB\n") == 0)
+        #expect(GroupSync.systemDirtyBytes() >= 0)
     }
 
     /// A file on another file system than the folder's (a mount below it) is not covered by the
