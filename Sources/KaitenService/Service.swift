@@ -380,6 +380,8 @@ public final class Service: Sendable {
         standing: Standing, stop: StopSignal, reason: String, log: RoundLog
     ) async -> Bool {
         let warn: (String) -> Void = { [emit] in emit(ServiceEvent("warning", $0)) }
+        status.roundStarted(doing: "planning (after \(reason))")
+        defer { status.roundEnded() }
         if let scopes = scopes(of: woken, folders: folders, live: live) {
             // Only the echo of the service's own writes: nothing to look at.
             if scopes.isEmpty { return false }
@@ -387,6 +389,7 @@ public final class Service: Sendable {
             // shares their storage, and a scan held twice is copied whole at the first change.
             func applyScoped() async -> (acted: [String: Set<String>], failed: Int)? {
                 guard let prepared = scopedPlan(scopes, home: home, sessions: sessions, live: live, warn: warn) else { return nil }
+                status.roundDoing("applying the plan of the paths named")
                 return await decideAndApply(prepared, home: home, status: status, standing: standing, stop: stop, reason: reason, log: log)
             }
             if let (acted, failed) = await applyScoped() {
@@ -394,6 +397,7 @@ public final class Service: Sendable {
                     guard let view = live[folder] else { continue }
                     let touched = paths.union(acted[folder] ?? [])
                     do { try view.rescan(touched, warn: warn) } catch { warn("\(folder): \(error)") }
+                    status.roundDoing("announcing this device's index of \(folder) to the peers")
                     await view.announce(touched, sessions: sessions, warn: { [emit] in emit(ServiceEvent("warning", $0)) })
                 }
                 return failed > 0
@@ -412,6 +416,7 @@ public final class Service: Sendable {
         }
         for skipped in prepared.skipped { emit(ServiceEvent("warning", folder: skipped.folder, "not planned: \(skipped.reason)")) }
         standing.set(prepared.plan, mode: options.mode)
+        status.roundDoing("applying the plan of every path")
         let (acted, _) = await decideAndApply(prepared, home: home, status: status, standing: nil, stop: stop, reason: reason, log: log)
         for state in prepared.states {
             guard let view = live[state.input.id] else { continue }
@@ -421,7 +426,10 @@ public final class Service: Sendable {
         // An apply announces what it did; a round that applied nothing may still have news for
         // the peers (a file they changed that is not selected here is announced at its new
         // version): an unchanged folder costs no walk (the recorded basis).
-        if acted.isEmpty { await sessions.announce(folders: folders, warn: { [emit] in emit(ServiceEvent("warning", $0)) }) }
+        if acted.isEmpty {
+            status.roundDoing("announcing this device's index to the peers")
+            await sessions.announce(folders: folders, warn: { [emit] in emit(ServiceEvent("warning", $0)) })
+        }
         return false
     }
 
@@ -694,6 +702,62 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
             return old != peers.map { "\($0.id)\($0.connected)\($0.address ?? "")\($0.via ?? "")" }
         }
         if changed { save() }
+    }
+
+    /// The round running now: when it began, what it does, and whether the record shows it.
+    private struct Running {
+        var number: Int
+        var since: String
+        var doing: String
+        var shown = false
+    }
+    private let running = Mutex<Running?>(nil)
+    private let roundsStarted = Atomic<Int>(0)
+    /// How long a round runs before the record says so (``ServiceRecord/Busy/after``; tests shorten it).
+    var busyAfter = ServiceRecord.Busy.after
+
+    /// A round begins. If it is still running after ``busyAfter`` seconds, the record says since
+    /// when and what it is doing (a service that seems stuck says where); short rounds cost no write.
+    func roundStarted(doing: String) {
+        let number = roundsStarted.add(1, ordering: .relaxed).newValue
+        let since = now()
+        running.withLock { $0 = Running(number: number, since: since, doing: doing) }
+        let after = busyAfter
+        Task { [weak self] in
+            try? await Task.sleep(for: .seconds(after))
+            guard let self else { return }
+            let busy = self.running.withLock { running -> ServiceRecord.Busy? in
+                guard running?.number == number else { return nil }
+                running?.shown = true
+                return running.map { ServiceRecord.Busy(since: $0.since, doing: $0.doing) }
+            }
+            guard let busy else { return }
+            self.record.withLock { $0.busy = busy }
+            self.save()
+        }
+    }
+
+    /// What the running round does now.
+    func roundDoing(_ doing: String) {
+        let busy = running.withLock { running -> ServiceRecord.Busy? in
+            running?.doing = doing
+            guard let running, running.shown else { return nil }
+            return ServiceRecord.Busy(since: running.since, doing: doing)
+        }
+        guard let busy else { return }
+        record.withLock { $0.busy = busy }
+        save()
+    }
+
+    /// The round is over.
+    func roundEnded() {
+        let shown = running.withLock { running -> Bool in
+            defer { running = nil }
+            return running?.shown ?? false
+        }
+        guard shown else { return }
+        record.withLock { $0.busy = nil }
+        save()
     }
 
     func round(planned: Int, applied: Int, failed: Int, pending: Int, conflicts: Int, error: String?, paths: Int? = nil) {

@@ -44,10 +44,20 @@ public struct ServiceRecord: Codable, Sendable {
     public var lastIndexUpdate: String?
     public var lastRound: Round?
     public var serveURL: String?
+    /// A round that has run for a while (``Busy/after`` seconds): since when and what it is
+    /// doing now. nil between rounds and in a round's first seconds.
+    public var busy: Busy?
+
+    public struct Busy: Codable, Sendable {
+        /// Rounds shorter than this are not shown (the file is not rewritten for them).
+        public static let after: Double = 5
+        public var since: String
+        public var doing: String
+    }
 
     enum CodingKeys: String, CodingKey {
         case pid, startedAt = "started_at", applyMode = "apply_mode", folders, peers
-        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url"
+        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url", busy
     }
 
     static func path(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("service.json") }

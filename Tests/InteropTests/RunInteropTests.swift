@@ -21,11 +21,14 @@ struct RunInteropTests {
     struct Running {
         let process: Process
         let logPath: String
+        /// The home it runs on: a wait that times out shows its `kaiten status` (what a round that
+        /// seems stuck is doing).
+        var home: String?
 
         static func start(home: String, logPath: String, _ extra: [String] = [], environment: [String: String] = [:]) throws -> Running {
             let process = try KaitenCLI.start(
                 ["run", "--home", home, "--debounce", "0.3", "--rescan-interval", "2"] + extra, logPath: logPath, environment: environment)
-            return Running(process: process, logPath: logPath)
+            return Running(process: process, logPath: logPath, home: home)
         }
 
         var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
@@ -37,7 +40,8 @@ struct RunInteropTests {
             if try condition() { return }
             try await Task.sleep(for: .milliseconds(100))
         }
-        Issue.record("timed out waiting: \(what)\n\(log?.log ?? "")")
+        let status = log?.home.flatMap { try? KaitenCLI.run(["status", "--home", $0]).stdout } ?? ""
+        Issue.record("timed out waiting: \(what)\n\(log?.log ?? "")\(status.isEmpty ? "" : "\nkaiten status:\n" + status)")
         throw HarnessError("timed out waiting: \(what)")
     }
 

@@ -112,6 +112,7 @@ extension Kaiten {
                         print(
                             "  last round: \(round.at): \(round.planned) planned, \(round.applied) applied, \(round.failed) failed, \(round.pending) pending, \(round.conflicts) conflicts\(round.error.map { " (\($0))" } ?? "")")
                     }
+                    if let busy = service.busy { print("  round running since \(busy.since): \(busy.doing)") }
                     if let url = service.serveURL { print("  on demand at \(url)") }
                 }
                 for row in rows {
