@@ -731,9 +731,7 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
                 running?.shown = true
                 return running.map { ServiceRecord.Busy(since: $0.since, doing: $0.doing) }
             }
-            guard let busy else { return }
-            self.record.withLock { $0.busy = busy }
-            self.save()
+            if let busy { self.show(busy) }
         }
     }
 
@@ -744,9 +742,7 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
             guard let running, running.shown else { return nil }
             return ServiceRecord.Busy(since: running.since, doing: doing)
         }
-        guard let busy else { return }
-        record.withLock { $0.busy = busy }
-        save()
+        if let busy { show(busy) }
     }
 
     /// The round is over.
@@ -755,8 +751,11 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
             defer { running = nil }
             return running?.shown ?? false
         }
-        guard shown else { return }
-        record.withLock { $0.busy = nil }
+        if shown { show(nil) }
+    }
+
+    private func show(_ busy: ServiceRecord.Busy?) {
+        record.withLock { $0.busy = busy }
         save()
     }
 

@@ -173,58 +173,38 @@ public struct FilePuller: Sendable {
         }
         let mode: mode_t = entry.noPermissions || ignorePermissions ? 0o644 : mode_t(entry.permissions & 0o777)
         ok = true
-        let copyOwnership = copyOwnershipFromParent
-        let synced = SyncedVersion(version: entry.version, contentHash: entry.contentHash)
-        /// Mode, owner and times, set before the flush so that it makes them durable too.
-        @Sendable func setMetadata() -> stat {
-            fchmod(fd, mode)
-            if copyOwnership {
-                // As syncthing: the directory's owner and group; without the privilege it is a no-op.
-                var parent = stat()
-                if stat((target as NSString).deletingLastPathComponent, &parent) == 0 { _ = fchown(fd, parent.st_uid, parent.st_gid) }
-            }
-            var times = [
-                timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime alone
-                timespec(tv_sec: Int(entry.modifiedS), tv_nsec: Int(entry.modifiedNs)),
-            ]
-            futimens(fd, &times)
-            var info = stat()
-            fstat(fd, &info)
-            return info
+        // Mode, owner and times first, so that the flush makes them durable too.
+        fchmod(fd, mode)
+        if copyOwnershipFromParent {
+            // As syncthing: the directory's owner and group; without the privilege it is a no-op.
+            var parent = stat()
+            if stat((target as NSString).deletingLastPathComponent, &parent) == 0 { _ = fchown(fd, parent.st_uid, parent.st_gid) }
         }
-        @Sendable func renameIntoPlace() throws(ApplyError) {
+        var times = [
+            timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2),  // UTIME_OMIT: leave atime alone
+            timespec(tv_sec: Int(entry.modifiedS), tv_nsec: Int(entry.modifiedNs)),
+        ]
+        futimens(fd, &times)
+        var info = stat()
+        fstat(fd, &info)
+        // Made durable before the rename: a small file shares its flush with the others in flight
+        // (see GroupSync); a bigger one (or any, without a group) has its own fsync. Both block
+        // for milliseconds, so neither holds a thread of the cooperative pool meanwhile.
+        let shared = entry.size <= GroupSync.largestFile ? groupSync : nil
+        let flushed = if let shared { await shared.sync(fd) } else { await GroupSync.ownFsync(fd) }
+        guard flushed == 0 else {
+            close(fd)
+            unlink(temp)
+            throw ApplyError(.io, path: name, "cannot flush it to disk: \(String(cString: strerror(flushed)))")
+        }
+        let synced = SyncedVersion(version: entry.version, contentHash: entry.contentHash)
+        try await Blocking.run {
             defer { close(fd) }
             do {
                 try finish(temp: temp, target: target, name: name, synced: synced, check: check)
             } catch {
                 unlink(temp)
                 throw error
-            }
-        }
-        let info: stat
-        if let groupSync, entry.size <= GroupSync.largestFile {
-            // A small file: its flush is shared with the others in flight (see GroupSync).
-            info = setMetadata()
-            let result = await groupSync.sync(fd)
-            guard result == 0 else {
-                close(fd)
-                unlink(temp)
-                throw ApplyError(.io, path: name, "cannot make it durable (syncfs): \(String(cString: strerror(result)))")
-            }
-            try await Blocking.run { try renameIntoPlace() }
-        } else {
-            // fsync blocks for milliseconds: run it (and the rename after it) off the cooperative
-            // pool, so other files keep downloading and many fsyncs share one journal commit.
-            info = try await Blocking.run { () throws -> stat in
-                let info = setMetadata()
-                guard fsync(fd) == 0 else {
-                    let error = errno
-                    close(fd)
-                    unlink(temp)
-                    throw ApplyError(.io, path: name, "fsync failed: \(String(cString: strerror(error)))")
-                }
-                try renameIntoPlace()
-                return info
             }
         }
         var offset: Int64 = 0

@@ -116,7 +116,8 @@ public final class GroupSync: Sendable {
         }
     }
 
-    private static func ownFsync(_ fd: Int32) async -> Int32 {
+    /// `fsync(fd)` off the cooperative pool; 0 or its errno.
+    static func ownFsync(_ fd: Int32) async -> Int32 {
         await withCheckedContinuation { continuation in
             Blocking.queue.async { continuation.resume(returning: fsync(fd) == 0 ? 0 : errno) }
         }
