@@ -67,10 +67,13 @@ let package = Package(
         ),
         // zlib from the system, for CRC32 in index log records.
         .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
+        // zlib's CRC-32, folded with carry-less multiplication where the CPU has it: every log
+        // record, snapshot and scan cache is checked with it.
+        .target(name: "CKaitenCRC32", dependencies: ["CZlib"]),
         // The global index: an append-only log per folder, replayed into syncthing's global view.
         .target(
             name: "KaitenIndex",
-            dependencies: ["KaitenProtocol", "CZlib", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+            dependencies: ["KaitenProtocol", "CKaitenCRC32", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
         // Selection files and the .stignore allowlist (Sushitrain's grammar). No I/O.
         .target(name: "KaitenSelection", dependencies: ["KaitenProtocol"]),
@@ -78,7 +81,7 @@ let package = Package(
         // scan cache and the record of what Kaiten synced.
         .target(
             name: "KaitenScan",
-            dependencies: ["KaitenProtocol", "KaitenConfig", "CZlib", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["KaitenProtocol", "KaitenConfig", "CZlib", "CKaitenCRC32", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // The plan: a pure function from selection x global index x local scan to actions and
         // conflicts. No I/O.
@@ -261,7 +264,7 @@ let package = Package(
         ),
         .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
         .testTarget(name: "KaitenDiscoveryTests", dependencies: ["KaitenDiscovery", "KaitenProtocol"]),
-        .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "CKaitenCRC32", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenConfigTests",
             dependencies: [

@@ -1,10 +1,11 @@
-internal import CZlib
+internal import CKaitenCRC32
 
-/// zlib's CRC-32 (the IEEE polynomial), as used in every log record.
+/// zlib's CRC-32 (the IEEE polynomial), as used in every log record and snapshot
+/// (`kaiten_crc32`: the same sums, folded with carry-less multiplication where the CPU can).
 enum CRC32 {
     static func checksum(_ bytes: UnsafeRawBufferPointer, seed: UInt32 = 0) -> UInt32 {
         guard let base = bytes.baseAddress, !bytes.isEmpty else { return seed }
-        return UInt32(crc32(UInt(seed), base.assumingMemoryBound(to: UInt8.self), UInt32(bytes.count)))
+        return kaiten_crc32(seed, base, bytes.count)
     }
 
     static func checksum(_ bytes: [UInt8]) -> UInt32 {

@@ -29,6 +29,37 @@ public struct GlobalIndex: Sendable {
         /// Where the path is in the snapshot, or -1.
         var baseIndex: Int
         var entries: [(device: UInt16, entry: FileEntry)]
+
+        /// Puts device `n`'s announcement in; searches the snapshot for the path at its first
+        /// change, or marks the search deferred to place `deferredCount` when one is given.
+        mutating func put(
+            _ entry: consuming FileEntry, from n: UInt16, base: IndexSnapshot?, voided: Set<UInt16>, deferredCount: Int?
+        ) -> PutOutcome {
+            var newlyFound = -1
+            var searchLater = false
+            if baseIndex == GlobalIndex.unsearched {
+                if let deferredCount {
+                    baseIndex = GlobalIndex.firstDeferred + deferredCount
+                    searchLater = true
+                } else {
+                    // First change of this path: one search of the snapshot, nothing decoded.
+                    baseIndex = base?.find(entry.name) ?? -1
+                    newlyFound = baseIndex
+                }
+            }
+            if let j = entries.firstIndex(where: { $0.device == n }) {
+                let old = entries[j].entry.recordLength
+                entries[j].entry = entry
+                return .replaced(old)
+            }
+            entries.append((n, entry))
+            // A deferred path's snapshot announcements are weighed when it is searched: this
+            // device's with the path's name when it is the first, else noted for then.
+            if GlobalIndex.isDeferred(baseIndex) {
+                return searchLater ? .searchDeferred : .weighLater(place: baseIndex - GlobalIndex.firstDeferred)
+            }
+            return .searched(newlyFound: newlyFound, GlobalIndex.baseRecordLength(base, voided, baseIndex, n))
+        }
     }
 
     /// Only what changed since the snapshot: a log's tail costs memory for its own entries,
@@ -38,9 +69,33 @@ public struct GlobalIndex: Sendable {
     /// While a log's tail is replayed, the paths it changes first are searched for in the
     /// snapshot together, in name order, at the end (``resolveDeferredSearches()``): one by one
     /// in the order they came, each search was a binary search through cold pages of the
-    /// snapshot, the largest cost of the replay. Each comes with the device that changed it
-    /// first, whose snapshot announcement it replaced. nil when searches are made at once.
-    private var deferredSearches: [(name: String, device: UInt16)]?
+    /// snapshot, the largest cost of the replay. nil when searches are made at once.
+    private var deferredSearches: DeferredSearches?
+
+    /// The names still to search for, their bytes side by side (copied as they come: sorting
+    /// `String`s retained and released both at every comparison), each with the device that
+    /// changed it first, whose snapshot announcement it replaced.
+    private struct DeferredSearches {
+        var arena: [UInt8] = []
+        var spans: [(start: Int, count: Int)] = []
+        var firstDevices: [UInt16] = []
+        var count: Int { spans.count }
+
+        init(expected: Int) {
+            arena.reserveCapacity(expected * 32)
+            spans.reserveCapacity(expected)
+            firstDevices.reserveCapacity(expected)
+        }
+
+        mutating func add(_ name: String, device: UInt16) {
+            let start = arena.count
+            if name.utf8.withContiguousStorageIfAvailable({ arena.append(contentsOf: $0) }) == nil {
+                arena.append(contentsOf: name.utf8)
+            }
+            spans.append((start, arena.count - start))
+            firstDevices.append(device)
+        }
+    }
     /// The other devices that changed a deferred path (its first one is with its name), by the
     /// path's place among the deferred names: their snapshot announcements are weighed with it.
     private var deferredOtherDevices: [(place: Int, device: UInt16)] = []
@@ -232,7 +287,8 @@ public struct GlobalIndex: Sendable {
 
     /// The record length of device `n`'s announcement of base path `i`, if it counts.
     private static func baseRecordLength(_ base: IndexSnapshot?, _ voided: Set<UInt16>, _ i: Int, _ n: UInt16) -> Int32? {
-        guard i >= 0, let base, !voided.contains(n) else { return nil }
+        // A device the snapshot does not know (numbered after its devices) announced nothing in it.
+        guard i >= 0, let base, Int(n) < base.devices.count, !voided.contains(n) else { return nil }
         var found: Int32?
         base.devicesAndLengths(i) { device, length in if device == n { found = length } }
         return found
@@ -249,7 +305,9 @@ public struct GlobalIndex: Sendable {
     /// path in the snapshot (a log's tail is about to be replayed); nothing may read the view
     /// in between.
     mutating func deferSnapshotSearches() {
-        if base != nil, deferredSearches == nil { deferredSearches = [] }
+        guard base != nil, deferredSearches == nil else { return }
+        // As many as the changes reserved room for (``reserveChanges(_:)``).
+        deferredSearches = DeferredSearches(expected: overlay.capacity - overlay.count)
     }
 
     /// Makes the deferred searches, in name order, each starting where the previous one ended;
@@ -260,21 +318,8 @@ public struct GlobalIndex: Sendable {
         let otherDevices = deferredOtherDevices
         deferredSearches = nil
         deferredOtherDevices = []
-        guard let base, !deferred.isEmpty else { return 0 }
-        // The names' bytes side by side, and their order sorted as numbers into them: sorting
-        // the Strings themselves retained and released both at every comparison, half of the
-        // sort's time.
-        var arena: [UInt8] = []
-        arena.reserveCapacity(deferred.count * 32)
-        var spans: [(start: Int, count: Int)] = []
-        spans.reserveCapacity(deferred.count)
-        for (var name, _) in deferred {
-            name.withUTF8 { bytes in
-                spans.append((arena.count, bytes.count))
-                arena.append(contentsOf: bytes)
-            }
-        }
-        let firstDevices = deferred.map(\.device)
+        guard let base, deferred.count > 0 else { return 0 }
+        let (arena, spans, firstDevices) = (deferred.arena, deferred.spans, deferred.firstDevices)
         var order = [Int32](0..<Int32(deferred.count))
         // Where each deferred name is in the snapshot (-1: not there), by its place.
         var found = [Int](repeating: -1, count: deferred.count)
@@ -287,7 +332,18 @@ public struct GlobalIndex: Sendable {
                     let span = spans[Int(k)]
                     return UnsafeRawBufferPointer(rebasing: arena[span.start..<(span.start + span.count)])
                 }
-                order.sort { ByteOrder.compare(key($0), key($1)) < 0 }
+                // Sorted by their first 16 bytes as two numbers, the rest compared only on a tie
+                // (most names differ early: the comparisons stay out of the arena).
+                var sortable = (0..<Int32(spans.count)).map { k in
+                    let name = key(k)
+                    return (first: Self.bigEndianPrefix(name, 0), second: Self.bigEndianPrefix(name, 8), k: k)
+                }
+                sortable.sort { a, b in
+                    if a.first != b.first { return a.first < b.first }
+                    if a.second != b.second { return a.second < b.second }
+                    return ByteOrder.compare(key(a.k), key(b.k)) < 0
+                }
+                for (place, item) in sortable.enumerated() { order[place] = item.k }
                 // The searches read only the snapshot: two halves of the sorted names on two
                 // cores, each search starting where the previous one of its half ended.
                 order.withUnsafeBufferPointer { order in
@@ -337,51 +393,52 @@ public struct GlobalIndex: Sendable {
         return replaced
     }
 
+    /// Eight bytes of `name` from `offset`, big-endian, zeros past its end: ordering these as
+    /// numbers never contradicts the names' byte order (a tie says nothing).
+    private static func bigEndianPrefix(_ name: UnsafeRawBufferPointer, _ offset: Int) -> UInt64 {
+        if name.count >= offset + 8 { return UInt64(bigEndian: name.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
+        var value: UInt64 = 0
+        for i in offset..<(offset + 8) { value = value << 8 | (i < name.count ? UInt64(name[i]) : 0) }
+        return value
+    }
+
     /// Records `device`'s announcement of a path, replacing its previous one; returns the
     /// record length of the one it replaced (the log's live bytes drop by it).
     @discardableResult
-    mutating func set(_ entry: FileEntry, for device: DeviceID) -> Int32? {
+    mutating func set(_ entry: consuming FileEntry, for device: DeviceID) -> Int32? {
         let n = number(of: device)
-        let base = self.base
-        let voided = voidedInBase
-        let deferredCount = deferredSearches?.count
-        var touched: Int?
-        var searchLater = false
-        var otherDevice: Int?
-        // One hash lookup, the path's changes modified in place.
-        let old = Self.update(&overlay[entry.name, default: Changes(baseIndex: Self.unsearched, entries: [])]) { changes -> Int32? in
-            if changes.baseIndex == Self.unsearched {
-                if let deferredCount {
-                    changes.baseIndex = Self.firstDeferred + deferredCount
-                    searchLater = true
-                } else {
-                    // First change of this path: one search of the snapshot, nothing decoded.
-                    changes.baseIndex = base?.find(entry.name) ?? -1
-                    if changes.baseIndex >= 0 { touched = changes.baseIndex }
-                }
-            }
-            if let j = changes.entries.firstIndex(where: { $0.device == n }) {
-                let old = changes.entries[j].entry.recordLength
-                changes.entries[j].entry = entry
-                return old
-            }
-            changes.entries.append((n, entry))
-            // A deferred path's snapshot announcements are weighed when it is searched: this
-            // device's with the path's name when it is the first, else noted for then.
-            if Self.isDeferred(changes.baseIndex) {
-                if !searchLater { otherDevice = changes.baseIndex - Self.firstDeferred }
-                return nil
-            }
-            return Self.baseRecordLength(base, voided, changes.baseIndex, n)
+        let name = entry.name
+        // One hash lookup, the path's changes modified in place and the entry moved into them
+        // (a replay sets every record it reads: copying the entry cost a tenth of the tail).
+        let outcome = overlay[name, default: Changes(baseIndex: Self.unsearched, entries: [])].put(
+            entry, from: n, base: base, voided: voidedInBase, deferredCount: deferredSearches?.count)
+        switch outcome {
+        case .replaced(let length): return length
+        case .searched(let i, let length):
+            if i >= 0 { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
+            return length
+        case .searchDeferred:
+            deferredSearches!.add(name, device: n)
+            return nil
+        case .weighLater(let place):
+            deferredOtherDevices.append((place, n))
+            return nil
         }
-        if let i = touched { touchedInBase[i >> 6] |= 1 << UInt64(i & 63) }
-        if searchLater { deferredSearches!.append((entry.name, n)) }
-        if let place = otherDevice { deferredOtherDevices.append((place, n)) }
-        return old
     }
 
-    private static func update<T>(_ changes: inout Changes, _ body: (inout Changes) -> T) -> T { body(&changes) }
-
+    /// What ``Changes/put(_:from:base:voided:deferredCount:)`` did, for ``set(_:for:)`` to finish.
+    private enum PutOutcome {
+        /// The device's earlier change was replaced; its record length.
+        case replaced(Int32?)
+        /// Added; the path's place in the snapshot when this was its first change and it was
+        /// searched for now (else nil), and the record length of the snapshot announcement
+        /// this replaced.
+        case searched(newlyFound: Int, Int32?)
+        /// The path's first change, its search deferred.
+        case searchDeferred
+        /// Added to a path whose search is deferred, at this place among the deferred names.
+        case weighLater(place: Int)
+    }
     /// Records an announcement that lives in no log: synthetic indexes for tests and benchmarks.
     public mutating func announce(_ file: BEPFileInfo, by device: DeviceID) {
         set(FileEntry(file, recordOffset: 0, recordLength: 0), for: device)

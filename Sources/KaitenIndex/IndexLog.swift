@@ -889,7 +889,10 @@ public final class IndexLog {
             }
             // Only `apply` writes records and it refuses such names: this log was changed by
             // something else, and nothing it says can be trusted.
-            guard WireName.staysInsideFolder(bytes: entry.name.utf8) else {
+            let staysInside =
+                entry.name.utf8.withContiguousStorageIfAvailable { WireName.staysInsideFolder(bytes: UnsafeRawBufferPointer($0)) }
+                ?? WireName.staysInsideFolder(bytes: entry.name.utf8)
+            guard staysInside else {
                 throw corruption(at: offset, "a file record names \"\(entry.name)\", which escapes the folder")
             }
             // The meta half carries no blocks; their count follows from size and block size
@@ -914,9 +917,9 @@ public final class IndexLog {
         liveBytes -= index.removeAll(from: device)
     }
 
-    private func record(_ entry: FileEntry, from device: DeviceID) {
-        if let old = index.set(entry, for: device) { liveBytes -= Int64(old) }
+    private func record(_ entry: consuming FileEntry, from device: DeviceID) {
         liveBytes += Int64(entry.recordLength)
+        if let old = index.set(entry, for: device) { liveBytes -= Int64(old) }
     }
 
     private func dropCheckpoint(_ device: DeviceID) {

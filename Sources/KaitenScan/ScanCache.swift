@@ -1,4 +1,4 @@
-import CZlib
+import CKaitenCRC32
 import Foundation
 import KaitenConfig
 import KaitenProtocol
@@ -132,7 +132,7 @@ public enum ScanCache {
         if format >= 3 {
             for offset in offsets { out.appendBigEndian(offset) }
         }
-        let crc = out.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) }
+        let crc = out.withUnsafeBufferPointer { kaiten_crc32(0, $0.baseAddress, $0.count) }
         out.appendBigEndian(crc)
         return out
     }
@@ -176,7 +176,7 @@ public enum ScanCache {
         return try bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) throws(DecodeError) -> LocalTree in
             guard raw.count >= 20, Array(raw[0..<8]) == magic else { throw DecodeError(description: "not a Kaiten scan cache") }
             let body = raw.count - 4
-            let stored = UInt32(crc32(0, raw.baseAddress!.assumingMemoryBound(to: UInt8.self), uInt(body)))
+            let stored = kaiten_crc32(0, raw.baseAddress!, body)
             guard raw.bigEndianU32(at: body) == stored else { throw DecodeError(description: "the scan cache is damaged (checksum mismatch)") }
             var reader = ByteReader(bytes: raw, offset: 8, end: body)
             let format = try reader.u32()

@@ -1,4 +1,4 @@
-import CZlib
+import CKaitenCRC32
 import Foundation
 import KaitenProtocol
 
@@ -61,7 +61,7 @@ final class ScanImage: @unchecked Sendable {
         let header = 16
         guard raw.count >= header + 4 else { throw damaged("truncated") }
         let body = raw.count - 4
-        let crc = UInt32(crc32(0, raw.baseAddress!.assumingMemoryBound(to: UInt8.self), uInt(body)))
+        let crc = kaiten_crc32(0, raw.baseAddress!, body)
         guard crc == raw.bigEndianU32(at: body) else { throw damaged("the scan cache is damaged (checksum mismatch)") }
         let count = Int(raw.bigEndianU32(at: 12))
         let table = body - 8 * count

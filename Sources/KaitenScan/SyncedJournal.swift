@@ -1,4 +1,4 @@
-import CZlib
+import CKaitenCRC32
 import Foundation
 import KaitenProtocol
 import Synchronization
@@ -66,7 +66,7 @@ public final class SyncedJournal: Sendable {
         var out: [UInt8] = []
         out.appendBigEndian(UInt32(payload.count))
         out += payload
-        out.appendBigEndian(payload.withUnsafeBufferPointer { UInt32(crc32(0, $0.baseAddress, uInt($0.count))) })
+        out.appendBigEndian(payload.withUnsafeBufferPointer { kaiten_crc32(0, $0.baseAddress, $0.count) })
         return out
     }
 
@@ -81,7 +81,7 @@ public final class SyncedJournal: Sendable {
                 let length = Int(raw.bigEndianU32(at: offset))
                 guard length <= raw.count - offset - 8 else { break }
                 let start = offset + 4
-                let crc = UInt32(crc32(0, raw.baseAddress!.assumingMemoryBound(to: UInt8.self) + start, uInt(length)))
+                let crc = kaiten_crc32(0, raw.baseAddress! + start, length)
                 guard crc == raw.bigEndianU32(at: start + length) else { break }
                 var reader = ByteReader(bytes: raw, offset: start, end: start + length)
                 guard let name = try? reader.string(), let hash = try? reader.hash(), let count = try? Int(reader.u32()),

@@ -8,7 +8,8 @@ import Testing
 struct FileMetaDecoderTests {
     static func randomFile(_ generator: inout some RandomNumberGenerator) -> BEPFileInfo {
         var file = BEPFileInfo()
-        let names = ["a.jpg", "dir/é/ü.txt", "x/y/z", "日本/写真.heic", String(repeating: "long", count: 40)]
+        // ASCII of every length around the 8-byte steps of the ASCII check, and UTF-8 after them.
+        let names = ["a.jpg", "dir/é/ü.txt", "x/y/z", "日本/写真.heic", String(repeating: "long", count: 40), "photos/2024/été.jpg", "abcdefgh", "abcdefghé"]
         file.name = names[Int.random(in: 0..<names.count, using: &generator)]
         file.type = [.file, .directory, .symlink, .symlinkFile, .symlinkDirectory, .UNRECOGNIZED(9)][Int.random(in: 0..<6, using: &generator)]
         file.size = Int64.random(in: -5...Int64.max, using: &generator)
@@ -61,9 +62,13 @@ struct FileMetaDecoderTests {
         withBlocks.blocks = [BEPBlockInfo()]
         var notUTF8 = try BEPFileInfo(serializedBytes: [0x0A, 0x01, 0x61] as [UInt8]).serializedBytes() as [UInt8]
         notUTF8[2] = 0xFF
+        // Invalid UTF-8 after the first eight bytes (which the ASCII check takes whole).
+        var lateNotUTF8 = try { var f = BEPFileInfo(); f.name = "photos/2024/a.jpg"; return try f.serializedBytes() as [UInt8] }()
+        lateNotUTF8[2 + 12] = 0xC3
         let cases: [[UInt8]] = [
             try withBlocks.serializedBytes(),
             notUTF8,
+            lateNotUTF8,
             [0x0A, 0x05, 0x61],  // a name longer than the message
             [0x18],  // a varint cut short
             [0x00, 0x01],  // field 0

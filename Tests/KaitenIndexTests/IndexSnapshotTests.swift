@@ -137,6 +137,45 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// The tail's names are sorted by their first 16 bytes as numbers, then by the rest; a
+    /// device the snapshot never heard of has nothing in it to weigh. Names alike far into
+    /// their bytes, names that begin others, names outside ASCII, and a new device's full index
+    /// in the tail: the reopened view is the writer's and a full replay's, live bytes included.
+    @Test func aTailOfAlikeNamesAndOfANewDeviceIsTheViewOfAFullReplay() throws {
+        let peerC = try DeviceID(bytes: Array(repeating: 0xC0, count: 32))
+        func names(_ range: Range<Int>) -> [String] {
+            range.flatMap { i in
+                [
+                    "photos/2024/summer-trip/IMG_\(i).jpg", "photos/2024/summer-trip/IMG_\(i)", "photos/2024/summer-tripé/\(i)",
+                    "photos/2024/summer-tri\(i)", "p\(i)", "p\(i)/é", "\(i)",
+                ]
+            }
+        }
+        func files(_ names: [String], from first: Int) -> [BEPFileInfo] {
+            names.enumerated().map { k, name in
+                IndexLogTests.file(name, size: Int64(k + 1), sequence: Int64(first + k + 1), version: [(1, UInt64(first + k))], mtime: Int64(first + k))
+            }
+        }
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try log.apply(device: Self.peerA, indexID: 1, files: files(names(0..<1000), from: 0), isFullIndex: true)
+            try log.apply(device: Self.peerB, indexID: 2, files: files(names(200..<600), from: 0), isFullIndex: true)
+            try log.writeSnapshot()
+            try log.apply(device: peerC, indexID: 3, files: files(names(0..<1200), from: 0), isFullIndex: true)
+            try log.apply(device: Self.peerA, indexID: 1, files: files(names(900..<1100), from: 10_000), isFullIndex: false)
+            try log.apply(device: Self.peerB, indexID: 2, files: files(names(300..<400), from: 20_000), isFullIndex: false)
+            let writer = View(log)
+            log.close()
+            let full = try Self.fullReplay(path)
+            #expect(writer == full, "\(writer.difference(from: full))")
+            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { again.close() }
+            #expect(again.index.hasSnapshot)
+            #expect(again.recordsReplayed > 8400)
+            #expect(View(again) == writer, "\(View(again).difference(from: writer))")
+        }
+    }
+
     @Test func listingsAndLookupsReadOnlyWhatTheyName() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
