@@ -1,0 +1,123 @@
+import Foundation
+import Synchronization
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenTransfer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A file's blocks are written one at a time whichever tasks fetched them (two threads writing
+/// one file spun on its inode's lock), each block's task ends only once its block is written
+/// (the pull's window bounds what is held in memory), and a failed write fails its block and
+/// every block after it.
+@Suite struct SerialWritesTests {
+    /// Records what a writer saw: how many writes ran at once at most, and every write.
+    final class Recorder: Sendable {
+        let active = Atomic<Int>(0)
+        let mostAtOnce = Atomic<Int>(0)
+        let writes = Mutex<[(offset: Int64, count: Int)]>([])
+
+        func write(_ data: Data, _ offset: Int64) -> Int {
+            let now = active.add(1, ordering: .relaxed).newValue
+            _ = mostAtOnce.max(now, ordering: .relaxed)
+            usleep(200)  // a write takes a while: other blocks arrive meanwhile
+            writes.withLock { $0.append((offset, data.count)) }
+            active.subtract(1, ordering: .relaxed)
+            return data.count
+        }
+    }
+
+    @Test func blocksFromManyTasksAreWrittenOneAtATimeAndAllOfThem() async throws {
+        let recorder = Recorder()
+        let writes = SerialWrites(name: "a.bin", progress: nil) { recorder.write($0, $1) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<400 {
+                group.addTask { try await writes.write(Data(count: 100), at: Int64(i) * 100) }
+            }
+            try await group.waitForAll()
+        }
+        #expect(recorder.mostAtOnce.load(ordering: .relaxed) == 1)
+        let offsets = recorder.writes.withLock { $0.map(\.offset) }.sorted()
+        #expect(offsets == (0..<400).map { Int64($0) * 100 })
+    }
+
+    final class Flags: Sendable {
+        let release = Atomic<Bool>(false)
+        let started = Atomic<Bool>(false)
+        let done = Atomic<Int>(0)
+    }
+
+    @Test func aBlocksTaskEndsOnlyOnceItsBlockIsWritten() async throws {
+        let flags = Flags()
+        let writes = SerialWrites(name: "a.bin", progress: nil) { data, _ in
+            flags.started.store(true, ordering: .relaxed)
+            // Held until released (at most 2 s: a second writer let in at once must not hang the
+            // test by holding both of the pool's threads).
+            for _ in 0..<2000 where !flags.release.load(ordering: .relaxed) { usleep(1000) }
+            return data.count
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await writes.write(Data(count: 10), at: 0)
+                flags.done.add(1, ordering: .relaxed)
+            }
+            while !flags.started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(1)) }
+            // A second block arrives while the first is being written: it waits, its task with it.
+            group.addTask {
+                try await writes.write(Data(count: 10), at: 10)
+                flags.done.add(1, ordering: .relaxed)
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(flags.done.load(ordering: .relaxed) == 0)
+            flags.release.store(true, ordering: .relaxed)
+            try await group.waitForAll()
+        }
+        #expect(flags.done.load(ordering: .relaxed) == 2)
+    }
+
+    @Test func aFailedWriteFailsItsBlockAndEveryLaterOne() async throws {
+        let calls = Atomic<Int>(0)
+        let writes = SerialWrites(name: "a.bin", progress: nil) { data, offset in
+            _ = calls.add(1, ordering: .relaxed)
+            usleep(500)
+            if offset == 30 {
+                errno = ENOSPC
+                return -1
+            }
+            return data.count
+        }
+        let outcomes = await withTaskGroup(of: (Int64, ApplyError?).self, returning: [Int64: ApplyError?].self) { group in
+            for i in 0..<6 {
+                group.addTask {
+                    do {
+                        try await writes.write(Data(count: 10), at: Int64(i) * 10)
+                        return (Int64(i) * 10, nil)
+                    } catch let error as ApplyError {
+                        return (Int64(i) * 10, error)
+                    } catch {
+                        Issue.record("not an ApplyError: \(error)")
+                        return (Int64(i) * 10, nil)
+                    }
+                }
+            }
+            var outcomes: [Int64: ApplyError?] = [:]
+            for await (offset, error) in group { outcomes[offset] = error }
+            return outcomes
+        }
+        let failed = outcomes.filter { $0.value != nil }
+        #expect(failed[30] != nil)
+        #expect(failed.values.allSatisfy { $0?.code == .noSpace && $0?.description.contains("a.bin") == true })
+        // After the failure nothing more is written: a later block fails without a write.
+        await #expect(throws: ApplyError.self) { try await writes.write(Data(count: 10), at: 100) }
+        #expect(calls.load(ordering: .relaxed) <= 6)
+    }
+
+    /// What one file's pull holds in memory: about 4 MiB of blocks at once, whatever their size.
+    @Test(arguments: [(Int32(0), 32), (128 << 10, 32), (256 << 10, 16), (1 << 20, 4), (16 << 20, 2), (4096, 32)])
+    func aFilesWindowIsAboutFourMiB(blockSize: Int32, blocks: Int) {
+        #expect(FilePuller.window(bytes: 4 << 20, blockSize: blockSize) == blocks)
+    }
+}
