@@ -313,6 +313,7 @@ public final class Service: Sendable {
             // on a round's peak.
             sessions.settleIntake()
             for (folder, view) in live { view.betweenRounds(warn: { emit(ServiceEvent("warning", folder: folder, $0)) }) }
+            FrameMemory.releaseKept()
             _ = releaseFreedHeap(0)
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.

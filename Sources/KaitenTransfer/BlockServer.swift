@@ -25,7 +25,7 @@ public final class BlockServer: Sendable {
     private let home: Home
     private let folders: [String: FolderConfiguration]
     private let logs = LogCache()
-    private let allocator = ByteBufferAllocator()
+    private let allocator = FrameMemory.allocator
 
     public init(home: KaitenHome) {
         me = home.identity.deviceID
