@@ -431,6 +431,7 @@ public enum Applier {
                 puller.versioner = versioner
                 puller.journal = journal
                 puller.groupSync = GroupSync(root: root)
+                puller.budget = ByteBudget(bytes: FilePuller.applyBudget)
                 puller.copyOwnershipFromParent = config.copyOwnershipFromParent
                 puller.stop = stop
                 puller.progress = bytesMoved

@@ -27,15 +27,15 @@ public struct FilePuller: Sendable {
         self.source = source
         self.syncsDirectories = syncsDirectories
     }
-    /// Bytes of blocks requested at once per file (32 blocks of 128 KiB, 16 of 256 KiB, at least
-    /// 2): what a pull holds in memory is this times the files in flight, so bigger blocks
-    /// (bigger files) get fewer at once.
-    var windowBytes = 4 << 20
-
-    /// Blocks requested at once for a file of `blockSize` blocks.
-    static func window(bytes: Int, blockSize: Int32) -> Int {
-        min(32, max(2, bytes / Int(max(blockSize, 128 << 10))))
-    }
+    /// Blocks requested at once per file.
+    var window = 32
+    /// The bytes of blocks apply has in flight for a folder, all files together: syncthing's
+    /// puller allows 32 MiB by default (pullerMaxPendingKiB); half keeps a 1 GiB pull of four 256 MiB files under 64 MiB, and is
+    /// still a lone file's whole window of 256 KiB blocks (8 MiB) twice over.
+    public static let applyBudget = 16 << 20
+    /// Bytes of blocks in flight shared by every file this puller pulls at once (apply's; nil:
+    /// only the window bounds them). A file that needs one more block waits for room.
+    public var budget: ByteBudget?
     /// Where apply records the version it writes, just before each rename (nil for `get`).
     public var journal: SyncedJournal?
     /// The folder's copyOwnershipFromParent: a written file gets its directory's owner and group.
@@ -141,7 +141,8 @@ public struct FilePuller: Sendable {
         requestFile.blockSize = entry.blockSize
         let request = requestFile
         let source = self.source
-        let window = Self.window(bytes: windowBytes, blockSize: blocks.first.map { $0.size } ?? entry.blockSize)
+        let window = self.window
+        let budget = self.budget
         let stop = self.stop
         let progress = self.progress
         let wanted = blocks.indices.filter { !resumed.contains($0) }.map { blocks[$0] }
@@ -149,17 +150,19 @@ public struct FilePuller: Sendable {
         do {
             let launched = try await withThrowingTaskGroup(of: Void.self, returning: Int.self) { group in
                 var next = 0
-                func launch() {
+                func launch() async {
                     let block = wanted[next]
                     next += 1
+                    await budget?.acquire(Int(block.size))
                     group.addTask {
+                        defer { budget?.release(Int(block.size)) }
                         let data = try await source.block(block, of: request, holders: holders)
                         try await writes.write(data, at: block.offset)
                     }
                 }
-                while next < wanted.count && next < window { launch() }
+                while next < wanted.count && next < window { await launch() }
                 while try await group.next() != nil {
-                    if next < wanted.count && stop?.isSet != true { launch() }
+                    if next < wanted.count && stop?.isSet != true { await launch() }
                 }
                 return next
             }
@@ -255,6 +258,55 @@ public struct FilePuller: Sendable {
         }
         if syncsDirectories { SafePath.syncDirectory((target as NSString).deletingLastPathComponent) }
     }
+}
+
+/// Bytes of blocks in flight, shared by the files pulled at once: what a pull holds in memory is
+/// bounded by this, not by the files in flight times their windows (4 files of 256 KiB blocks,
+/// 32 each, held 32 MiB: the 1 GiB pull went past its 64 MiB budget). A lone file still gets
+/// its whole window when it fits, and a block bigger than the budget goes when nothing else is
+/// in flight.
+public final class ByteBudget: Sendable {
+    private struct State {
+        var used = 0
+        var waiting: [(bytes: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
+    public let limit: Int
+    private let state = Mutex(State())
+
+    public init(bytes: Int) { limit = bytes }
+
+    /// Waits until `bytes` fit (in turn: the first waiting goes first), then takes them.
+    func acquire(_ bytes: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state in
+                guard state.waiting.isEmpty, state.used == 0 || state.used + bytes <= limit else {
+                    state.waiting.append((bytes, continuation))
+                    return false
+                }
+                state.used += bytes
+                return true
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    func release(_ bytes: Int) {
+        let ready = state.withLock { state in
+            state.used -= bytes
+            var ready: [CheckedContinuation<Void, Never>] = []
+            while let first = state.waiting.first, state.used == 0 || state.used + first.bytes <= limit {
+                state.waiting.removeFirst()
+                state.used += first.bytes
+                ready.append(first.continuation)
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// Bytes taken now (tests).
+    var used: Int { state.withLock { $0.used } }
 }
 
 /// One file's blocks written one at a time, by whichever task is writing when they arrive.

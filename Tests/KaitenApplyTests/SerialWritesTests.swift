@@ -115,9 +115,35 @@ import Glibc
         #expect(calls.load(ordering: .relaxed) <= 6)
     }
 
-    /// What one file's pull holds in memory: about 4 MiB of blocks at once, whatever their size.
-    @Test(arguments: [(Int32(0), 32), (128 << 10, 32), (256 << 10, 16), (1 << 20, 4), (16 << 20, 2), (4096, 32)])
-    func aFilesWindowIsAboutFourMiB(blockSize: Int32, blocks: Int) {
-        #expect(FilePuller.window(bytes: 4 << 20, blockSize: blockSize) == blocks)
+    final class InUse: Sendable {
+        let now = Atomic<Int>(0)
+        let most = Atomic<Int>(0)
+    }
+
+    /// What the files of an apply hold at once: never more than the budget, whatever their
+    /// number; each one waiting gets its turn; a block bigger than the budget goes alone.
+    @Test func filesInFlightShareTheBudget() async {
+        let budget = ByteBudget(bytes: 1000)
+        let inUse = InUse()
+        await withTaskGroup(of: Void.self) { group in
+            for i in 0..<200 {
+                group.addTask {
+                    let bytes = [100, 300, 700][i % 3]
+                    await budget.acquire(bytes)
+                    let now = inUse.now.add(bytes, ordering: .relaxed).newValue
+                    _ = inUse.most.max(now, ordering: .relaxed)
+                    try? await Task.sleep(for: .microseconds(200))
+                    inUse.now.subtract(bytes, ordering: .relaxed)
+                    budget.release(bytes)
+                }
+            }
+        }
+        #expect(inUse.most.load(ordering: .relaxed) <= 1000)
+        #expect(inUse.most.load(ordering: .relaxed) >= 700)
+        #expect(budget.used == 0)
+        // Bigger than the budget: it goes when nothing else is in flight.
+        await budget.acquire(5000)
+        #expect(budget.used == 5000)
+        budget.release(5000)
     }
 }
