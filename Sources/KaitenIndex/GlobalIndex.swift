@@ -408,8 +408,7 @@ public struct GlobalIndex: Sendable {
     mutating func set(_ entry: consuming FileEntry, for device: DeviceID) -> Int32? {
         let n = number(of: device)
         let name = entry.name
-        // One hash lookup, the path's changes modified in place and the entry moved into them
-        // (a replay sets every record it reads: copying the entry cost a tenth of the tail).
+        // One hash lookup, the path's changes modified in place and the entry moved into them.
         let outcome = overlay[name, default: Changes(baseIndex: Self.unsearched, entries: [])].put(
             entry, from: n, base: base, voided: voidedInBase, deferredCount: deferredSearches?.count)
         switch outcome {
@@ -431,14 +430,15 @@ public struct GlobalIndex: Sendable {
         /// The device's earlier change was replaced; its record length.
         case replaced(Int32?)
         /// Added; the path's place in the snapshot when this was its first change and it was
-        /// searched for now (else nil), and the record length of the snapshot announcement
-        /// this replaced.
+        /// searched for now (else -1), and the record length of the snapshot announcement this
+        /// replaced.
         case searched(newlyFound: Int, Int32?)
         /// The path's first change, its search deferred.
         case searchDeferred
         /// Added to a path whose search is deferred, at this place among the deferred names.
         case weighLater(place: Int)
     }
+
     /// Records an announcement that lives in no log: synthetic indexes for tests and benchmarks.
     public mutating func announce(_ file: BEPFileInfo, by device: DeviceID) {
         set(FileEntry(file, recordOffset: 0, recordLength: 0), for: device)

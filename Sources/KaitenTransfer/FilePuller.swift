@@ -29,9 +29,10 @@ public struct FilePuller: Sendable {
     }
     /// Blocks requested at once per file.
     var window = 32
-    /// The bytes of blocks apply has in flight for a folder, all files together: syncthing's
-    /// puller allows 32 MiB by default (pullerMaxPendingKiB); half keeps a 1 GiB pull of four 256 MiB files under 64 MiB, and is
-    /// still a lone file's whole window of 256 KiB blocks (8 MiB) twice over.
+    /// The bytes of blocks apply has in flight for a folder, all files together. Syncthing's
+    /// puller allows 32 MiB by default (pullerMaxPendingKiB); half keeps a 1 GiB pull of four
+    /// 256 MiB files under 64 MiB and is still a lone file's whole window of 256 KiB blocks
+    /// (8 MiB) twice over.
     public static let applyBudget = 16 << 20
     /// Bytes of blocks in flight shared by every file this puller pulls at once (apply's; nil:
     /// only the window bounds them). A file that needs one more block waits for room.

@@ -285,18 +285,29 @@ struct FullDeviceInteropTests {
             var (indexID, highest, _) = try localState()
             var moments = SplitMix64.forTest("killNineWhileAnnouncingNeverReusesASequence")
             var killed = 0
-            for round in 0..<12 {
-                // Flip the whole selection each round: every entry's announcement changes.
+            // Flip the whole selection each round: every entry's announcement changes.
+            func flip(_ round: Int) throws {
                 let flip = round % 2 == 0 ? ["select", Self.folder, "d*"] : ["deselect", Self.folder, "d*"]
                 let flipped = try KaitenCLI.run(flip + ["--home", world.home])
                 #expect(flipped.status == 0, "\(flipped.stdout)\(flipped.stderr)")
+            }
+            // How long a whole sync of a flip takes here: the kills land within it (fixed moments
+            // missed more syncs as they got faster).
+            try flip(1)
+            let started = Date()
+            let whole = try world.kaiten("index", "sync")
+            #expect(whole.status == 0, "\(whole.stdout)\(whole.stderr)")
+            let span = Date().timeIntervalSince(started)
+            (indexID, highest, _) = try localState()
+            for round in 0..<12 {
+                try flip(round)
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
                 process.arguments = ["index", "sync", "--home", world.home]
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
                 try process.run()
-                usleep(useconds_t(Double.random(in: 0.05...1.5, using: &moments) * 1_000_000))
+                usleep(useconds_t(Double.random(in: 0.1...0.9, using: &moments) * span * 1_000_000))
                 if process.isRunning {
                     kill(process.processIdentifier, SIGKILL)
                     killed += 1

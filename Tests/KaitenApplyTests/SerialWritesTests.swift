@@ -54,9 +54,10 @@ import Glibc
         let flags = Flags()
         let writes = SerialWrites(name: "a.bin", progress: nil) { data, _ in
             flags.started.store(true, ordering: .relaxed)
-            // Held until released (at most 2 s: a second writer let in at once must not hang the
-            // test by holding both of the pool's threads).
-            for _ in 0..<2000 where !flags.release.load(ordering: .relaxed) { usleep(1000) }
+            // Held until released: at most 60 s, so that a second writer let in at once (holding
+            // both of the pool's threads) fails the test rather than hangs it. Not less: under a
+            // loaded CI the test's own task waited seconds for a thread.
+            for _ in 0..<60_000 where !flags.release.load(ordering: .relaxed) { usleep(1000) }
             return data.count
         }
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -72,6 +72,20 @@ struct IndexSnapshotTests {
         try log.apply(device: peer, indexID: indexID, files: files, isFullIndex: full)
     }
 
+    /// Closes the writer's log; its view must be a full replay's, and that of the log reopened
+    /// with its snapshot (replaying more than `replayedOver` records of tail).
+    static func expectReopenedViewIsTheWritersAndAFullReplays(_ log: IndexLog, path: String, replayedOver: Int) throws {
+        let writer = View(log)
+        log.close()
+        let full = try fullReplay(path)
+        #expect(writer == full, "\(writer.difference(from: full))")
+        let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+        defer { again.close() }
+        #expect(again.index.hasSnapshot)
+        #expect(again.recordsReplayed > replayedOver)
+        #expect(View(again) == writer, "\(View(again).difference(from: writer))")
+    }
+
     func withLog(_ body: (String) throws -> Void) throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-snapshot")
         defer { dir.remove() }
@@ -125,15 +139,7 @@ struct IndexSnapshotTests {
             try Self.fill(log, from: 40, count: 1000, peer: Self.peerB, indexID: 23, full: true)
             try Self.fill(log, from: 500, count: 100, peer: Self.peerB, indexID: 23)
             try Self.fill(log, from: 100, count: 5000)
-            let writer = View(log)
-            log.close()
-            let full = try Self.fullReplay(path)
-            #expect(writer == full, "\(writer.difference(from: full))")
-            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
-            defer { again.close() }
-            #expect(again.index.hasSnapshot)
-            #expect(again.recordsReplayed > 10_000)
-            #expect(View(again) == writer, "\(View(again).difference(from: writer))")
+            try Self.expectReopenedViewIsTheWritersAndAFullReplays(log, path: path, replayedOver: 10_000)
         }
     }
 
@@ -164,15 +170,7 @@ struct IndexSnapshotTests {
             try log.apply(device: peerC, indexID: 3, files: files(names(0..<1200), from: 0), isFullIndex: true)
             try log.apply(device: Self.peerA, indexID: 1, files: files(names(900..<1100), from: 10_000), isFullIndex: false)
             try log.apply(device: Self.peerB, indexID: 2, files: files(names(300..<400), from: 20_000), isFullIndex: false)
-            let writer = View(log)
-            log.close()
-            let full = try Self.fullReplay(path)
-            #expect(writer == full, "\(writer.difference(from: full))")
-            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
-            defer { again.close() }
-            #expect(again.index.hasSnapshot)
-            #expect(again.recordsReplayed > 8400)
-            #expect(View(again) == writer, "\(View(again).difference(from: writer))")
+            try Self.expectReopenedViewIsTheWritersAndAFullReplays(log, path: path, replayedOver: 8400)
         }
     }
 
