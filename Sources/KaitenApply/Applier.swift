@@ -431,7 +431,7 @@ public enum Applier {
                 puller.versioner = versioner
                 puller.journal = journal
                 puller.groupSync = GroupSync(root: root)
-                puller.budget = ByteBudget(bytes: FilePuller.applyBudget)
+                puller.budget = AsyncBudget(FilePuller.applyBudget)
                 puller.copyOwnershipFromParent = config.copyOwnershipFromParent
                 puller.stop = stop
                 puller.progress = bytesMoved

@@ -112,22 +112,9 @@ enum FileMetaDecoder {
     private static func text(_ bytes: UnsafeRawBufferPointer) throws(GiveUp) -> String {
         // Nearly every name is ASCII, which is valid UTF-8 as it is: decoding it takes the
         // string's own fast path (validating went through generic metadata at every record).
-        if isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
+        if WireName.isASCII(bytes: bytes) { return String(decoding: bytes, as: UTF8.self) }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw GiveUp() }
         return text
-    }
-
-    private static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var at = 0
-        while at + 8 <= bytes.count {
-            if bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
-            at += 8
-        }
-        while at < bytes.count {
-            if bytes[at] & 0x80 != 0 { return false }
-            at += 1
-        }
-        return true
     }
 
     private static func counters(_ bytes: UnsafeRawBufferPointer, into vector: inout BEPVector) throws(GiveUp) {

@@ -889,10 +889,7 @@ public final class IndexLog {
             }
             // Only `apply` writes records and it refuses such names: this log was changed by
             // something else, and nothing it says can be trusted.
-            let staysInside =
-                entry.name.utf8.withContiguousStorageIfAvailable { WireName.staysInsideFolder(bytes: UnsafeRawBufferPointer($0)) }
-                ?? WireName.staysInsideFolder(bytes: entry.name.utf8)
-            guard staysInside else {
+            guard WireName.staysInsideFolder(entry.name) else {
                 throw corruption(at: offset, "a file record names \"\(entry.name)\", which escapes the folder")
             }
             // The meta half carries no blocks; their count follows from size and block size

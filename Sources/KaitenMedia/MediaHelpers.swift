@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import KaitenTransfer
 
 #if canImport(Glibc)
 import Glibc
@@ -48,13 +49,13 @@ public final class MediaHelpers: Sendable {
     let memoryLimitMiB: Int
     let timeout: Double
     private let idle = Mutex<[HelperProcess]>([])
-    private let slots: AsyncSemaphore
+    private let slots: AsyncBudget
 
     public init(executable: String, count: Int = ProcessInfo.processInfo.activeProcessorCount, memoryLimitMiB: Int = 1536, timeout: Double = 120) {
         self.executable = executable
         self.memoryLimitMiB = memoryLimitMiB
         self.timeout = timeout
-        self.slots = AsyncSemaphore(max(1, count))
+        self.slots = AsyncBudget(max(1, count))
     }
 
     /// Where `kaiten-media` is: `$KAITEN_MEDIA_HELPER`, else beside the running executable (a
@@ -107,8 +108,8 @@ public final class MediaHelpers: Sendable {
     }
 
     func outcome(of job: MediaJob) async -> Result<MediaOutcome, MediaError> {
-        await slots.wait()
-        defer { slots.signal() }
+        await slots.acquire(1)
+        defer { slots.release(1) }
         let helper: HelperProcess
         do {
             helper = try idle.withLock { $0.popLast() } ?? HelperProcess(executable: executable, memoryLimitMiB: memoryLimitMiB)
@@ -213,42 +214,5 @@ private final class HelperProcess: @unchecked Sendable {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
         process.waitUntilExit()
-    }
-}
-
-/// At most N holders at a time, waiting in order.
-final class AsyncSemaphore: Sendable {
-    private struct State {
-        var available: Int
-        var waiters: [CheckedContinuation<Void, Never>] = []
-    }
-
-    private let state: Mutex<State>
-
-    init(_ count: Int) { state = Mutex(State(available: count)) }
-
-    func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let granted = state.withLock { s -> Bool in
-                if s.available > 0 {
-                    s.available -= 1
-                    return true
-                }
-                s.waiters.append(continuation)
-                return false
-            }
-            if granted { continuation.resume() }
-        }
-    }
-
-    func signal() {
-        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            if s.waiters.isEmpty {
-                s.available += 1
-                return nil
-            }
-            return s.waiters.removeFirst()
-        }
-        next?.resume()
     }
 }

@@ -124,7 +124,7 @@ import Glibc
     /// What the files of an apply hold at once: never more than the budget, whatever their
     /// number; each one waiting gets its turn; a block bigger than the budget goes alone.
     @Test func filesInFlightShareTheBudget() async {
-        let budget = ByteBudget(bytes: 1000)
+        let budget = AsyncBudget(1000)
         let inUse = InUse()
         await withTaskGroup(of: Void.self) { group in
             for i in 0..<200 {
