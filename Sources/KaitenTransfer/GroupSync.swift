@@ -31,6 +31,7 @@ public final class GroupSync: Sendable {
     private let syncfs: @convention(c) (Int32) -> Int32
     private let state = Mutex(State())
     private let flushCount = Atomic<Int>(0)
+    private let queuedCount = Atomic<Int>(0)
     private let beforeFlush: (@Sendable () -> Void)?
     private let dirtyBytes: @Sendable () -> Int
 
@@ -71,6 +72,9 @@ public final class GroupSync: Sendable {
     /// The file system flushes made so far.
     var flushes: Int { flushCount.load(ordering: .relaxed) }
 
+    /// The files that have waited for a flush so far (tests wait for all of theirs to be queued).
+    var queued: Int { queuedCount.load(ordering: .relaxed) }
+
     /// Waits until everything written through `fd` so far is on disk; returns 0, or the errno of
     /// the failed flush.
     public func sync(_ fd: Int32) async -> Int32 {
@@ -80,6 +84,7 @@ public final class GroupSync: Sendable {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             let starts = state.withLock { state in
                 state.waiting.append((fd, continuation))
+                queuedCount.add(1, ordering: .relaxed)
                 guard !state.flushing else { return false }
                 state.flushing = true
                 return true
