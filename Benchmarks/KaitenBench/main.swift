@@ -337,7 +337,9 @@ func pidOf(home: String) -> Int32? {
             let cmdline = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")
         else { continue }
         let args = cmdline.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-        if args.first?.hasSuffix("syncthing") == true, args.contains(home) { return pid }
+        // `syncthing`, or `syncthing-2` when KAITEN_SYNCTHING names the 2.x binary.
+        let program = args.first.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? ""
+        if program.hasPrefix("syncthing"), args.contains(home) { return pid }
     }
     return nil
 }
