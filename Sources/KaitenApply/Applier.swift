@@ -172,7 +172,7 @@ public enum Applier {
     ) async throws -> Prepared {
         let server = BlockServer(home: home)
         let (reports, session) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, warn: warn)
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, lanes: .pulling(), warn: warn)
         var warnings: [String] = []
         for r in reports where !r.ok {
             let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name

@@ -464,13 +464,17 @@ public final class ConfigFile {
             throw ElementError(
                 .invalidValue, "device \(id.shortDescription): unknown compression \"\(compressionText)\" (metadata, never or always)")
         }
+        let connectionsText = childText(element, "numConnections")?.trimmingCharacters(in: .whitespaces) ?? "0"
+        guard let numConnections = Int(connectionsText), numConnections >= 0 else {
+            throw ElementError(.invalidValue, "device \(id.shortDescription): numConnections \"\(connectionsText)\" is not a count (0 for the default)")
+        }
         return DeviceConfiguration(
             id: id, name: attribute(element, "name") ?? "",
             addresses: element.elements(forName: "address").compactMap(\.stringValue),
             compression: compression,
             isIntroducer: attribute(element, "introducer") == "true",
             isPaused: childText(element, "paused") == "true",
-            certName: attribute(element, "certName") ?? "")
+            certName: attribute(element, "certName") ?? "", numConnections: numConnections)
     }
 
     static func folder(from element: XMLElement) throws(ElementError) -> FolderConfiguration {

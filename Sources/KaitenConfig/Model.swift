@@ -39,11 +39,14 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var isPaused: Bool
     /// The certificate name syncthing checks (`certName` attribute); empty means `syncthing`.
     public var certName: String
+    /// Connections wanted to this device (`<numConnections>`, syncthing 1.25+); 0: the default.
+    public var numConnections: Int
 
     public init(
         id: DeviceID, name: String = "", addresses: [String] = ["dynamic"], compression: Compression = .metadata,
-        isIntroducer: Bool = false, isPaused: Bool = false, certName: String = ""
+        isIntroducer: Bool = false, isPaused: Bool = false, certName: String = "", numConnections: Int = 0
     ) {
+        self.numConnections = numConnections
         self.id = id
         self.name = name
         self.addresses = addresses

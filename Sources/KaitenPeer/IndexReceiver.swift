@@ -109,8 +109,17 @@ extension PeerConnection {
             case .clusterConfig(let clusterConfig):
                 // A secondary connection's ClusterConfig (1.25+) carries no folders: it says
                 // nothing about what the peer shares, so it is neither "shares nothing" nor the
-                // ClusterConfig being waited for.
-                guard !clusterConfig.secondary else { continue }
+                // ClusterConfig being waited for. As the first one on the connection a session
+                // starts on, it means the peer still holds an earlier connection of this device
+                // as its primary (one of a process that has just ended, not yet seen closed) and
+                // would send the indexes there: this one is closed, to be dialled again.
+                if clusterConfig.secondary {
+                    guard !sawClusterConfig else { continue }
+                    await close(reason: "the peer treats this connection as a secondary one")
+                    throw PeerError(
+                        .closedBeforeClusterConfig, peer: label,
+                        "treats this connection as a secondary one: it still holds an earlier connection of this device")
+                }
                 sawClusterConfig = true
                 receiver.apply(clusterConfig)
                 try await onClusterConfig(clusterConfig)

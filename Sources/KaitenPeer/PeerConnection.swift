@@ -33,6 +33,17 @@ public final class PeerConnection: Sendable {
     private let handler: NIOLoopBound<BEPConnectionHandler>
     private let statsBox: NIOLockedValueBox<PeerStats>
     private let closedFuture: EventLoopFuture<PeerCloseReason>
+    /// Further connections to the same peer that share this one's block requests (``addLane(_:)``).
+    private let lanes = NIOLockedValueBox<Lanes>(Lanes())
+
+    private struct Lanes {
+        var open: [PeerConnection] = []
+        var turn = 0
+        /// Set once this connection is closing: a lane that comes later is refused.
+        var ended = false
+        /// The task opening lanes (``openLanes(_:)``), which closing waits for.
+        var opening: Task<Void, Never>?
+    }
 
     init(
         deviceID: DeviceID, hello: BEPHello, channel: Channel, handler: NIOLoopBound<BEPConnectionHandler>,
@@ -79,12 +90,74 @@ public final class PeerConnection: Sendable {
         try await send(.clusterConfig(clusterConfig))
     }
 
-    /// Requests bytes of a file; at most 32 MiB are outstanding per peer, the rest wait.
+    /// Requests bytes of a file; at most 32 MiB are outstanding per connection, the rest wait.
+    /// With lanes (``addLane(_:)``), requests take this connection and its lanes in turn; one
+    /// that a lane loses (it closed) is asked again here.
     /// - Returns: the response as the peer sent it (check `code`; the data is unverified).
     public func request(_ request: BEPRequest) async throws -> BEPResponse {
+        if let lane = nextLane() {
+            do {
+                return try await lane.requestHere(request)
+            } catch {
+                guard !lane.isOpen else { throw error }
+                lanes.withLockedValue { $0.open.removeAll { $0 === lane } }
+            }
+        }
+        return try await requestHere(request)
+    }
+
+    private func requestHere(_ request: BEPRequest) async throws -> BEPResponse {
         let handler = self.handler
         return try await channel.eventLoop.flatSubmit { handler.value.request(request) }.get()
     }
+
+    /// The next connection in turn for a request, nil for this one.
+    private func nextLane() -> PeerConnection? {
+        lanes.withLockedValue { lanes in
+            guard !lanes.open.isEmpty else { return nil }
+            lanes.turn &+= 1
+            let slot = lanes.turn % (lanes.open.count + 1)
+            return slot == 0 ? nil : lanes.open[slot - 1]
+        }
+    }
+
+    /// Runs `open`, which dials further connections to the same peer and adds each with
+    /// ``addLane(_:)``, in the background; closing this connection cancels it and waits for it
+    /// before closing the lanes, so that no lane outlives it (a peer would make a lane left
+    /// open its primary connection to this device, and send the next session's indexes there).
+    public func openLanes(_ open: @escaping @Sendable (PeerConnection) async -> Void) {
+        let task = Task { await open(self) }
+        let refused = lanes.withLockedValue { lanes -> Bool in
+            guard !lanes.ended, lanes.opening == nil else { return true }
+            lanes.opening = task
+            return false
+        }
+        if refused {
+            task.cancel()
+            return
+        }
+        // The peer ending this connection ends its lanes too.
+        closedFuture.whenComplete { _ in Task { await self.close(reason: "the primary connection has ended") } }
+    }
+
+    /// Adds a further connection to the same peer (a secondary one: syncthing 1.25+ keeps
+    /// several per device when both Hellos ask for them, `num_connections`) that carries a
+    /// share of this connection's block requests: TLS and the peer's reading and checking
+    /// then spread over more than one core on each side. Returns false, adding nothing, when
+    /// this connection is closing or closed: the caller closes the lane.
+    public func addLane(_ lane: PeerConnection) -> Bool {
+        lanes.withLockedValue { lanes -> Bool in
+            guard !lanes.ended, isOpen, lane.deviceID == deviceID else { return false }
+            lanes.open.append(lane)
+            return true
+        }
+    }
+
+    /// The lanes currently open beside this connection.
+    public var laneCount: Int { openLanes.count }
+
+    /// The lanes currently open beside this connection, in the order they were added.
+    public var openLanes: [PeerConnection] { lanes.withLockedValue { $0.open.filter(\.isOpen) } }
 
     /// Fetches one block of a file and checks its SHA-256.
     /// - Throws: ``PeerError`` with `.requestFailed` (the peer's error code) or `.hashMismatch`.
@@ -113,6 +186,17 @@ public final class PeerConnection: Sendable {
 
     /// Sends a Close with `reason` and waits until the connection is gone.
     public func close(reason: String) async {
+        let opening = lanes.withLockedValue { lanes in
+            lanes.ended = true
+            return lanes.opening
+        }
+        opening?.cancel()
+        await opening?.value
+        let open = lanes.withLockedValue { lanes in
+            defer { lanes.open = [] }
+            return lanes.open
+        }
+        for lane in open { await lane.close(reason: reason) }
         let handler = self.handler
         try? await channel.eventLoop.submit { handler.value.close(.byUs(reason), sendClose: true) }.get()
         _ = try? await closedFuture.get()

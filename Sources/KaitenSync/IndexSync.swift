@@ -147,14 +147,17 @@ public enum IndexSync {
     /// - Parameter serve: answers the peers' block requests on the kept connections (the
     ///   block server); without it they get NO_SUCH_FILE.
     /// - Parameter only: dial only these peers (a service redialling the ones it lost); all when nil.
+    /// - Parameter lanes: connections wanted per peer (``Lanes``); a peer that agrees gets more
+    ///   than one, and block requests are spread over them. 1 for a process that also accepts
+    ///   connections (its listener would turn the peer's extra ones away).
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
-        addresses: PeerAddressBook? = nil, directOnly: Bool = false, warn: (String) -> Void = { _ in }
+        addresses: PeerAddressBook? = nil, directOnly: Bool = false, lanes: Lanes = .one, warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
         try await run(
             home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only,
-            addresses: addresses, directOnly: directOnly, warn: warn)
+            addresses: addresses, directOnly: directOnly, lanes: lanes, warn: warn)
     }
 
     /// Answers one block request from a peer.
@@ -163,23 +166,23 @@ public enum IndexSync {
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
         serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, directOnly: Bool = false,
-        warn: (String) -> Void
+        lanes: Lanes = .one, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         if let addresses {
             return try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: addresses, directOnly: directOnly, warn: warn)
+                book: addresses, directOnly: directOnly, lanes: lanes, warn: warn)
         }
         return try await Discovery.using(home: home, logger: logger) { book in
             try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: book, directOnly: directOnly, warn: warn)
+                book: book, directOnly: directOnly, lanes: lanes, warn: warn)
         }
     }
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, warn: (String) -> Void
+        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, lanes: Lanes, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
@@ -216,6 +219,9 @@ public enum IndexSync {
             for delay in [0, 500, 1000, 2000, 3000] {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
                 do {
+                    var hello = hello
+                    let wanted = keepOpen ? lanes.count(for: device) : 1
+                    if wanted > 1 { hello.numConnections = Int32(wanted) }
                     let connection = try await dial(
                         device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore,
                         directOnly: directOnly)
@@ -225,6 +231,12 @@ public enum IndexSync {
                         indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder)
                     if keepOpen {
                         kept[device.id] = connection
+                        // Both Hellos asked for several: the others are opened beside the pulls.
+                        if wanted > 1, connection.hello.numConnections > 1, !connection.isRelayed {
+                            openLanes(
+                                wanted - 1, beside: connection, device: device, identity: home.identity, hello: hello, addresses: book,
+                                serve: serve, logger: logger)
+                        }
                     } else {
                         await connection.close(reason: "index sync done")
                     }

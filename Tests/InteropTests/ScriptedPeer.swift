@@ -19,6 +19,9 @@ final class ScriptedPeer: Sendable {
     let requests = NIOLockedValueBox<[String]>([])
     /// The latest connection from Kaiten (for requests the test sends it).
     let latest = NIOLockedValueBox<PeerConnection?>(nil)
+    /// How many of the next connections get only a `secondary` ClusterConfig, as from a
+    /// syncthing that still holds an earlier connection of this device as its primary.
+    let secondaryOnly = NIOLockedValueBox(0)
 
     var deviceID: DeviceID { device.deviceID }
     var address: String { "tcp://127.0.0.1:\(listener.localPort)" }
@@ -33,6 +36,7 @@ final class ScriptedPeer: Sendable {
         self.announcement = announcement
         let requests = self.requests
         let latest = self.latest
+        let secondaryOnly = self.secondaryOnly
         let me = device.deviceID
         listener = try await PeerListener.bind(
             to: PeerAddress(host: "127.0.0.1", port: 0), identity: device.identity,
@@ -51,6 +55,17 @@ final class ScriptedPeer: Sendable {
                     }
                     response.data = data.subdata(in: Int(request.offset)..<Int(request.offset) + Int(request.size))
                     return response
+                }
+                let secondary = secondaryOnly.withLockedValue { count -> Bool in
+                    defer { count = max(0, count - 1) }
+                    return count > 0
+                }
+                if secondary {
+                    var clusterConfig = BEPClusterConfig()
+                    clusterConfig.secondary = true
+                    try? await connection.sendClusterConfig(clusterConfig)
+                    _ = await connection.waitUntilClosed()
+                    return
                 }
                 let (files, sendIndex) = announcement.withLockedValue { $0 }
                 var clusterConfig = BEPClusterConfig()

@@ -247,6 +247,23 @@ struct ConfigBadInputTests {
         }
     }
 
+    /// A device's `<numConnections>` (syncthing 1.25+) is read; absent is 0 (the default); a
+    /// value that is not a count is refused, naming the file and the device.
+    @Test func aDevicesConnectionCountIsReadAndCheckedWhereSet() throws {
+        let whole = String(decoding: try Self.text(), as: UTF8.self)
+        #expect(try ConfigFile.parse(data: Data(whole.utf8), path: "/h/config.xml").device(id: ConfigFileTests.peer)?.numConnections == 0)
+        func withCount(_ text: String) -> Data {
+            Data(whole.replacingOccurrences(of: "<paused>false</paused>", with: "<paused>false</paused><numConnections>\(text)</numConnections>").utf8)
+        }
+        #expect(whole.contains("<paused>false</paused>"))
+        let three = try ConfigFile.parse(data: withCount("3"), path: "/h/config.xml")
+        #expect(three.device(id: ConfigFileTests.peer)?.numConnections == 3)
+        for bad in ["three", "-1", "2.5"] {
+            let message = try #require(Self.error(withCount(bad)), "accepted numConnections \(bad)")
+            #expect(message.contains("/h/config.xml") && message.contains("numConnections \"\(bad)\""), "\(message)")
+        }
+    }
+
     @Test func theCommonWaysAFileGoesBadEachGetAClearError() throws {
         let whole = try Self.text()
         let cases: [(Data, String)] = [

@@ -1,0 +1,92 @@
+import KaitenConfig
+import KaitenPeer
+import KaitenProtocol
+import Logging
+
+extension IndexSync {
+    /// How many connections a session asks each peer for (`num_connections` in its Hello).
+    /// Syncthing 1.25+ keeps several per device when both sides ask for more than one (the
+    /// larger count wins, 2.x asks for 3); the first carries the indexes, the others only
+    /// ClusterConfig `secondary` and block requests. 1.19.2 ignores the field: one connection.
+    public struct Lanes: Sendable, Equatable {
+        /// Asked of a peer whose `<device>` in config.xml sets no `numConnections`.
+        let standard: Int
+
+        /// One connection per peer: the sessions of a process that also accepts connections
+        /// (`run`, `serve`), whose listener keeps one per peer and would turn extra ones away.
+        public static let one = Lanes(standard: 1)
+
+        /// For a process that only dials and pulls (`apply`): `standard` connections per peer,
+        /// or the `numConnections` config.xml sets for the device (syncthing's own setting).
+        public static func pulling(standard: Int = 3) -> Lanes { Lanes(standard: max(1, standard)) }
+
+        /// The connections wanted to `device`, at most 128 as syncthing caps them.
+        func count(for device: DeviceConfiguration) -> Int {
+            guard standard > 1 else { return 1 }
+            return min(128, device.numConnections > 0 ? device.numConnections : standard)
+        }
+    }
+
+    /// Dials `count` more connections to the peer of `primary`, in the background, each added
+    /// to it as a lane for block requests (``PeerConnection/addLane(_:)``): ClusterConfig
+    /// `secondary` first (the peer reads nothing else before a ClusterConfig), the same request
+    /// handler as the primary's, and whatever the peer says on it read and dropped. A lane takes
+    /// requests only once the peer's own ClusterConfig has come on it: syncthing writes nothing
+    /// else on a connection before that one, which it sends when it promotes connections (~1 s
+    /// after the Hello), so a request sent earlier would wait that long with the pull behind it.
+    /// Stops at the first that fails: the peer closes one it does not want right after the TLS
+    /// handshake.
+    static func openLanes(
+        _ count: Int, beside primary: PeerConnection, device: DeviceConfiguration, identity: Identity, hello: BEPHello,
+        addresses book: PeerAddressBook, serve: RequestHandler?, logger: Logger
+    ) {
+        primary.openLanes { primary in
+            for _ in 0..<count {
+                guard primary.isOpen, !Task.isCancelled else { return }
+                do {
+                    let lane = try await dial(
+                        device, identity: identity, hello: hello, addresses: book, logger: logger, retryClosed: false, directOnly: true)
+                    if let serve {
+                        let peer = device.id
+                        await lane.setBlockingRequestHandler { serve($0, peer) }
+                    }
+                    var secondary = BEPClusterConfig()
+                    secondary.secondary = true
+                    try await lane.sendClusterConfig(secondary)
+                    // Everything the peer says on the lane is read; its first ClusterConfig is said
+                    // here, or nothing when 10 s pass first (or it closes).
+                    let (answered, say) = AsyncStream<Void>.makeStream()
+                    Task {
+                        var waiting = true
+                        for await event in lane.events where waiting {
+                            if case .clusterConfig = event {
+                                say.yield()
+                                say.finish()
+                                waiting = false
+                            }
+                        }
+                        say.finish()
+                    }
+                    let deadline = Task {
+                        try? await Task.sleep(for: .seconds(10))
+                        say.finish()
+                    }
+                    var answers = answered.makeAsyncIterator()
+                    let ready = await answers.next() != nil
+                    deadline.cancel()
+                    guard ready, !Task.isCancelled else {
+                        await lane.close(reason: "no ClusterConfig on it within 10 s")
+                        return
+                    }
+                    guard !Task.isCancelled, primary.addLane(lane) else {
+                        await lane.close(reason: "the session has ended")
+                        return
+                    }
+                } catch {
+                    logger.debug("\(device.id.shortDescription): no further connection: \(error)")
+                    return
+                }
+            }
+        }
+    }
+}
