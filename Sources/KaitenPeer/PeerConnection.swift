@@ -154,10 +154,10 @@ public final class PeerConnection: Sendable {
     }
 
     /// The lanes currently open beside this connection.
-    public var laneCount: Int { openLanes.count }
+    public var laneCount: Int { lanesInUse.count }
 
     /// The lanes currently open beside this connection, in the order they were added.
-    public var openLanes: [PeerConnection] { lanes.withLockedValue { $0.open.filter(\.isOpen) } }
+    public var lanesInUse: [PeerConnection] { lanes.withLockedValue { $0.open.filter(\.isOpen) } }
 
     /// Fetches one block of a file and checks its SHA-256.
     /// - Throws: ``PeerError`` with `.requestFailed` (the peer's error code) or `.hashMismatch`.

@@ -216,12 +216,12 @@ public enum IndexSync {
             // Only a peer this home has exchanged indexes with before can be in that state; one
             // that never has and closes is one that does not know this device, said at once.
             let metBefore = shared.contains { logs[$0.id]?.checkpoints[device.id] != nil }
+            let wanted = keepOpen ? lanes.count(for: device) : 1
+            var hello = hello
+            if wanted > 1 { hello.numConnections = Int32(wanted) }
             for delay in [0, 500, 1000, 2000, 3000] {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
                 do {
-                    var hello = hello
-                    let wanted = keepOpen ? lanes.count(for: device) : 1
-                    if wanted > 1 { hello.numConnections = Int32(wanted) }
                     let connection = try await dial(
                         device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore,
                         directOnly: directOnly)

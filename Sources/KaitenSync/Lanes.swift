@@ -53,33 +53,21 @@ extension IndexSync {
                     var secondary = BEPClusterConfig()
                     secondary.secondary = true
                     try await lane.sendClusterConfig(secondary)
-                    // Everything the peer says on the lane is read; its first ClusterConfig is said
-                    // here, or nothing when 10 s pass first (or it closes).
+                    // Everything the peer says on the lane is read; its ClusterConfigs are said here.
+                    // A lane without one within 10 s is closed, which ends the wait.
                     let (answered, say) = AsyncStream<Void>.makeStream()
                     Task {
-                        var waiting = true
-                        for await event in lane.events where waiting {
-                            if case .clusterConfig = event {
-                                say.yield()
-                                say.finish()
-                                waiting = false
-                            }
-                        }
+                        for await event in lane.events { if case .clusterConfig = event { say.yield() } }
                         say.finish()
                     }
-                    let deadline = Task {
-                        try? await Task.sleep(for: .seconds(10))
-                        say.finish()
-                    }
-                    var answers = answered.makeAsyncIterator()
-                    let ready = await answers.next() != nil
-                    deadline.cancel()
-                    guard ready, !Task.isCancelled else {
+                    let timer = Task {
+                        try await Task.sleep(for: .seconds(10))
                         await lane.close(reason: "no ClusterConfig on it within 10 s")
-                        return
                     }
-                    guard !Task.isCancelled, primary.addLane(lane) else {
-                        await lane.close(reason: "the session has ended")
+                    let ready = await answered.first { _ in true } != nil
+                    timer.cancel()
+                    guard ready, !Task.isCancelled, primary.addLane(lane) else {
+                        await lane.close(reason: ready ? "the session has ended" : "no ClusterConfig on it within 10 s")
                         return
                     }
                 } catch {

@@ -31,7 +31,6 @@ public final class GroupSync: Sendable {
     private let syncfs: @convention(c) (Int32) -> Int32
     private let state = Mutex(State())
     private let flushCount = Atomic<Int>(0)
-    private let queuedCount = Atomic<Int>(0)
     private let beforeFlush: (@Sendable () -> Void)?
     private let dirtyBytes: @Sendable () -> Int
 
@@ -43,6 +42,8 @@ public final class GroupSync: Sendable {
         var flushing = false
         /// Set once a flush failed: every file is then fsynced on its own.
         var failed = false
+        /// Files that have waited for a flush so far.
+        var queued = 0
     }
 
     /// A group sync for the file system `root` is on; nil where the kernel's `syncfs` does not
@@ -73,7 +74,7 @@ public final class GroupSync: Sendable {
     var flushes: Int { flushCount.load(ordering: .relaxed) }
 
     /// The files that have waited for a flush so far (tests wait for all of theirs to be queued).
-    var queued: Int { queuedCount.load(ordering: .relaxed) }
+    var queued: Int { state.withLock { $0.queued } }
 
     /// Waits until everything written through `fd` so far is on disk; returns 0, or the errno of
     /// the failed flush.
@@ -84,7 +85,7 @@ public final class GroupSync: Sendable {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             let starts = state.withLock { state in
                 state.waiting.append((fd, continuation))
-                queuedCount.add(1, ordering: .relaxed)
+                state.queued += 1
                 guard !state.flushing else { return false }
                 state.flushing = true
                 return true

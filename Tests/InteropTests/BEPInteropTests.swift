@@ -369,6 +369,13 @@ struct BEPInteropTests {
 /// Close reasons travel both ways.
 @Suite(.serialized, .timeLimit(.minutes(10)))
 struct CloseReasonInteropTests {
+    /// Waits for the peer's first ClusterConfig on `connection` (or its end).
+    static func untilClusterConfig(on connection: PeerConnection) async {
+        for await event in connection.events {
+            if case .clusterConfig = event { return }
+        }
+    }
+
     @Test func closeReasonsAreSentAndSurfaced() async throws {
         try await BEPInteropTests.withPeer { setup in
             // Ours: syncthing reads the reason and answers with its own Close quoting it.
@@ -377,20 +384,14 @@ struct CloseReasonInteropTests {
             // Once its own ClusterConfig has come: syncthing 1.25+ writes nothing on a connection
             // before it (sent ~1 s after the Hello), its answering Close included, and a Close
             // that arrives earlier ends the connection without one (2.1.3 in CI, once).
-            var events = first.events.makeAsyncIterator()
-            while let event = await events.next() {
-                if case .clusterConfig = event { break }
-            }
+            await Self.untilClusterConfig(on: first)
             await first.close(reason: "kaiten says goodbye")
             #expect(first.stats.peerCloseReason == "closed by remote: kaiten says goodbye")
 
             // Theirs: an Index for a folder our ClusterConfig did not list gets a Close with a reason.
             let second = try await setup.connect()
             try await second.sendClusterConfig(BEPClusterConfig())
-            var secondEvents = second.events.makeAsyncIterator()
-            while let event = await secondEvents.next() {
-                if case .clusterConfig = event { break }
-            }
+            await Self.untilClusterConfig(on: second)
             var index = BEPIndex()
             index.folder = setup.folderID
             try await second.send(.index(index))

@@ -12,6 +12,12 @@ import Testing
 /// one connection does everything.
 @Suite(.serialized, .timeLimit(.minutes(10)))
 struct LanesInteropTests {
+    /// Waits until `count` lanes are open beside `primary`, or `seconds` have passed.
+    static func waitForLanes(_ count: Int, beside primary: PeerConnection, seconds: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while primary.laneCount < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+    }
+
     /// A file of 64 blocks on a real peer, fetched block by block through a session that asked
     /// for three connections: against 2.x the requests are spread over the lanes and every block
     /// is verified; a lane that closes mid-way costs nothing (its requests go to the primary);
@@ -39,8 +45,7 @@ struct LanesInteropTests {
             // Lanes open in the background; the peer's ClusterConfig on each comes ~1 s after its
             // Hello. (Generous: beside other suites, this process's task pool can be held for
             // long stretches by their synchronous waits on child processes.)
-            let deadline = ContinuousClock.now + .seconds(twoX ? 120 : 3)
-            while primary.laneCount < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+            try await Self.waitForLanes(2, beside: primary, seconds: twoX ? 120 : 3)
             #expect(primary.laneCount == (twoX ? 2 : 0), "lanes beside the primary with \(SyncthingInstance.versionLine)")
 
             let file = {
@@ -67,7 +72,7 @@ struct LanesInteropTests {
                 return parts.keys.sorted().reduce(into: Data()) { $0 += parts[$1]! }
             }
             #expect(try await fetchAll() == content)
-            let lanes = primary.openLanes
+            let lanes = primary.lanesInUse
             let onLanes = lanes.map(\.stats.requestsSent)
             if twoX {
                 // In turn over the primary and its two lanes: each lane carried its third.
@@ -87,8 +92,7 @@ struct LanesInteropTests {
                 let ok = again.allSatisfy { $0.ok }
                 #expect(ok, "session \(round + 1): \(again.map { $0.problem ?? "ok" })")
                 if twoX, let primary = next.connections[st.deviceID] {
-                    let deadline = ContinuousClock.now + .seconds(120)
-                    while primary.laneCount < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+                    try await Self.waitForLanes(1, beside: primary, seconds: 120)
                     #expect(primary.laneCount >= 1)
                 }
                 await next.close(reason: "test done")
