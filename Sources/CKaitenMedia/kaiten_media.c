@@ -141,8 +141,11 @@ int km_image_thumbnail(const char *path, const void *data, size_t length, int si
         return -1;
     }
     long long pixels = (long long)vips_image_get_width(header) * (long long)vips_image_get_height(header);
-    const char *loader = NULL;
-    if (vips_image_get_string(header, VIPS_META_LOADER, &loader)) loader = "";
+    // The loader's name points into the header's metadata: copied before the header is freed.
+    const char *name = NULL;
+    char loader[64] = "";
+    if (vips_image_get_string(header, VIPS_META_LOADER, &name) == 0 && name) snprintf(loader, sizeof(loader), "%s", name);
+    else vips_error_clear();
     long long limit = strncmp(loader, "jpegload", 8) == 0 ? max_pixels * 64 : max_pixels;
     g_object_unref(header);
     if (pixels > limit) {

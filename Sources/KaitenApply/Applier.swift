@@ -238,7 +238,7 @@ public enum Applier {
             problems.append("the plan was made by another Kaiten home (lineage \(saved.lineage), this home is \(lineage))")
         }
         if let applied = try? String(contentsOfFile: appliedPath(home), encoding: .utf8),
-            let line = applied.split(separator: "\n").first(where: { $0.hasPrefix(saved.planID + " ") })
+            let line = TextLines.nonEmpty(applied).first(where: { $0.hasPrefix(saved.planID + " ") })
         {
             problems.append("the plan was already applied (\(line.split(separator: " ").last ?? ""))")
         }

@@ -121,7 +121,31 @@ public final class ConfigFile {
 
     /// Every `<folder>`, in file order.
     public var folders: [FolderConfiguration] {
-        root.elements(forName: "folder").compactMap { try? Self.folder(from: $0) }
+        let untrusted = Set(devices.filter(\.isUntrusted).map(\.id))
+        return root.elements(forName: "folder").compactMap { element in
+            guard var folder = try? Self.folder(from: element) else { return nil }
+            let marked = folder.devices.filter { untrusted.contains($0) }
+            if !marked.isEmpty {
+                folder.devices.removeAll { untrusted.contains($0) }
+                folder.untrustedDevices += marked
+            }
+            return folder
+        }
+    }
+
+    /// Why folders config.xml shares are not shared with some devices, one sentence each
+    /// (naming folder and device), for every front-end to show: see
+    /// ``FolderConfiguration/untrustedDevices``.
+    public var sharingRefusals: [String] {
+        let names = Dictionary(devices.map { ($0.id, $0.name) }, uniquingKeysWith: { first, _ in first })
+        return folders.flatMap { folder in
+            folder.untrustedDevices.map { device in
+                let name = names[device].flatMap { $0.isEmpty ? nil : " (\($0))" } ?? ""
+                return "folder \"\(folder.id)\" is shared with \(device.shortDescription)\(name) as an untrusted device "
+                    + "(encrypted sharing): Kaiten cannot encrypt yet and never sends plain text to it, so the folder "
+                    + "is not shared with that device; `kaiten folder unshare \(folder.id) \(device.shortDescription)` removes the entry"
+            }
+        }
     }
 
     /// The `<options>` Kaiten uses.
@@ -149,8 +173,13 @@ public final class ConfigFile {
 
     /// A boolean element as syncthing's XML decoder reads it: absent, the default.
     private func flag(_ text: String?, default value: Bool) -> Bool {
-        guard let text = text?.trimmingCharacters(in: .whitespaces) else { return value }
-        // Go's strconv.ParseBool; an empty element is false.
+        guard let text else { return value }
+        return Self.flagValue(text)
+    }
+
+    /// Go's strconv.ParseBool, as syncthing reads a boolean; an empty element is false.
+    static func flagValue(_ text: String?) -> Bool {
+        guard let text = text?.trimmingCharacters(in: .whitespaces) else { return false }
         return ["1", "t", "T", "true", "TRUE", "True"].contains(text)
     }
 
@@ -267,11 +296,20 @@ public final class ConfigFile {
         else {
             throw ConfigError(.unknownFolder, file: path, "folder \"\(folderID)\" is not configured")
         }
-        guard device(id: deviceID) != nil else {
+        guard let peer = device(id: deviceID) else {
             throw ConfigError(
                 .unknownDevice, file: path, "device \(deviceID) is not configured; add it with `kaiten peer add`")
         }
         let existing = folder.elements(forName: "device")
+        let encrypted = existing.contains { element in
+            Self.deviceID(of: element) == deviceID && !(Self.childText(element, "encryptionPassword") ?? "").isEmpty
+        }
+        if peer.isUntrusted || encrypted {
+            throw ConfigError(
+                .untrustedDevice, file: path,
+                "device \(deviceID.shortDescription) is \(encrypted ? "set to see folder \"\(folderID)\" encrypted" : "marked untrusted"): "
+                    + "Kaiten cannot encrypt for untrusted devices yet and never sends them plain text; the folder stays unshared with it")
+        }
         if existing.contains(where: { Self.deviceID(of: $0) == deviceID }) { return }
         let element = XMLBuilder.folderDevice(deviceID, depth: 2)
         if let last = existing.last {
@@ -468,13 +506,15 @@ public final class ConfigFile {
         guard let numConnections = Int(connectionsText), numConnections >= 0 else {
             throw ElementError(.invalidValue, "device \(id.shortDescription): numConnections \"\(connectionsText)\" is not a count (0 for the default)")
         }
-        return DeviceConfiguration(
+        var configuration = DeviceConfiguration(
             id: id, name: attribute(element, "name") ?? "",
             addresses: element.elements(forName: "address").compactMap(\.stringValue),
             compression: compression,
             isIntroducer: attribute(element, "introducer") == "true",
             isPaused: childText(element, "paused") == "true",
             certName: attribute(element, "certName") ?? "", numConnections: numConnections)
+        configuration.isUntrusted = flagValue(childText(element, "untrusted"))
+        return configuration
     }
 
     static func folder(from element: XMLElement) throws(ElementError) -> FolderConfiguration {
@@ -487,10 +527,17 @@ public final class ConfigFile {
                 "folder \"\(id)\": unknown type \"\(typeText)\" (sendreceive, sendonly, receiveonly or receiveencrypted)")
         }
         var devices: [DeviceID] = []
+        var untrusted: [DeviceID] = []
         for deviceElement in element.elements(forName: "device") {
             let text = attribute(deviceElement, "id") ?? ""
-            do { devices.append(try DeviceID(text)) } catch {
+            let device: DeviceID
+            do { device = try DeviceID(text) } catch {
                 throw ElementError(.invalidDeviceID, "folder \"\(id)\": \(error)")
+            }
+            if let password = childText(deviceElement, "encryptionPassword"), !password.isEmpty {
+                untrusted.append(device)
+            } else {
+                devices.append(device)
             }
         }
         func int(_ text: String?, _ name: String, default value: Int) throws(ElementError) -> Int {
@@ -511,6 +558,7 @@ public final class ConfigFile {
             maxConflicts: try int(childText(element, "maxConflicts"), "maxConflicts", default: 0),
             markerName: childText(element, "markerName").flatMap { $0.isEmpty ? nil : $0 } ?? ".stfolder",
             isPaused: childText(element, "paused") == "true")
+        folder.untrustedDevices = untrusted
         folder.copyOwnershipFromParent = childText(element, "copyOwnershipFromParent") == "true"
         if let versioning {
             for param in versioning.elements(forName: "param") {

@@ -12,6 +12,8 @@ public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
         case duplicateDeviceID
         case invalidDeviceID
         case invalidValue
+        /// A folder shared with a device meant to see it encrypted: Kaiten cannot encrypt yet.
+        case untrustedDevice
         case unknownFolder
         case unknownDevice
         case missingFile

@@ -1,4 +1,5 @@
 import Foundation
+import KaitenProtocol
 
 /// This device's index ID per folder: a random non-zero number, made once and kept.
 ///
@@ -45,7 +46,7 @@ public struct LocalIndexIDs {
     private func load() throws(ConfigError) -> [String: UInt64] {
         guard let data = FileManager.default.contents(atPath: path) else { return [:] }
         var result: [String: UInt64] = [:]
-        for (number, line) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
+        for (number, line) in TextLines.split(String(decoding: data, as: UTF8.self)).enumerated() {
             let parts = line.split(separator: " ", maxSplits: 1)
             guard parts.count == 2, let id = UInt64(parts[0], radix: 16), id != 0 else {
                 throw ConfigError(.invalidValue, file: path, line: number + 1, "expected \"HEX-ID FOLDER-ID\"")

@@ -41,6 +41,9 @@ public struct DeviceConfiguration: Sendable, Equatable {
     public var certName: String
     /// Connections wanted to this device (`<numConnections>`, syncthing 1.25+); 0: the default.
     public var numConnections: Int
+    /// `<untrusted>true</untrusted>`: syncthing shares only encrypted folders with it. Kaiten
+    /// cannot encrypt yet, so it shares no folder with such a device.
+    public var isUntrusted = false
 
     public init(
         id: DeviceID, name: String = "", addresses: [String] = ["dynamic"], compression: Compression = .metadata,
@@ -64,7 +67,13 @@ public struct FolderConfiguration: Sendable, Equatable {
     public var path: String
     public var type: FolderType
     /// The devices the folder is shared with (this device included, as syncthing keeps it).
+    /// Devices meant to see it encrypted are not among them (``untrustedDevices``).
     public var devices: [DeviceID]
+    /// Devices config.xml shares the folder with as untrusted ones: an `<encryptionPassword>`
+    /// on the folder's device entry, or a device marked `<untrusted>`. Kaiten cannot encrypt
+    /// yet, and never sends plain names or blocks to a device meant to see ciphertext: the
+    /// folder is not shared with these at all (no ClusterConfig entry, no index, no blocks).
+    public var untrustedDevices: [DeviceID] = []
     public var rescanIntervalS: Int
     public var ignorePerms: Bool
     /// The versioning type; empty means no versioning.

@@ -122,7 +122,7 @@ public struct ImportRecord: Sendable {
         path = ((home.stateDirectory as NSString).appendingPathComponent("imports") as NSString)
             .appendingPathComponent(Home.fileSafeName(folder) + ".txt")
         let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-        for line in text.split(separator: "\n") {
+        for line in TextLines.nonEmpty(text) {
             let parts = line.split(separator: "\t", maxSplits: 1)
             guard parts.count == 2, let bytes = Self.hexBytes(String(parts[0])), let hash = ContentHash(bytes: bytes) else { continue }
             entries.append((hash, String(parts[1])))

@@ -18,6 +18,8 @@ public struct PeerError: Error, Sendable, CustomStringConvertible {
         case hashMismatch
         case timeout
         case invalidAddress
+        /// The peer wants a folder exchanged encrypted (``EncryptedSharing``).
+        case encryptedFolder
     }
 
     public let code: Code

@@ -121,6 +121,10 @@ extension PeerConnection {
                         "treats this connection as a secondary one: it still holds an earlier connection of this device")
                 }
                 sawClusterConfig = true
+                if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: deviceID, folders: wanted) {
+                    await close(reason: "encryption mismatch: \(refusal)")
+                    throw PeerError(.encryptedFolder, peer: label, refusal)
+                }
                 receiver.apply(clusterConfig)
                 try await onClusterConfig(clusterConfig)
             case .index(let folder, let files, let isFullIndex):

@@ -1,4 +1,5 @@
 import Foundation
+import KaitenProtocol
 
 /// A selection file, `selections/<folder>.txt`: what the user wants of a folder on this machine.
 ///
@@ -42,11 +43,12 @@ public struct SelectionFile: Sendable, Equatable {
     /// Parses a selection file's text; `file` is used in errors.
     public static func parse(_ text: String, file: String) throws(SelectionError) -> SelectionFile {
         var lines: [Line] = []
-        var rows = text.components(separatedBy: "\n")
-        if rows.last == "" { rows.removeLast() }
-        for (index, raw) in rows.enumerated() {
+        for (index, line) in TextLines.split(text).enumerated() {
             let number = index + 1
-            let row = raw.hasSuffix("\r") ? String(raw.dropLast()) : raw
+            let row = String(line)
+            if row.unicodeScalars.contains("\0") {
+                throw SelectionError(.badPattern, file: file, line: number, "the line holds a NUL byte, which no file name can contain")
+            }
             let trimmed = row.trimmingCharacters(in: .whitespaces)
             if trimmed.isEmpty || trimmed.hasPrefix("#") {
                 lines.append(.other(row))

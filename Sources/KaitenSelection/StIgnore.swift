@@ -51,10 +51,7 @@ public enum StIgnore {
     /// exactly `*`; blank lines and `//` comments anywhere but last; `(?d)` lines (no '/', no
     /// '**') before any selection line; selection lines `!/path` with no unescaped glob.
     public static func parse(_ text: String) -> Parsed {
-        // Split on the byte, not on Characters: "\r\n" is one Character in Swift, and syncthing
-        // accepts CRLF files.
-        var rows = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
-            .map { String($0).trimmingWhitespace() }
+        var rows = TextLines.split(text).map { String($0).trimmingWhitespace() }
         while rows.last == "" { rows.removeLast() }
         // An empty .stignore ignores nothing; it holds no line Kaiten could not write itself.
         if rows.allSatisfy({ $0.isEmpty || $0.hasPrefix("//") }) { return .managed(globalIgnores: [], selected: []) }

@@ -114,6 +114,7 @@ public final class Service: Sendable {
         let started = ISO8601DateFormatter().string(from: Date())
         let reloads = Reloads(reload)
         while true {
+            for refusal in home.config.sharingRefusals { emit(ServiceEvent("warning", refusal)) }
             let outcome = await generation(home, started: started, stop: stop, reloads: reloads)
             guard outcome == .reload else { break }
             do {

@@ -19,7 +19,7 @@ public enum PeerGenerations {
     public static func load(_ home: Home) -> [DeviceID: String] {
         guard let text = try? String(contentsOfFile: path(home), encoding: .utf8) else { return [:] }
         var versions: [DeviceID: String] = [:]
-        for line in text.split(separator: "\n") {
+        for line in TextLines.nonEmpty(text) {
             let parts = line.split(separator: " ", maxSplits: 1)
             guard parts.count == 2, let device = try? DeviceID(String(parts[0])) else { continue }
             versions[device] = String(parts[1])
@@ -92,7 +92,7 @@ public enum IndexCompleteness {
     static func load(_ home: Home, folder: String) -> [DeviceID: (indexID: UInt64, maxSequence: Int64)] {
         guard let text = try? String(contentsOfFile: path(home, folder: folder), encoding: .utf8) else { return [:] }
         var all: [DeviceID: (indexID: UInt64, maxSequence: Int64)] = [:]
-        for line in text.split(separator: "\n") {
+        for line in TextLines.nonEmpty(text) {
             let parts = line.split(separator: " ")
             guard parts.count == 3, let device = try? DeviceID(String(parts[0])), let id = UInt64(parts[1], radix: 16),
                 let sequence = Int64(parts[2])

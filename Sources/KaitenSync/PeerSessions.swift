@@ -375,6 +375,9 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         guard !clusterConfig.secondary else { return }
         let me = home.identity.deviceID
         let ours = home.config.folders.filter { $0.devices.contains(device) }.map(\.id)
+        if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: device, folders: Set(ours)) {
+            throw PeerError(.encryptedFolder, peer: device.shortDescription, refusal)
+        }
         let sharedNow = Set(ours.filter { clusterConfig.device(me, in: $0) != nil && clusterConfig.device(device, in: $0) != nil })
         let (exchanged, isHeld) = state.withLock { state in
             (Set(state.announced[device]?.keys.map { $0 } ?? []), state.connections[device] === connection)

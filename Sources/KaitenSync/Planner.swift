@@ -236,7 +236,7 @@ public enum KeptFiles {
     public static func load(_ home: Home, folderID: String) -> [String: ContentHash] {
         guard let text = try? String(contentsOfFile: path(home, folderID: folderID), encoding: .utf8) else { return [:] }
         var kept: [String: ContentHash] = [:]
-        for line in text.split(separator: "\n") {
+        for line in TextLines.nonEmpty(text) {
             guard let space = line.firstIndex(of: " ") else { continue }
             let hex = line[..<space]
             var bytes: [UInt8] = []

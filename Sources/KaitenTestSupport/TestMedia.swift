@@ -6,6 +6,7 @@ import Foundation
 public enum TestMedia {
     public struct Missing: Error, CustomStringConvertible {
         public let description: String
+        public init(description: String) { self.description = description }
     }
 
     static func tool(_ name: String, package: String) throws -> String {

@@ -92,6 +92,14 @@ struct GlobalOptions: ParsableArguments {
     var resolvedHome: Home {
         Home.resolve(explicit: home, environment: ProcessInfo.processInfo.environment)
     }
+
+    /// Opens the home, saying on stderr what config.xml asks that Kaiten refuses to do (a
+    /// folder shared with an untrusted device).
+    func openHome() throws -> KaitenHome {
+        let opened = try KaitenHome.open(resolvedHome)
+        for refusal in opened.config.sharingRefusals { Terminal.warning(refusal) }
+        return opened
+    }
 }
 
 /// Runs a command body, turning library errors into one line on stderr and exit code 1.
@@ -130,6 +138,10 @@ struct ArgumentError: Error {
 enum Terminal {
     static func error(_ message: String) {
         FileHandle.standardError.write(Data("kaiten: \(message)\n".utf8))
+    }
+
+    static func warning(_ message: String) {
+        FileHandle.standardError.write(Data("kaiten: warning: \(message)\n".utf8))
     }
 
     static func json<T: Encodable>(_ value: T) throws {

@@ -195,6 +195,46 @@ import Testing
         #expect(try await thumbnail(helpers, dir.file("fine.png"), kind: .image, into: dir).get().width == 64)
     }
 
+    /// The helper's C under AddressSanitizer: compiled here with a small driver, run on a PNG
+    /// over the pixel limit (the name of its loader was read after the header holding it had
+    /// been freed, and reached the log and /thumb's body) and on good and bad files.
+    @Test func theHelpersCUnderAddressSanitizer() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-asan")
+        defer { dir.remove() }
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        let root = sources.deletingLastPathComponent().deletingLastPathComponent()
+        guard let compiler = ProcessRunner.which("gcc") ?? ProcessRunner.which("cc") else {
+            throw TestMedia.Missing(description: "no C compiler (gcc) to build the helper's C with AddressSanitizer")
+        }
+        let pkgConfig = try ProcessRunner.run(
+            try #require(ProcessRunner.which("pkg-config")), ["--cflags", "--libs", "vips", "libavformat", "libavcodec", "libswscale", "libavutil"])
+        #expect(pkgConfig.status == 0, "\(pkgConfig.stderr)")
+        let flags = pkgConfig.stdout.split(whereSeparator: \.isWhitespace).map(String.init)
+        let driver = dir.file("driver")
+        let build = try ProcessRunner.run(
+            compiler,
+            ["-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1",
+             "-I", root.appendingPathComponent("Sources/CKaitenMedia/include").path,
+             root.appendingPathComponent("Sources/CKaitenMedia/kaiten_media.c").path,
+             sources.appendingPathComponent("AddressSanitizer/driver.c").path, "-o", driver] + flags + ["-lz", "-lm"])
+        try #require(build.status == 0, "\(build.stderr)")
+        try TestMedia.png(dir.file("fine.png"), width: 64, height: 64)
+        try TestMedia.png(dir.file("bomb.png"), width: 10_000, height: 10_000, color: "black")
+        try Data("<svg xmlns='http://www.w3.org/2000/svg'/>".utf8).write(to: URL(fileURLWithPath: dir.file("disguised.png")))
+        let environment = [
+            "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+            // glib's type system keeps its allocations for the process's life: leaks are not the question.
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=86",
+        ]
+        let run = try ProcessRunner.run(
+            driver, [dir.path, dir.file("fine.png"), dir.file("bomb.png"), dir.file("disguised.png")], environment: environment, timeout: 120)
+        #expect(!run.stderr.contains("AddressSanitizer"), "\(run.stderr)")
+        #expect(run.status == 0, "exit \(run.status): \(run.stderr)")
+        #expect(run.stdout.contains("huge.png: declares 900 megapixels, over the limit of 64 for pngload"), "\(run.stdout)")
+        #expect(run.stdout.contains("fine.png: 64 x 64"), "\(run.stdout)")
+        #expect(run.stdout.contains("bomb.png: declares 100 megapixels"), "\(run.stdout)")
+    }
+
     /// A decoder that dies (killed here, as a crash or the memory limit would end it) costs its
     /// job, with the reason; the next job gets a new helper.
     @Test func aHelperThatDiesCostsOneJob() async throws {

@@ -1,3 +1,4 @@
+import KaitenTestSupport
 import Testing
 
 @testable import KaitenSelection
@@ -19,6 +20,32 @@ struct SelectionFileTests {
         #expect(selection.patterns.map(\.pattern) == ["docs/*.pdf"])
         #expect(selection.globalIgnores == [".DS_Store"])
         #expect(selection.render() == text)
+    }
+
+    /// An editor that writes CRLF must not turn the file into one line that matches nothing
+    /// (the plan then deleted every selected local file).
+    @Test func aCRLFFileReadsAsTheSameLinesAsLF() throws {
+        let lf = "# kept\nphotos/2025\ndocs/*.pdf\n(?d).DS_Store\nnotes/a.txt\n"
+        let crlf = lf.replacingOccurrences(of: "\n", with: "\r\n")
+        #expect(crlf.split(separator: "\n").count == 1)  // why Character-wise splitting failed
+        let fromLF = try SelectionFile.parse(lf, file: "s.txt")
+        let fromCRLF = try SelectionFile.parse(crlf, file: "s.txt")
+        #expect(fromCRLF.paths == ["photos/2025", "notes/a.txt"])
+        #expect(fromCRLF.paths == fromLF.paths)
+        #expect(fromCRLF.patterns.map(\.pattern) == ["docs/*.pdf"])
+        #expect(fromCRLF.globalIgnores == [".DS_Store"])
+        // Mixed endings and a last line without one.
+        let mixed = try SelectionFile.parse("a\r\nb\nc", file: "s.txt")
+        #expect(mixed.paths == ["a", "b", "c"])
+    }
+
+    @Test func aNULByteIsRefusedAtItsLine() {
+        #expect {
+            _ = try SelectionFile.parse("ok.txt\r\nbad\0name.txt\r\n", file: "s.txt")
+        } throws: { error in
+            guard let error = error as? SelectionError else { return false }
+            return error.line == 2 && "\(error)".contains("NUL")
+        }
     }
 
     struct Bad: CustomTestStringConvertible, Sendable {
@@ -119,70 +146,65 @@ struct GlobTests {
     func badPatterns(_ pattern: String) {
         #expect(throws: GlobError.self) { try Glob(pattern) }
     }
-}
 
-/// Names `.stignore` cannot spell exactly are refused, never turned into another name (issue
-/// 19, item 5); CRLF and empty `.stignore` files are read as syncthing reads them (item 10);
-/// rendering is linear in the selected paths (item 9).
-struct UnrepresentableNameTests {
-    @Test(arguments: ["odd/trail.txt ", "odd/new\nline.txt", "odd/tab\there", " lead.txt", "cr\r.txt"])
-    func namesNoStIgnoreLineCanSpellAreRefused(_ name: String) {
-        var selection = SelectionFile()
-        #expect {
-            _ = try selection.select(name)
-        } throws: { error in
-            guard let error = error as? SelectionError else { return false }
-            return error.code == .unrepresentable && "\(error)".contains("cannot be selected by name")
+    /// Names come from peers: a pattern's match work is bounded by name x pattern, whatever
+    /// the stars. Backtracking took 3.3 s for the first case and over a minute for the others.
+    @Test(.timeLimit(.minutes(1)), arguments: [
+        ("longname/*_*_*_*_*.jpg", "longname/" + String(repeating: "a_", count: 112)),
+        ("**/*_*_*_*_*_*_*_*.jpg", "longname/" + String(repeating: "a_", count: 112)),
+        (String(repeating: "*a", count: 20) + "b", String(repeating: "a", count: 45)),
+        ("{**,*}{**,*}{**,*}{**,*}{**,*}{**,*}{**,*}{**,*}x", String(repeating: "a/", count: 100)),
+        (String(repeating: "**", count: 30) + "/x", String(repeating: "aa/", count: 80)),
+    ])
+    func adversarialNamesAndPatternsMatchInLinearWork(pattern: String, name: String) throws {
+        let glob = try Glob(pattern)
+        let (matched, visits) = glob.run(name)
+        #expect(!matched)
+        // Each character visits each state at most once per way into it (two at most: itself
+        // and the state before it).
+        let bound = (name.count + 1) * glob.program.nodes.count * 4
+        #expect(visits <= bound, "\(visits) state visits for a \(name.count)-character name and \(glob.program.nodes.count) states")
+    }
+
+    /// The automaton decides as the backtracking definition does, on seeded random patterns and
+    /// names over a small alphabet (where every token kind meets every other).
+    @Test func automatonAgreesWithTheBacktrackingDefinition() throws {
+        var random = SplitMix64(seed: 0x5EED_6106)
+        let pieces = ["a", "b", "/", "*", "**", "?", "[ab]", "[!a]", "{a,b/}", "{,*}", "\\*"]
+        let letters: [Character] = ["a", "b", "/", "*"]
+        for round in 0..<4000 {
+            let pattern = (0..<Int.random(in: 1...6, using: &random)).map { _ in pieces.randomElement(using: &random)! }.joined()
+            let name = String((0..<Int.random(in: 0...8, using: &random)).map { _ in letters.randomElement(using: &random)! })
+            let glob = try Glob(pattern)
+            let want = BacktrackingGlob.match(glob.tokens[...], Array(name)[...])
+            #expect(glob.matches(name) == want, "round \(round) (seed 0x5EED6106): \"\(pattern)\" against \"\(name)\"")
         }
-        #expect(selection.paths.isEmpty)
-        #expect(selection.render().isEmpty)
-    }
-
-    @Test func aNameWithAnInnerSpaceIsFine() throws {
-        var selection = SelectionFile()
-        #expect(try selection.select("odd/two words.txt") == .added)
-        // Only the ends of the whole line are trimmed: a component may begin with a space.
-        #expect(try selection.select("odd/ lead.txt") == .added)
-        #expect(try SelectionFile.parse(selection.render(), file: "s").paths == ["odd/two words.txt", "odd/ lead.txt"])
-    }
-
-    @Test func quotingFollowsTheShell() {
-        #expect(PathRules.quoted("plain/name.txt") == "plain/name.txt")
-        #expect(PathRules.quoted("odd/new\nline.txt") == "'odd/new'$'\\n''line.txt'")
-        #expect(PathRules.quoted("it's") == "'it'\\''s'")
-        #expect(PathRules.quoted("trail ") == "'trail '")
-    }
-
-    @Test func aCRLFStIgnoreIsInTheSelectiveGrammar() {
-        let text = "(?d).DS_Store\r\n!/photos/2025\r\n!/docs\r\n*\r\n"
-        #expect(StIgnore.parse(text) == .managed(globalIgnores: [".DS_Store"], selected: ["photos/2025", "docs"]))
-    }
-
-    @Test func anEmptyStIgnoreHoldsNothingKaitenCannotWrite() {
-        #expect(StIgnore.parse("") == .managed(globalIgnores: [], selected: []))
-        #expect(StIgnore.parse("\n\n// a comment\n") == .managed(globalIgnores: [], selected: []))
-    }
-
-    @Test func renderingAQuarterMillionPathsLeavesOutCoveredOnes() {
-        var paths: [String] = []
-        for i in 0..<250_000 { paths.append("big/d\(i % 500)/f\(i).jpg") }
-        paths.append("big/d7")
-        let text = StIgnore.render(globalIgnores: [], selected: paths)
-        let lines = text.split(separator: "\n")
-        #expect(lines.count == 250_000 - 500 + 1 + 1)
-        #expect(lines.contains("!/big/d7"))
-        #expect(!lines.contains("!/big/d7/f7.jpg"))
     }
 }
 
-/// Issue 10, item 23: an indented line is refused at its line, never trimmed into another name.
-struct IndentedLineTests {
-    @Test func anIndentedLineIsRefusedWithItsNumber() {
-        #expect {
-            _ = try SelectionFile.parse("photos\n  docs\n", file: "s.txt")
-        } throws: { error in
-            "\(error)".contains("s.txt:2") && "\(error)".contains("begins with whitespace")
+/// The glob's definition, as plain backtracking (exponential: small inputs only).
+enum BacktrackingGlob {
+    static func match(_ tokens: ArraySlice<Glob.Token>, _ text: ArraySlice<Character>) -> Bool {
+        guard let token = tokens.first else { return text.isEmpty }
+        let rest = tokens.dropFirst()
+        switch token {
+        case .literal(let ch):
+            return text.first == ch && match(rest, text.dropFirst())
+        case .any:
+            guard let ch = text.first, ch != "/" else { return false }
+            return match(rest, text.dropFirst())
+        case .characterClass(let ranges, let negated):
+            guard let ch = text.first, ch != "/" else { return false }
+            return ranges.contains { $0.contains(ch) } != negated && match(rest, text.dropFirst())
+        case .star, .doubleStar:
+            var i = text.startIndex
+            while true {
+                if match(rest, text[i...]) { return true }
+                guard i < text.endIndex, token == .doubleStar || text[i] != "/" else { return false }
+                i += 1
+            }
+        case .alternatives(let options):
+            return options.contains { match(ArraySlice($0 + Array(rest)), text) }
         }
-        #expect((try? SelectionFile.parse("# indented comments are fine\n  # like this\n\n", file: "s.txt")) != nil)
     }
 }

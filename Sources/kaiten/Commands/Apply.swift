@@ -104,7 +104,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let saved = try planFile.map { try PlanFile.read($0) }
                 // Beside a running service, which holds the peers' connections, the service applies.
                 if let service = ControlClient.running(opened.home) {

@@ -62,7 +62,7 @@ extension Kaiten.Folder {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
                     throw ConfigError(
                         .unknownFolderType, file: opened.config.path,
@@ -106,7 +106,7 @@ extension Kaiten.Folder {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let id = try opened.config.resolveDevice(peer)
                 try opened.config.shareFolder(id: folderID, with: id)
                 try opened.config.write()
@@ -136,7 +136,7 @@ extension Kaiten.Folder {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let id = try opened.config.resolveDevice(peer)
                 let folder = try Kaiten.Folder.configured(folderID, in: opened.config)
                 guard folder.devices.contains(id) else {
@@ -172,7 +172,7 @@ extension Kaiten.Folder {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let folder = try Kaiten.Folder.configured(folderID, in: opened.config)
                 try Membership.forgetFolder(folderID, home: opened) {
                     try opened.config.removeFolder(id: folderID)
@@ -216,7 +216,7 @@ extension Kaiten.Folder {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let rows = opened.config.folders.map {
                     Row(
                         id: $0.id, label: $0.label, path: $0.path, type: $0.type.rawValue,

@@ -22,7 +22,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 if json {
                     try Terminal.json(["device_id": opened.identity.deviceID.description])
                 } else {

@@ -95,7 +95,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let (folder, subdirectory) = try Self.split(destination, in: opened)
                 guard folder.type == .sendreceive || folder.type == .sendonly else {
                     throw ArgumentError("\(folder.id) is a \(folder.type.rawValue) folder: what is imported would never reach the peers (import into a sendreceive or sendonly folder)")
@@ -274,7 +274,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let record = ImportRecord(home: opened.home, folder: folder)
                 _ = try await Offload.run(folder: folder, paths: record.entries.map(\.path), peers: peers, opened: opened, global: global, json: json)

@@ -44,7 +44,7 @@ extension Kaiten.Index {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 // A running service holds the peers' connections (syncthing accepts one per
                 // device) and takes every update in as it comes: nothing to fetch.
                 if let service = ServiceRecord.running(opened.home) {
@@ -113,7 +113,7 @@ extension Kaiten.Index {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let ids = try FolderSelection.resolve(folders, in: opened)
                 let logs = try IndexSync.openLogs(home: opened, folders: ids, warn: { Terminal.error($0) })
                 for id in ids {
@@ -147,7 +147,7 @@ extension Kaiten.Index {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let path = opened.home.indexLogPath(folderID: folder)
                 IndexLog.remove(path: path)

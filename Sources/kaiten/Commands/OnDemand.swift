@@ -39,7 +39,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let files = try await RemoteFiles.opened(opened, verb: "cat", folder: folder, logger: global.logger)
                 do {
                     let entry = try files.entry(folder: folder, path: Self.clean(path))
@@ -87,7 +87,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let clean = Cat.clean(path)
                 let files = try await RemoteFiles.opened(opened, verb: "get", folder: folder, logger: global.logger)
                 do {
@@ -177,7 +177,7 @@ extension Kaiten {
                 guard loopback || allowRemote else {
                     throw ValidationError("\(host) is not a loopback address; pass --allow-remote to listen there (links still need signatures)")
                 }
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let signer = try URLSigner.load(home: opened.home)
                 let stamps = LockedISO8601()
                 let log: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8)) }
@@ -308,7 +308,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 guard let seconds = Self.duration(ttl) else { throw ValidationError("--ttl takes a duration like 90s, 15m, 1h or 2d") }
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 guard let record = ServerRecord.load(opened.home) else {
                     throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")

@@ -78,7 +78,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let id = try DeviceID(deviceID)
                 guard id != opened.identity.deviceID else {
                     throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself")
@@ -136,7 +136,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let id = try opened.config.resolveDevice(peer)
                 guard id != opened.identity.deviceID else {
                     throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; see `kaiten init` for its name")
@@ -169,7 +169,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let id = try opened.config.resolveDevice(peer)
                 guard id != opened.identity.deviceID else {
                     throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; it cannot be removed")
@@ -220,7 +220,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let folders = opened.config.folders
                 let service = ServiceRecord.running(opened.home)
                 let rows = opened.config.devices.map { device in
@@ -287,7 +287,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let only = try deviceID.map { text throws(ConfigError) in try opened.config.resolveDevice(text) }
                 let results = try await Discovery.using(home: opened, logger: global.logger) { addresses in
                     try await PeerCheck.run(home: opened, only: only, timeout: timeout, addresses: addresses, logger: global.logger)

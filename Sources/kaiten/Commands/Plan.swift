@@ -71,7 +71,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 var refreshProblems: [String: [String]] = [:]
                 var connected: [String: Set<DeviceID>]?
                 // A running service keeps the index current and holds the peers' connections
@@ -246,7 +246,7 @@ enum PlanRenderer {
             if many || hasContent { Swift.print("\(folder.id) (\(folder.path)):") }
             for warning in folder.warnings { Swift.print("  warning: \(warning)") }
             if folder.stignore.changed {
-                let count = folder.stignore.content.split(separator: "\n").filter { $0.hasPrefix("!/") }.count
+                let count = TextLines.nonEmpty(folder.stignore.content).filter { $0.hasPrefix("!/") }.count
                 Swift.print("  ~ write       .stignore (\(count) selected path\(count == 1 ? "" : "s"))")
             }
             for action in folder.actions {

@@ -176,7 +176,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve(folders, in: opened)
                 var options = Service.Options()
                 options.folders = folders

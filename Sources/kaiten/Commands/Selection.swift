@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import KaitenConfig
 import KaitenIndex
+import KaitenProtocol
 import KaitenSelection
 import KaitenSync
 
@@ -39,7 +40,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 let log = try FolderSelection.openLog(folder, in: opened)
                 let file = opened.home.selectionPath(folderID: folder)
                 var (selection, _) = try Planner.readSelection(file)
@@ -112,7 +113,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let file = opened.home.selectionPath(folderID: folder)
                 var (selection, _) = try Planner.readSelection(file)
@@ -163,7 +164,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let config = opened.config.folders.first { $0.id == folder }!
                 let stignorePath = (config.path as NSString).appendingPathComponent(".stignore")
@@ -190,7 +191,7 @@ extension Kaiten {
                             if case .added = try selection.select(path) { added += 1 }
                         } catch let error as SelectionError {
                             // Name the .stignore line, not the argument the path became.
-                            let rows = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+                            let rows = TextLines.split(text)
                             let line = (rows.firstIndex { $0.trimmingCharacters(in: .whitespaces) == StIgnore.line(forSelecting: path) } ?? -1) + 1
                             throw SelectionError(error.code, file: stignorePath, line: line, error.hint)
                         }

@@ -91,7 +91,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try KaitenHome.open(global.resolvedHome)
+                let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let helper = try MediaHelpers.locate()
                 let targets = try Thumbnails.targets(home: opened, folder: folder, paths: paths.map(Cat.clean), recursive: recursive)

@@ -58,7 +58,7 @@ extension Kaiten {
 
             func run() async throws {
                 try await reportingErrors {
-                    let opened = try KaitenHome.open(global.resolvedHome)
+                    let opened = try global.openHome()
                     guard let config = opened.config.folders.first(where: { $0.id == folder }) else {
                         throw ArgumentError("\(folder): no such folder (see `kaiten folder ls`)")
                     }
@@ -106,7 +106,7 @@ extension Kaiten {
 
             func run() async throws {
                 try await reportingErrors {
-                    let opened = try KaitenHome.open(global.resolvedHome)
+                    let opened = try global.openHome()
                     let ids = folders.isEmpty
                         ? opened.config.folders.map(\.id).filter { (try? ViewDefinition.load(opened.home, folder: $0)) != nil } : folders
                     guard !ids.isEmpty else {
@@ -134,7 +134,7 @@ extension Kaiten {
 
             func run() async throws {
                 try await reportingErrors {
-                    let opened = try KaitenHome.open(global.resolvedHome)
+                    let opened = try global.openHome()
                     guard try ViewDefinition.load(opened.home, folder: folder) != nil else { throw ArgumentError("\(folder) is not a view") }
                     ViewDefinition.remove(opened.home, folder: folder)
                     print("\(folder) is no longer a view; its files stay as they are")
