@@ -134,6 +134,12 @@ extension PeerConnection {
                 if ContinuousClock.now >= deadline {
                     throw PeerError(.timeout, peer: label, "the index did not arrive within \(Int(timeout)) s")
                 }
+                if !sawClusterConfig && "\(reason)".contains("encrypt") {
+                    throw PeerError(
+                        .encryptedFolder, peer: label,
+                        "\(reason): the peer shares a folder with this device encrypted (as an untrusted device) or holds it "
+                            + "encrypted; Kaiten cannot exchange encrypted folders yet")
+                }
                 if !sawClusterConfig {
                     throw PeerError(
                         .closedBeforeClusterConfig, peer: label,

@@ -22,6 +22,9 @@ final class ScriptedPeer: Sendable {
     /// How many of the next connections get only a `secondary` ClusterConfig, as from a
     /// syncthing that still holds an earlier connection of this device as its primary.
     let secondaryOnly = NIOLockedValueBox(0)
+    /// Encryption password tokens its ClusterConfig puts on its own entry (it holds the folder
+    /// as an untrusted device) and on Kaiten's (it treats Kaiten as one), as syncthing would.
+    let passwordTokens = NIOLockedValueBox<(own: Data, kaitens: Data)>((Data(), Data()))
 
     var deviceID: DeviceID { device.deviceID }
     var address: String { "tcp://127.0.0.1:\(listener.localPort)" }
@@ -37,6 +40,7 @@ final class ScriptedPeer: Sendable {
         let requests = self.requests
         let latest = self.latest
         let secondaryOnly = self.secondaryOnly
+        let passwordTokens = self.passwordTokens
         let me = device.deviceID
         listener = try await PeerListener.bind(
             to: PeerAddress(host: "127.0.0.1", port: 0), identity: device.identity,
@@ -77,6 +81,7 @@ final class ScriptedPeer: Sendable {
                 mine.maxSequence = files.map(\.sequence).max() ?? 0
                 var theirs = BEPDevice()
                 theirs.id = .init(connection.deviceID.bytes)
+                (mine.encryptionPasswordToken, theirs.encryptionPasswordToken) = passwordTokens.withLockedValue { ($0.own, $0.kaitens) }
                 wire.devices = [mine, theirs]
                 clusterConfig.folders = [wire]
                 try? await connection.sendClusterConfig(clusterConfig)

@@ -61,6 +61,30 @@ struct ConfigFileTests {
         #expect(reread.serialized() == text)
     }
 
+    /// Syncthing's untrusted devices: a folder device entry with an `<encryptionPassword>`, or a
+    /// device marked `<untrusted>`, is not among the folder's devices (nothing is ever sent to
+    /// it), is named in a refusal, and sharing with it again is refused; the file is unchanged.
+    @Test(arguments: [false, true]) func aDeviceMeantToSeeCiphertextIsNotShared(deviceLevel: Bool) throws {
+        var text = String(decoding: try Self.fixture(), as: UTF8.self)
+        let entry = "<device id=\"\(Self.peer.description)\" introducedBy=\"\">\n            <encryptionPassword></encryptionPassword>"
+        if deviceLevel {
+            let marked = text.replacingOccurrences(of: "<untrusted>false</untrusted>", with: "<untrusted>true</untrusted>", options: [], range: text.range(of: "<untrusted>false</untrusted>"))
+            text = marked
+        } else {
+            #expect(text.contains(entry))
+            text = text.replacingOccurrences(of: entry, with: entry.replacingOccurrences(of: "<encryptionPassword></encryptionPassword>", with: "<encryptionPassword>s3cret</encryptionPassword>"))
+        }
+        let config = try ConfigFile.parse(data: Data(text.utf8), path: "config.xml")
+        let folder = try #require(config.folder(id: "photos"))
+        #expect(!folder.devices.contains(Self.peer))
+        #expect(folder.untrustedDevices == [Self.peer])
+        let refusals = config.sharingRefusals
+        #expect(refusals.count == 1 && refusals[0].contains("folder \"photos\" is shared with \(Self.peer.shortDescription)"), "\(refusals)")
+        #expect(!refusals.joined().contains("s3cret"))
+        #expect { try config.shareFolder(id: "photos", with: Self.peer) } throws: { ($0 as? ConfigError)?.code == .untrustedDevice }
+        #expect(config.serialized() == text)
+    }
+
     @Test func addedFolderSpellsOutEveryField() throws {
         let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
         try config.addFolder(
