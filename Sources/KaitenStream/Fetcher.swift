@@ -19,10 +19,13 @@ public struct FetchReport: Sendable {
 extension RemoteFiles {
     /// Writes `path` of `folder` (a file, or a directory and everything under it) to
     /// `destination`: the file itself, or the directory that receives the tree.
-    /// - Parameter onFile: called after each file of a tree is written.
-    public func fetch(folder: String, path: String, to destination: String, onFile: (String) -> Void = { _ in }) async throws
-        -> FetchReport
-    {
+    /// - Parameters:
+    ///   - replace: whether a file already at a target may be replaced (`--force`); never a
+    ///     directory, and without it nothing that exists is touched (as `cp -n`).
+    ///   - onFile: called after each file of a tree is written.
+    public func fetch(
+        folder: String, path: String, to destination: String, replace: Bool = false, onFile: (String) -> Void = { _ in }
+    ) async throws -> FetchReport {
         let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
         defer { log.close() }
         guard let g = log.index.global(path), !g.file.isDeleted else {
@@ -58,7 +61,12 @@ extension RemoteFiles {
                 let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
                 let source = BlockSource(folderID: folder, root: folderPath, connections: try connections(), tree: localBlocks, relay: relay)
                 let puller = FilePuller(root: root, ignorePermissions: false, source: source)
-                _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: { _ in })
+                let target = (root as NSString).appendingPathComponent(local)
+                // Checked before the fetch (nothing fetched for a file that stays) and again just
+                // before the rename (a file that appeared meanwhile is not replaced either).
+                let check: FilePuller.LocalCheck = { _ throws(ApplyError) in try Self.mayWrite(target, replace: replace) }
+                try check(local)
+                _ = try await puller.pull(entry.file, as: local, blocks: blocks, holders: entry.holders, check: check)
                 report.written += 1
                 report.bytes += entry.file.size
                 report.blocksReadLocally += source.statistics.copied
@@ -69,5 +77,18 @@ extension RemoteFiles {
             }
         }
         return report
+    }
+
+    /// Whether `get` may write `target`: it does not exist, or it is a file or a link that
+    /// `replace` allows to be replaced. A directory is never replaced by a file.
+    static func mayWrite(_ target: String, replace: Bool) throws(ApplyError) {
+        var info = stat()
+        guard lstat(target, &info) == 0 else { return }
+        if (info.st_mode & S_IFMT) == S_IFDIR {
+            throw ApplyError(.changedLocally, path: target, "\(target) is a directory; not replaced")
+        }
+        guard replace else {
+            throw ApplyError(.changedLocally, path: target, "\(target) already exists; not replaced (--force replaces it)")
+        }
     }
 }

@@ -67,7 +67,9 @@ extension Kaiten {
             discussion: """
                 Writes through a temp file beside the target, fsynced and renamed into place; \
                 every block SHA-256-verified. Nothing is selected; .stignore is not touched. \
-                Without -o the file lands in the current directory under its own name.
+                Without -o the file lands in the current directory under its own name. \
+                A file that already exists there is not replaced (each is named, exit 1) unless \
+                --force, as with `cp -n`.
 
                 Examples:
                   kaiten get media film.mkv -o ~/Downloads/film.mkv
@@ -84,6 +86,9 @@ extension Kaiten {
 
         @Option(name: .shortAndLong, help: ArgumentHelp("Where to write it (a directory for a directory).", valueName: "path"))
         var output: String?
+
+        @Flag(name: .shortAndLong, help: "Replace files that already exist at the target (never a directory).")
+        var force = false
 
         func run() async throws {
             try await reportingErrors {
@@ -115,7 +120,7 @@ extension Kaiten {
             {
                 absolute = (absolute as NSString).appendingPathComponent((clean as NSString).lastPathComponent)
             }
-            let report = try await files.fetch(folder: folder, path: clean, to: absolute) { print("fetched \($0)") }
+            let report = try await files.fetch(folder: folder, path: clean, to: absolute, replace: force) { print("fetched \($0)") }
             for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
             let place = isDirectory ? "under \(absolute)" : "to \(absolute)"
             let total = report.written + report.failed.count
