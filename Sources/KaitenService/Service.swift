@@ -108,7 +108,7 @@ public final class Service: Sendable {
     /// Runs until `stop` is raised (SIGTERM, SIGINT); `reload` (SIGHUP) reads config.xml again.
     /// A config.xml that no longer loads is said and the last good one kept.
     public func run(stop: StopSignal, reload: AsyncStream<Void>) async throws {
-        let lock = try ServiceRecord.lock(homePath)
+        let lock = try ServiceRecord.lock(homePath, role: "run")
         defer { withExtendedLifetime(lock) {} }
         var home = try KaitenHome.open(homePath)
         let started = ISO8601DateFormatter().string(from: Date())

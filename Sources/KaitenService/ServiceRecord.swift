@@ -81,22 +81,31 @@ public struct ServiceRecord: Codable, Sendable {
         try? AtomicFile.write([UInt8](data), to: Self.path(home))
     }
 
-    /// Holds `state/service.lock` for the life of the value: one service per home.
-    final class Lock {
+    /// Holds `state/service.lock` for the life of the value: one long-running Kaiten (`run` or
+    /// `serve`) per home, since both hold the peer port, the control socket and the records
+    /// other verbs find them by.
+    public final class Lock {
         let fd: Int32
         init(fd: Int32) { self.fd = fd }
         deinit { close(fd) }
     }
 
-    static func lock(_ home: Home) throws -> Lock {
+    /// Takes the home's lock for `role` (`run`, `serve`), or says which process holds it.
+    public static func lock(_ home: Home, role: String) throws -> Lock {
         try FileManager.default.createDirectory(atPath: home.stateDirectory, withIntermediateDirectories: true)
         let fd = open(lockPath(home), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ServiceError("cannot create \(lockPath(home)): \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let holder = String(decoding: FileManager.default.contents(atPath: lockPath(home)) ?? Data(), as: UTF8.self)
             close(fd)
-            let pid = running(home).map { " (pid \($0.pid))" } ?? ""
-            throw ServiceError("a kaiten service\(pid) already runs on this home; stop it first (or use its verbs beside it)")
+            let parts = holder.split(separator: " ")
+            let who = parts.count == 2 ? "kaiten \(parts[1].trimmingCharacters(in: .newlines)) (pid \(parts[0]))" : "another kaiten run or serve"
+            throw ServiceError(
+                "\(who) already runs on this home (\(home.path)); one per home: stop it first, or use the verbs beside it (they go through it)")
         }
+        // Who holds it, for the next one's message (the lock itself is the flock).
+        let text = Array("\(getpid()) \(role)\n".utf8)
+        if ftruncate(fd, 0) == 0 { _ = text.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) } }
         return Lock(fd: fd)
     }
 }

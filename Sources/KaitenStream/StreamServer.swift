@@ -143,6 +143,7 @@ public final class StreamServer: Sendable {
                 throw Failure(status: HTTPResponseStatus(statusCode: error.status), message: error.hint)
             }
             var headers = HTTPHeaders()
+            Self.addPeerContentHeaders(&headers)
             headers.add(name: "Accept-Ranges", value: "bytes")
             headers.add(name: "ETag", value: entry.etag)
             headers.add(name: "Last-Modified", value: Self.httpDate(Date(timeIntervalSince1970: TimeInterval(entry.global.modifiedS))))
@@ -215,6 +216,7 @@ public final class StreamServer: Sendable {
         } catch let failure as Failure {
             status = failure.status
             var headers = HTTPHeaders()
+            Self.addPeerContentHeaders(&headers)
             let body = failure.message + "\n"
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
             headers.add(name: "Content-Length", value: "\(body.utf8.count)")
@@ -246,6 +248,7 @@ public final class StreamServer: Sendable {
             throw Failure(status: .unprocessableEntity, message: "\(folder)/\(path): \(error)")
         }
         var headers = HTTPHeaders()
+        Self.addPeerContentHeaders(&headers)
         headers.add(name: "ETag", value: made.etag)
         // The tag names the content: a thumbnail of it never changes.
         headers.add(name: "Cache-Control", value: "private, max-age=86400")
@@ -336,6 +339,15 @@ public final class StreamServer: Sendable {
         return formatter
     }()
     private static let httpDatesLock = NSLock()
+
+    /// Every answer carries bytes or names a peer chose: a browser must neither guess another
+    /// type for them (`nosniff`: a "photo" that is HTML stays an image) nor run what they hold
+    /// in this server's origin (`sandbox`: an .html or .svg file opened from a link is shown in
+    /// a unique origin with scripts off; the web page that shares this origin stays safe).
+    static func addPeerContentHeaders(_ headers: inout HTTPHeaders) {
+        headers.add(name: "X-Content-Type-Options", value: "nosniff")
+        headers.add(name: "Content-Security-Policy", value: "sandbox")
+    }
 
     static func httpDate(_ date: Date) -> String {
         httpDatesLock.lock()

@@ -46,6 +46,7 @@ struct StreamInteropTests {
         try TestFiles.write(peerData + "/films/notes/readme.txt", "hello from the peer\n")
         try TestFiles.random(peerData + "/here-too.bin", size: 1_000_000)
         try TestFiles.write(peerData + "/docs/back\\slash café.txt", "a backslash is a name character on Linux\n")
+        try TestFiles.write(peerData + "/docs/page.html", "<script>document.title = 'ran'</script>\n")
         let movie = try Data(contentsOf: URL(fileURLWithPath: peerData + "/films/movie.mkv"))
         func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home]) }
 
@@ -55,7 +56,7 @@ struct StreamInteropTests {
             try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
             try await st.waitUntil("peer scanned", timeout: 120) {
                 let s = try await st.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
-                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 5
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int) == 6
             }
             #expect(try kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", st.address).status == 0)
             #expect(try kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
@@ -110,6 +111,17 @@ struct StreamInteropTests {
             }
             let refused = try kaiten("serve", "--listen", "0.0.0.0:\(try FreePort.next())")
             #expect(refused.status != 0 && refused.stderr.contains("--allow-remote"))
+            // One server per home (issue 36, item 6): a second one is refused before it binds
+            // or dials anything, and the first one's record and service stay.
+            let recordBefore = try #require(ServerRecord.load(Home(path: home)))
+            let second = try ProcessRunner.run(
+                KaitenCLI.executable, ["serve", "--home", home, "--listen", "127.0.0.1:\(try FreePort.next())"],
+                environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "HOME": NSTemporaryDirectory()],
+                timeout: 60)
+            #expect(second.status == 1, "\(second.stdout)\(second.stderr)")
+            #expect(second.stderr.contains("kaiten serve (pid \(server.processIdentifier)) already runs on this home"), "\(second.stderr)")
+            #expect(ServerRecord.load(Home(path: home))?.pid == recordBefore.pid)
+            #expect(ServerRecord.load(Home(path: home))?.baseURL == recordBefore.baseURL)
 
             let url = try kaiten("url", Self.folder, "films/movie.mkv").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(url.hasPrefix("http://127.0.0.1:\(port)/file?folder=media&path=films/movie.mkv&exp="))
@@ -122,6 +134,12 @@ struct StreamInteropTests {
             #expect(served.status == 200, "\(served)")
             #expect(served.body == Data("a backslash is a name character on Linux\n".utf8))
             #expect(served.headers["content-disposition"] == "inline; filename=\"back_slash caf_.txt\"; filename*=UTF-8''back%5Cslash%20caf%C3%A9.txt", "\(served.headers)")
+            // Peer content is never active in this origin (issue 36, item 7).
+            #expect(served.headers["x-content-type-options"] == "nosniff", "\(served.headers)")
+            let page = try Self.curl(try kaiten("url", Self.folder, "docs/page.html").stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            #expect(page.status == 200)
+            #expect(page.headers["content-security-policy"] == "sandbox", "\(page.headers)")
+            #expect(page.headers["x-content-type-options"] == "nosniff", "\(page.headers)")
             let escaping = try kaiten("url", Self.folder, "../etc/passwd")
             #expect(escaping.status == 64, "\(escaping.stdout)\(escaping.stderr)")
             #expect(escaping.stdout.isEmpty)

@@ -183,6 +183,8 @@ extension Kaiten {
                     throw ValidationError("\(host) is not a loopback address; pass --allow-remote to listen there (links still need signatures)")
                 }
                 let opened = try global.openHome()
+                let lock = try ServiceRecord.lock(opened.home, role: "serve")
+                defer { withExtendedLifetime(lock) {} }
                 let signer = try URLSigner.load(home: opened.home)
                 let stamps = LockedISO8601()
                 let log: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8)) }
