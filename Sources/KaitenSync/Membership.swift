@@ -25,6 +25,13 @@ public enum Membership {
         for log in logs { try log.removeDevice(device) }
     }
 
+    /// Deletes this device's index of a folder (a damaged one): the next open starts a new one
+    /// under a new index ID, and what it announced is worked out again from the disk.
+    public static func forgetLocalIndex(_ folder: String, home: KaitenHome) {
+        IndexLog.remove(path: home.home.localIndexPath(folderID: folder))
+        unlink((home.home.stateDirectory as NSString).appendingPathComponent("announced-basis/\(Home.fileSafeName(folder))"))
+    }
+
     /// Locks the folder's log, runs `change` (removing the folder from config.xml), then
     /// deletes Kaiten's records of the folder: its index log, local index (a new one comes with
     /// a new index ID), scan cache, synced journal and index expectations. The selection file (the user's) and the files on disk stay.

@@ -305,6 +305,17 @@ struct CLITests {
         #expect(result.status == 64)
     }
 
+    /// The shell example of `plan --help` says what each exit code means when run as shown
+    /// (issue 36, item 27: `A || [ $? -eq 2 ] && echo pending` printed "pending" in sync).
+    @Test(arguments: [(0, ""), (2, "pending\n"), (1, "")])
+    func thePlanHelpsExitCodeExampleSaysWhatEachCodeMeans(code: Int, said: String) throws {
+        let help = try KaitenCLI.run(["plan", "--help"]).stdout
+        let example = try #require(help.split(separator: "\n").first { $0.contains("--detailed-exitcode") && $0.contains("kaiten plan") && $0.contains("$?") })
+        let script = "kaiten() { return \(code); }\n" + example.trimmingCharacters(in: .whitespaces)
+        let run = try ProcessRunner.run("/bin/bash", ["-c", script])
+        #expect(run.stdout == said, "\(example) with exit \(code): \(run.stdout)")
+    }
+
     @Test(arguments: [
         ["--help"], ["init", "--help"], ["id", "--help"], ["peer", "add", "--help"], ["peer", "rm", "--help"],
         ["peer", "ls", "--help"], ["peer", "check", "--help"], ["index", "sync", "--help"], ["index", "compact", "--help"],

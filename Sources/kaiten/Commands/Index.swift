@@ -131,7 +131,10 @@ extension Kaiten.Index {
             abstract: "Drop a folder's index log and fetch full indexes from its peers again.",
             discussion: """
                 The remedy for a damaged log. Only Kaiten's copy of what peers announced is \
-                dropped; no file in the folder is touched.
+                dropped; no file in the folder is touched. When this device's own index of the \
+                folder (index/FOLDER.local) is damaged too, it is dropped as well and starts \
+                again under a new index ID (peers then take it in full). Both are checked \
+                before anything is removed.
 
                 Example:
                   kaiten index rebuild photos
@@ -150,12 +153,36 @@ extension Kaiten.Index {
                 let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
                 let path = opened.home.indexLogPath(folderID: folder)
+                let localPath = opened.home.localIndexPath(folderID: folder)
+                // Known before anything is removed: a local index that cannot be read for
+                // another reason (permissions, a newer format) stops the rebuild untouched.
+                let localDamage = try Self.damage(of: localPath, folder: folder)
                 IndexLog.remove(path: path)
+                if let localDamage {
+                    Membership.forgetLocalIndex(folder, home: opened)
+                    Terminal.warning(
+                        "\(localDamage.description); removed: this device's index of \(folder) starts again under a new index ID, which peers take in full")
+                }
                 let reports = try await IndexSync.run(
                     home: opened, folders: [folder], timeout: timeout, logger: global.logger, warn: { Terminal.error($0) })
                 try Sync.render(reports, json: false)
                 if reports.contains(where: { !$0.ok }) { throw ExitCode(1) }
             }
+        }
+
+        /// The damage in a log (a bad checksum, a foreign or broken header), or nil when it reads.
+        static func damage(of path: String, folder: String) throws -> IndexLogError? {
+            let log: IndexLog
+            do {
+                log = try IndexLog.open(path: path, folderID: folder, readOnly: true)
+            } catch {
+                switch error.code {
+                case .corruptRecord, .notAnIndexLog, .wrongFolder: return error
+                default: throw error
+                }
+            }
+            log.close()
+            return nil
         }
     }
 }

@@ -36,7 +36,7 @@ extension Kaiten {
                   kaiten plan
                   kaiten plan photos --out photos.plan && kaiten show photos.plan
                   kaiten plan --offline --json | jq '.folders[].actions[] | select(.action == "delete")'
-                  kaiten plan --detailed-exitcode || [ $? -eq 2 ] && echo pending
+                  kaiten plan --detailed-exitcode; [ $? -eq 2 ] && echo pending
                 """)
 
         @OptionGroup var global: GlobalOptions
