@@ -203,8 +203,9 @@ import Testing
         defer { dir.remove() }
         let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         let root = sources.deletingLastPathComponent().deletingLastPathComponent()
-        guard let compiler = ProcessRunner.which("gcc") ?? ProcessRunner.which("cc") else {
-            throw TestMedia.Missing(description: "no C compiler (gcc) to build the helper's C with AddressSanitizer")
+        // The Swift toolchain's clang carries its AddressSanitizer runtime; gcc needs libasan.
+        guard let compiler = ProcessRunner.which("clang") ?? ProcessRunner.which("gcc") else {
+            throw TestMedia.Missing(description: "no C compiler (the toolchain's clang, or gcc) to build the helper's C with AddressSanitizer")
         }
         let pkgConfig = try ProcessRunner.run(
             try #require(ProcessRunner.which("pkg-config")), ["--cflags", "--libs", "vips", "libavformat", "libavcodec", "libswscale", "libavutil"])
