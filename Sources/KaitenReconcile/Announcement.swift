@@ -80,6 +80,13 @@ public enum Announcement {
             {
                 return
             }
+            // This device's valid copy of the global version, still on disk: it stays announced,
+            // even when the only other entry of that version in the global index is a peer's
+            // "not held" one (this device's own announcements are not in the global index, so
+            // that entry alone would make the file look missing here and withdraw it).
+            if !before.isInvalid, !before.isDeleted, before.version.compare(file.version) == .equal, Self.diskHas(before, here) {
+                return
+            }
             // A change the plan proposes to send: announced once apply sends it.
             if selection.isSelected(g.path),
                 LocalChange.of(global: file, local: here, announced: before, me: sending.me, rule: sending.rule) != nil

@@ -5,6 +5,7 @@ import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
 import Logging
+import Synchronization
 
 /// Connections to peers left open after an index sync, for block requests.
 public final class PeerSession: Sendable {
@@ -153,11 +154,12 @@ public enum IndexSync {
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
-        addresses: PeerAddressBook? = nil, directOnly: Bool = false, lanes: Lanes = .one, warn: (String) -> Void = { _ in }
+        addresses: PeerAddressBook? = nil, directOnly: Bool = false, lanes: Lanes = .one, dialing: DialsInProgress? = nil,
+        warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
         try await run(
             home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only,
-            addresses: addresses, directOnly: directOnly, lanes: lanes, warn: warn)
+            addresses: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, warn: warn)
     }
 
     /// Answers one block request from a peer.
@@ -166,23 +168,24 @@ public enum IndexSync {
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
         serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, directOnly: Bool = false,
-        lanes: Lanes = .one, warn: (String) -> Void
+        lanes: Lanes = .one, dialing: DialsInProgress? = nil, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         if let addresses {
             return try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: addresses, directOnly: directOnly, lanes: lanes, warn: warn)
+                book: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, warn: warn)
         }
         return try await Discovery.using(home: home, logger: logger) { book in
             try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: book, directOnly: directOnly, lanes: lanes, warn: warn)
+                book: book, directOnly: directOnly, lanes: lanes, dialing: dialing, warn: warn)
         }
     }
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
-        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, lanes: Lanes, warn: (String) -> Void
+        serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, lanes: Lanes, dialing: DialsInProgress?,
+        warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let configured = home.config.folders
@@ -216,6 +219,8 @@ public enum IndexSync {
             // Only a peer this home has exchanged indexes with before can be in that state; one
             // that never has and closes is one that does not know this device, said at once.
             let metBefore = shared.contains { logs[$0.id]?.checkpoints[device.id] != nil }
+            dialing?.insert(device.id)
+            defer { dialing?.remove(device.id) }
             let wanted = keepOpen ? lanes.count(for: device) : 1
             var hello = hello
             if wanted > 1 { hello.numConnections = Int32(wanted) }
@@ -286,6 +291,14 @@ public enum IndexSync {
         var peerIndexIDs: [String: UInt64] = [:]
         var theirViewOfUs: [String: RemoteIndexState] = [:]
         var received = perFolder
+        // What this device's ClusterConfig announced is sent as soon as the peer's ClusterConfig
+        // says what it holds of it, while its own index comes in, as syncthing does: a peer that
+        // waits for this device's index before sending its own (another Kaiten) would otherwise
+        // wait for the index this device waits for. Awaited before the local index changes.
+        nonisolated(unsafe) let sender = announcer
+        var announcedEarly: Task<Void, Error>?
+        var sentEarly: [String: RemoteIndexState] = [:]
+        defer { announcedEarly?.cancel() }
         let receiver = try await connection.receiveIndexes(
             wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
             onClusterConfig: { clusterConfig in
@@ -300,6 +313,12 @@ public enum IndexSync {
                             maxSequence: theirs.maxSequence)
                     }
                 }
+                if announcedEarly == nil {
+                    let both = shared.map(\.id).filter { clusterConfig.device(device.id, in: $0) != nil && theirViewOfUs[$0] != nil }
+                    let view = theirViewOfUs
+                    sentEarly = sender.state.filter { both.contains($0.key) }
+                    announcedEarly = Task { try await sender.send(to: connection, folders: both, theirView: view) }
+                }
             },
             onBatch: { folder, files, isFull in
                 guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
@@ -308,6 +327,9 @@ public enum IndexSync {
                 if isFull { received[folder]?.fullIndex = true }
             })
         perFolder = received
+        try await announcedEarly?.value
+        // The peer holds now what was sent: only what the refresh below adds goes after it.
+        for (folder, state) in sentEarly { theirViewOfUs[folder] = state }
         // A peer whose index is empty may send no batch at all: its index ID is stored anyway
         // (as an empty full index), so that the updates it sends later on this connection
         // are taken in under it.
@@ -404,4 +426,16 @@ public enum IndexSync {
         }
         throw lastError
     }
+}
+
+/// The peers a long-running Kaiten is dialling at the moment, for its listener: when two
+/// devices dial each other at once, each one's dial waits for an answer the other gives only
+/// once its own dial is done (a Kaiten takes one exchange at a time), so one of the two
+/// connections must give way at once (``PeerSessions/accept(_:warn:)``).
+public final class DialsInProgress: Sendable {
+    private let devices = Mutex<Set<DeviceID>>([])
+    public init() {}
+    func insert(_ device: DeviceID) { _ = devices.withLock { $0.insert(device) } }
+    func remove(_ device: DeviceID) { _ = devices.withLock { $0.remove(device) } }
+    public func contains(_ device: DeviceID) -> Bool { devices.withLock { $0.contains(device) } }
 }

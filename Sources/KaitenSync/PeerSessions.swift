@@ -50,6 +50,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// Exchanges run one at a time: a dialled and an accepted session of one peer must not
     /// both pass the duplicate check, and each announces from the local index it refreshes.
     private let exchanges = SerialQueue()
+    private let dialing = DialsInProgress()
     /// The writers that take peers' updates in, by folder (each holds its lock per batch only).
     private let intakeLogs = Mutex<[String: IndexLog]>([:])
     /// Where what happens on an open connection is said (a peer sharing a folder or stopping):
@@ -100,7 +101,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     {
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
             home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, addresses: addresses,
-            directOnly: directOnly, warn: warn)
+            directOnly: directOnly, dialing: dialing, warn: warn)
         for (device, connection) in fresh.connections { adopt(connection, device: device, announced: fresh.announced[device] ?? [:]) }
         return reports
     }
@@ -278,6 +279,14 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// connection to a peer already connected is closed ("already connected"), as syncthing
     /// closes it, so that exactly one stays.
     public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
+        // Dialled by a peer this device is dialling too (two Kaitens starting together): the
+        // dial of the device with the lower ID is kept, and the other gives way at once, since
+        // each one's dial waits for an answer the other gives only after its own dial.
+        let me = home.identity.deviceID
+        if dialing.contains(connection.deviceID), me.bytes.lexicographicallyPrecedes(connection.deviceID.bytes) {
+            await connection.close(reason: "both devices dialled each other; the connection this device dialled is kept")
+            return
+        }
         await exchanges.run {
             // One connection per peer, as syncthing keeps: a second one is closed, unless it
             // is direct and the one held runs through a relay (then it replaces it, in adopt).
