@@ -167,6 +167,16 @@ int km_image_thumbnail(const char *path, const void *data, size_t length, int si
     return result;
 }
 
+// What a video's container may make libavformat open. A peer chooses the bytes: an HLS playlist
+// or an ffconcat list named .mp4 would otherwise be probed as such and open local files or other
+// URLs, and their frame would land in a thumbnail cache that may itself be synced. Only the
+// containers Kaiten thumbnails are probed, and only the protocols its inputs use (a local path,
+// or the signed range server over http).
+static void restrict_input(AVDictionary **options) {
+    av_dict_set(options, "format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts,mpeg,asf,flv,ogg", 0);
+    av_dict_set(options, "protocol_whitelist", "file,http,tcp", 0);
+}
+
 // The stream's display matrix as a clockwise turn of 0, 90, 180 or 270 degrees.
 static int display_rotation(AVStream *stream) {
     size_t size = 0;
@@ -198,6 +208,7 @@ int km_video_thumbnail(const char *url, int size, long long max_pixels, double a
     av_dict_set(&options, "analyzeduration", "1000000", 0);
     // A small socket buffer: what the server sends ahead of a seek is fetched for nothing.
     av_dict_set(&options, "recv_buffer_size", "32768", 0);
+    restrict_input(&options);
     int status = avformat_open_input(&format, url, NULL, &options);
     av_dict_free(&options);
     if (status < 0) {
@@ -302,7 +313,10 @@ done:
 int km_video_creation_time(const char *url, char *out, size_t out_size, char *error, size_t error_size) {
     AVFormatContext *format = NULL;
     char reason[256];
-    int status = avformat_open_input(&format, url, NULL, NULL);
+    AVDictionary *options = NULL;
+    restrict_input(&options);
+    int status = avformat_open_input(&format, url, NULL, &options);
+    av_dict_free(&options);
     if (status < 0) {
         av_strerror(status, reason, sizeof(reason));
         fail(error, error_size, "not a video this decoder reads (%s)", reason);

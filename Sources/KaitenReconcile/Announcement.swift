@@ -72,19 +72,23 @@ public enum Announcement {
     ) rethrows {
         let file = g.file
         let here = local[g.path]
+        if let before = announced(g.path), !before.isInvalid, !before.isDeleted, Self.diskHas(before, here) {
+            // This device's valid copy of the global version, still on disk: it stays announced,
+            // even when the only other entry of that version in the global index is a peer's
+            // "not held" one (this device's own announcements are not in the global index, so
+            // that entry alone would make the file look missing here and withdraw it).
+            if before.version.compare(file.version) == .equal { return }
+            // Deleted on the peers but kept here (a deletion held back, or not applied yet):
+            // what is on disk stays announced, so the peers see that this device still needs
+            // the deletion rather than holding it.
+            if file.isDeleted { return }
+        }
         if let sending, let before = announced(g.path) {
             // Sent by this device and not yet replaced by the peers: stays as sent while the
             // disk has it.
             if before.version.counters.contains(where: { $0.id == sending.me }), before.version.compare(file.version) != .equal,
                 before.version.compare(file.version) != .lesser, Self.diskHas(before, here)
             {
-                return
-            }
-            // This device's valid copy of the global version, still on disk: it stays announced,
-            // even when the only other entry of that version in the global index is a peer's
-            // "not held" one (this device's own announcements are not in the global index, so
-            // that entry alone would make the file look missing here and withdraw it).
-            if !before.isInvalid, !before.isDeleted, before.version.compare(file.version) == .equal, Self.diskHas(before, here) {
                 return
             }
             // A change the plan proposes to send: announced once apply sends it.

@@ -90,7 +90,7 @@ public enum Reconciler {
     /// One folder's plan and baseline.
     public static func planFolder(_ input: FolderInput) -> (FolderPlan, Plan.FolderBaseline) {
         var warnings: [String] = []
-        let selection = Selection(input.selection, global: input.global, warnings: &warnings)
+        let selection = Selection(input.selection, global: input.global, local: input.sends ? input.local : nil, warnings: &warnings)
         let content = StIgnore.render(globalIgnores: input.selection.globalIgnores, selected: Array(selection.roots))
 
         var managed = true
@@ -254,10 +254,12 @@ public struct Selection: Sendable {
     public private(set) var roots: Set<String>
     let ignores: [Glob]
 
-    /// Resolves a selection file's lines against the global index.
-    public init(_ file: SelectionFile, global: GlobalIndex) {
+    /// Resolves a selection file's lines against the global index and, in a folder that sends,
+    /// against the files on disk (`local`): a pattern selects a new local file there as
+    /// syncthing would send it under the same `.stignore`.
+    public init(_ file: SelectionFile, global: GlobalIndex, local: LocalTree? = nil) {
         var ignored: [String] = []
-        self.init(file, global: global, warnings: &ignored)
+        self.init(file, global: global, local: local, warnings: &ignored)
     }
 
     /// How a path is selected: its own line (or a glob match), through a parent, or not at all.
@@ -270,32 +272,44 @@ public struct Selection: Sendable {
         return roots.contains(path) ? .explicit : .parent
     }
 
-    init(_ file: SelectionFile, global: GlobalIndex, warnings: inout [String]) {
+    init(_ file: SelectionFile, global: GlobalIndex, local: LocalTree? = nil, warnings: inout [String]) {
         roots = Set(file.paths)
         ignores = file.globalIgnores.compactMap { try? Glob($0) }
+        let place = local == nil ? "the global index" : "the global index or on disk"
         for path in file.paths {
             if let g = global.global(path), !g.file.isDeleted { continue }
-            warnings.append("selection line \"\(path)\" matches nothing in the global index")
+            if local?.contains(path) == true { continue }
+            warnings.append("selection line \"\(path)\" matches nothing in \(place)")
         }
         let patterns = file.patterns
         if !patterns.isEmpty {
             var matched = [Bool](repeating: false, count: patterns.count)
             var found: [String] = []
-            global.forEachGlobal { entry in
-                guard !entry.file.isDeleted else { return }
-                for (i, pattern) in patterns.enumerated() where pattern.matches(entry.path) {
+            func match(_ path: String) {
+                for (i, pattern) in patterns.enumerated() where pattern.matches(path) {
                     matched[i] = true
-                    if let problem = PathRules.unrepresentableReason(entry.path) {
-                        warnings.append("selection pattern \"\(pattern.pattern)\" matches \(PathRules.quoted(entry.path)), which is left out: \(problem)")
+                    if let problem = PathRules.unrepresentableReason(path) {
+                        warnings.append("selection pattern \"\(pattern.pattern)\" matches \(PathRules.quoted(path)), which is left out: \(problem)")
                     } else {
-                        found.append(entry.path)
+                        found.append(path)
                     }
                     break
                 }
             }
+            global.forEachGlobal { entry in
+                guard !entry.file.isDeleted else { return }
+                match(entry.path)
+            }
+            if let local {
+                for file in local.files {
+                    // Paths the global index has were matched above.
+                    if let g = global.global(file.path), !g.file.isDeleted { continue }
+                    match(file.path)
+                }
+            }
             roots.formUnion(found)
             for (pattern, hit) in zip(patterns, matched) where !hit {
-                warnings.append("selection pattern \"\(pattern.pattern)\" matches nothing in the global index")
+                warnings.append("selection pattern \"\(pattern.pattern)\" matches nothing in \(place)")
             }
         }
     }

@@ -21,5 +21,10 @@ public struct SelectionError: Error, Equatable, Sendable, CustomStringConvertibl
         self.hint = hint
     }
 
-    public var description: String { "\(file):\(line): \(hint)" }
+    /// `FILE:LINE: why` for a line of a file; for a command-line argument (no line) the
+    /// sentence alone, which names the argument itself.
+    public var description: String {
+        if line > 0 { return "\(file):\(line): \(hint)" }
+        return file == "argument" ? hint : "\(file): \(hint)"
+    }
 }

@@ -115,7 +115,8 @@ public final class LiveFolder {
         do {
             try log.refresh()
             let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: config.id))
-            let selection = Selection(file, global: log.index)
+            let sends = config.type == .sendreceive || config.type == .sendonly
+            let selection = Selection(file, global: log.index, local: sends ? tree : nil)
             guard try announcer.refresh(folder: config.id, log: log, local: tree, selection: selection, only: paths) > 0 else { return }
         } catch {
             warn("could not announce this device's index of \(config.id): \(error)")

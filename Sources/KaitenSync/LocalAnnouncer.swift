@@ -70,8 +70,8 @@ public final class LocalAnnouncer {
         if let recorded = FileManager.default.contents(atPath: basisPath), recorded == Data(basis.utf8) { return 0 }
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
-        let selection = Selection(file, global: log.index)
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
+        let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
         let changed = try index.update(
             each: { body in
                 try Announcement.forEachDesired(

@@ -116,7 +116,11 @@ if arguments.first == "--version" {
 // fails its allocation (one thumbnail lost, an error said) instead of growing without end.
 if arguments.first == "--memory-limit", arguments.count >= 2, let mib = Int(arguments.dropFirst().first!) {
     var limit = rlimit(rlim_cur: rlim_t(mib) << 20, rlim_max: rlim_t(mib) << 20)
-    setrlimit(Int32(RLIMIT_AS.rawValue), &limit)
+    // Without the limit a decoder bomb could take the machine's memory: no limit, no decoding.
+    guard setrlimit(Int32(RLIMIT_AS.rawValue), &limit) == 0 else {
+        writeAll(2, "kaiten-media: cannot limit its memory to \(mib) MiB: \(errnoText())\n")
+        exit(1)
+    }
     arguments = arguments.dropFirst(2)
 }
 guard arguments.isEmpty else {

@@ -195,6 +195,30 @@ import Testing
         #expect(try await thumbnail(helpers, dir.file("fine.png"), kind: .image, into: dir).get().width == 64)
     }
 
+    /// A peer's "video" that is an HLS playlist or an ffconcat list names other files for the
+    /// decoder to open (here a local video, the sentinel): the helper refuses such containers,
+    /// so no frame of the sentinel reaches a thumbnail. The sentinel itself thumbnails.
+    @Test func aContainerCannotMakeTheHelperOpenOtherFiles() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-media-lists")
+        defer { dir.remove() }
+        let helpers = try Self.helpers()
+        defer { helpers.close() }
+        let sentinel = dir.file("sentinel.mp4")
+        try TestMedia.video(sentinel, seconds: 2, width: 320, height: 240)
+        let segment = dir.file("sentinel.ts")
+        try TestMedia.ffmpeg(["-i", sentinel, "-c", "copy", "-f", "mpegts", segment])
+        #expect(try await thumbnail(helpers, sentinel, kind: .video, into: dir).get().width == 255)
+        let playlist = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\nfile://\(segment)\n#EXT-X-ENDLIST\n"
+        try Data(playlist.utf8).write(to: URL(fileURLWithPath: dir.file("playlist.mp4")))
+        try Data("ffconcat version 1.0\nfile '\(sentinel)'\n".utf8).write(to: URL(fileURLWithPath: dir.file("list.mp4")))
+        for name in ["playlist.mp4", "list.mp4"] {
+            switch await thumbnail(helpers, dir.file(name), kind: .video, into: dir) {
+            case .success(let picture): Issue.record("\(name): a thumbnail of another file was made: \(picture)")
+            case .failure(let error): #expect(error.description.contains("not a video"), "\(name): \(error)")
+            }
+        }
+    }
+
     /// The helper's C under AddressSanitizer: compiled here with a small driver, run on a PNG
     /// over the pixel limit (the name of its loader was read after the header holding it had
     /// been freed, and reached the log and /thumb's body) and on good and bad files.

@@ -16,10 +16,12 @@ extension Kaiten {
                 to see what would change.
 
                 A path absent from the global index is refused (it is most likely a typo) unless \
-                --force; a path already covered by a selected parent is reported and not added. \
+                --force, except, in a folder that sends, a file on disk: selecting it is how a new \
+                file is shared (the plan then sends it). A path already covered by a selected \
+                parent is reported and not added. \
                 An argument with glob characters (`*`, `?`, `[...]`, `**`) that names no file \
-                literally becomes a pattern line, expanded at every plan; one that matches \
-                nothing is refused unless --force. `deselect` removes a pattern written the same way.
+                literally becomes a pattern line, expanded at every plan (against the files on \
+                disk too, in a folder that sends); one that matches nothing is refused unless --force. `deselect` removes a pattern written the same way.
 
                 Examples:
                   kaiten select photos 2025/summer
@@ -44,6 +46,10 @@ extension Kaiten {
                 let log = try FolderSelection.openLog(folder, in: opened)
                 let file = opened.home.selectionPath(folderID: folder)
                 var (selection, _) = try Planner.readSelection(file)
+                // In a folder that sends, a file on disk is selected as one of the index is: that
+                // is how a new file is shared.
+                let sendsFrom = opened.config.folder(id: folder).flatMap { $0.type == .sendreceive || $0.type == .sendonly ? $0.path : nil }
+                let onDisk = sendsFrom.map { LocalPaths(root: $0) }
                 var added = 0
                 for path in paths {
                     // Written in the selection file's escaped spelling (`\[`, `\*`, `\\`), an
@@ -52,12 +58,15 @@ extension Kaiten {
                     let spelledEscaped = !Glob.hasMetacharacters(path) && unescaped != path
                         && PathRules.escapeGlobCharacters(unescaped) == path
                     let clean = try SelectionFile.normalizeArgument(spelledEscaped ? unescaped : path)
-                    let literal = log.index.global(clean).map { !$0.file.isDeleted } ?? false
+                    let literal = (log.index.global(clean).map { !$0.file.isDeleted } ?? false) || onDisk?.exists(clean) == true
                     // A glob that names no file literally is a pattern line, kept as written and
                     // expanded at every plan, if it matches something now.
                     if !literal, Glob.hasMetacharacters(path), let glob = try? Glob(SelectionFile.normalizePattern(path)) {
                         var matched = 0
                         log.index.forEachGlobal { entry in if !entry.file.isDeleted && glob.matches(entry.path) { matched += 1 } }
+                        for local in onDisk?.all() ?? [] where glob.matches(local) {
+                            if log.index.global(local).map({ !$0.file.isDeleted }) != true { matched += 1 }
+                        }
                         if matched > 0 || force {
                             if try selection.addPattern(path) {
                                 added += 1
@@ -69,12 +78,12 @@ extension Kaiten {
                         }
                         throw SelectionError(
                             .badPattern, file: "argument", line: 0,
-                            "the pattern \"\(glob.pattern)\" matches nothing in the global index of \(folder) (--force adds it anyway)")
+                            "the pattern \"\(glob.pattern)\" matches nothing in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (--force adds it anyway)")
                     }
                     if !force, !literal {
                         throw SelectionError(
                             .badPattern, file: "argument", line: 0,
-                            "\"\(clean)\" is not in the global index of \(folder) (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)")
+                            "\"\(clean)\" is not in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)")
                     }
                     switch try selection.select(clean) {
                     case .added:
@@ -210,5 +219,30 @@ enum SelectionStore {
         try FileManager.default.createDirectory(
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try AtomicFile.write(Array(selection.render().utf8), to: path)
+    }
+}
+
+/// The files and directories of a folder on disk, by folder-relative path, without
+/// syncthing's own (`.stfolder`, `.stignore`, `.stversions`, temporary files).
+struct LocalPaths {
+    let root: String
+
+    func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat((root as NSString).appendingPathComponent(path), &info) == 0
+    }
+
+    func all() -> [String] {
+        guard let walker = FileManager.default.enumerator(atPath: root) else { return [] }
+        var found: [String] = []
+        while let path = walker.nextObject() as? String {
+            let name = (path as NSString).lastPathComponent
+            if [".stfolder", ".stignore", ".stversions"].contains(path) || name.hasPrefix(".syncthing.") {
+                walker.skipDescendants()
+                continue
+            }
+            found.append(path)
+        }
+        return found
     }
 }
