@@ -39,8 +39,7 @@ import Glibc
                 }, dirtyBytes: { 0 })
         else {
             // The one line a kernel before 5.8 gets: there each file is fsynced on its own.
-            print("GroupSync: syncfs does not report errors on this kernel; each file is fsynced")
-            return
+            try Test.cancel("syncfs does not report write-back errors before Linux 5.8: each file is fsynced, no group to test")
         }
         holder.withLock { $0 = group }
         let results = await withTaskGroup(of: Int32.self, returning: [Int32].self) { tasks in
@@ -73,8 +72,7 @@ import Glibc
                 root: root.path, beforeFlush: { if !held.exchange(true, ordering: .relaxed) { usleep(200_000) } },
                 dirtyBytes: { GroupSync.dirtyLimit + 1 })
         else {
-            print("GroupSync: syncfs does not report errors on this kernel; each file is fsynced")
-            return
+            try Test.cancel("syncfs does not report write-back errors before Linux 5.8: each file is fsynced, no group to test")
         }
         let results = await withTaskGroup(of: Int32.self, returning: [Int32].self) { tasks in
             for i in 0..<50 {

@@ -345,8 +345,7 @@ struct IndexSnapshotTests {
             let parent = try TemporaryDirectory(prefix: "kaiten-full")
             defer { parent.remove() }
             guard let dir = try UnwritableDirectory.make(in: parent, logSize: 0) else {
-                print("skipped: cannot mount a small tmpfs here (mount: \(String(cString: strerror(errno))))")
-                return
+                try Test.cancel("cannot mount a small tmpfs here (mount: \(String(cString: strerror(errno)))); root in CI can")
             }
             defer { dir.remove() }
             let path = dir.path + "/photos.log"
