@@ -25,6 +25,9 @@ final class ScriptedPeer: Sendable {
     /// Encryption password tokens its ClusterConfig puts on its own entry (it holds the folder
     /// as an untrusted device) and on Kaiten's (it treats Kaiten as one), as syncthing would.
     let passwordTokens = NIOLockedValueBox<(own: Data, kaitens: Data)>((Data(), Data()))
+    /// Folders Kaiten does not share with it that it claims anyway: listed in its ClusterConfig
+    /// with both devices, and an Index of these entries sent for each.
+    let planted = NIOLockedValueBox<[String: [BEPFileInfo]]>([:])
 
     var deviceID: DeviceID { device.deviceID }
     var address: String { "tcp://127.0.0.1:\(listener.localPort)" }
@@ -41,6 +44,7 @@ final class ScriptedPeer: Sendable {
         let latest = self.latest
         let secondaryOnly = self.secondaryOnly
         let passwordTokens = self.passwordTokens
+        let planted = self.planted
         let me = device.deviceID
         listener = try await PeerListener.bind(
             to: PeerAddress(host: "127.0.0.1", port: 0), identity: device.identity,
@@ -84,7 +88,20 @@ final class ScriptedPeer: Sendable {
                 (mine.encryptionPasswordToken, theirs.encryptionPasswordToken) = passwordTokens.withLockedValue { ($0.own, $0.kaitens) }
                 wire.devices = [mine, theirs]
                 clusterConfig.folders = [wire]
+                let claimed = planted.withLockedValue { $0 }
+                for (id, files) in claimed.sorted(by: { $0.key < $1.key }) {
+                    var other = wire
+                    other.id = id
+                    other.devices[0].maxSequence = files.map(\.sequence).max() ?? 0
+                    clusterConfig.folders.append(other)
+                }
                 try? await connection.sendClusterConfig(clusterConfig)
+                for (id, files) in claimed.sorted(by: { $0.key < $1.key }) {
+                    var index = BEPIndex()
+                    index.folder = id
+                    index.files = files
+                    try? await connection.send(.index(index))
+                }
                 guard sendIndex else {
                     _ = await connection.waitUntilClosed()
                     return
