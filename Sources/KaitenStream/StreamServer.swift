@@ -56,6 +56,7 @@ public final class StreamServer: Sendable {
             .bind(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(RequestHeadDeadline(seconds: Self.requestHeadSeconds))
                     // Outbound half-closure: a response to "Connection: close" ends with the
                     // output shut down after every queued byte is written (a plain close would
                     // drop what the socket buffer had not taken yet: a player's range cut short).
@@ -113,7 +114,13 @@ public final class StreamServer: Sendable {
     struct Failure: Error {
         let status: HTTPResponseStatus
         let message: String
+        /// The connection ends after the answer.
+        var closes = false
     }
+
+    /// How long a connection may take to send a request's head, when it opens and after each
+    /// answer: a client that trickles its headers (or holds an idle socket) is let go.
+    public static let requestHeadSeconds: Int64 = 15
 
     /// Answers one request; returns whether the connection may be reused.
     func respond(to head: HTTPRequestHead, _ out: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>) async throws -> Bool {
@@ -128,7 +135,11 @@ public final class StreamServer: Sendable {
             log("\(head.method.rawValue) \(logged) \(status.code) bytes=\(sent) blocks_fetched=\(files.blocksFetched - fetchedBefore) ms=\(ms)")
         }
         do {
-            guard head.method == .GET || isHead else { throw Failure(status: .methodNotAllowed, message: "only GET and HEAD") }
+            guard head.method == .GET || isHead else {
+                // The connection ends with the answer: after a CONNECT or a request with a body
+                // the client may send more than the server would read.
+                throw Failure(status: .methodNotAllowed, message: "only GET and HEAD", closes: true)
+            }
             if URLComponents(string: head.uri)?.path == "/thumb" {
                 let (folder, path, size) = try authorizeThumbnail(head.uri)
                 logged = "/thumb folder=\(folder) path=\(path) size=\(size)"
@@ -220,10 +231,11 @@ public final class StreamServer: Sendable {
             let body = failure.message + "\n"
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
             headers.add(name: "Content-Length", value: "\(body.utf8.count)")
+            if failure.closes { headers.add(name: "Connection", value: "close") }
             try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
             if !isHead { try await out.write(.body(.byteBuffer(ByteBuffer(string: body)))) }
             try await out.write(.end(nil))
-            return head.isKeepAlive
+            return head.isKeepAlive && !failure.closes
         } catch let error as StreamError {
             // The head is already out: the body cannot be finished; end the connection.
             status = HTTPResponseStatus(statusCode: error.status)
@@ -376,5 +388,54 @@ enum MIME {
 
     static func type(forPath path: String) -> String {
         types[(path as NSString).pathExtension.lowercased()] ?? "application/octet-stream"
+    }
+}
+
+/// Closes a connection that has not sent a whole request head within `seconds` of opening or
+/// of its last answer's end. Armed only between requests: a long answer (a film streamed for
+/// an hour) is never cut.
+final class RequestHeadDeadline: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let seconds: Int64
+    private var deadline: Scheduled<Void>?
+
+    init(seconds: Int64) { self.seconds = seconds }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { arm(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        arm(context)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head = unwrapInboundIn(data) {
+            deadline?.cancel()
+            deadline = nil
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = unwrapOutboundIn(data) { arm(context) }
+        context.write(data, promise: promise)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+        context.fireChannelInactive()
+    }
+
+    private func arm(_ context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let channel = context.channel
+        deadline = context.eventLoop.scheduleTask(in: .seconds(seconds)) { channel.close(promise: nil) }
     }
 }

@@ -18,6 +18,30 @@ struct StreamInteropTests {
     }
 
     /// One HTTP request with curl (the tests install it with the rest).
+    /// Opens a TCP connection to 127.0.0.1:`port`, sends nothing, and returns how long the
+    /// server took to close it (nil: still open after `giveUpAfter` seconds).
+    static func secondsUntilClosed(port: Int, giveUpAfter: Int) throws -> Double? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw HarnessError("connect: \(String(cString: strerror(errno)))") }
+        var timeout = timeval(tv_sec: giveUpAfter, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let start = ContinuousClock.now
+        var byte: UInt8 = 0
+        let n = recv(fd, &byte, 1, 0)
+        guard n == 0 || (n < 0 && errno == ECONNRESET) else { return nil }
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
     static func curl(_ url: String, range: String? = nil, head: Bool = false, extra: [String] = []) throws -> Fetched {
         let dir = try TemporaryDirectory(prefix: "kaiten-curl")
         defer { dir.remove() }
@@ -134,6 +158,16 @@ struct StreamInteropTests {
             #expect(served.status == 200, "\(served)")
             #expect(served.body == Data("a backslash is a name character on Linux\n".utf8))
             #expect(served.headers["content-disposition"] == "inline; filename=\"back_slash caf_.txt\"; filename*=UTF-8''back%5Cslash%20caf%C3%A9.txt", "\(served.headers)")
+            // Issue 36, item 24: a port out of range is refused; CONNECT gets its 405 and the
+            // connection ends (the client hung waiting for a body); a socket that sends no request
+            // is let go.
+            let badPort = try kaiten("serve", "--listen", "127.0.0.1:99999")
+            #expect(badPort.status == 64 && badPort.stderr.contains("port 99999 is not a TCP port"), "\(badPort.stderr)")
+            let tunnel = try Self.curl(url, extra: ["-X", "CONNECT", "--max-time", "20"])
+            #expect(tunnel.status == 405, "\(tunnel)")
+            let closedAfter = try Self.secondsUntilClosed(port: port, giveUpAfter: 40)
+            #expect(closedAfter != nil && closedAfter! <= Double(StreamServer.requestHeadSeconds) + 5, "idle socket held \(String(describing: closedAfter)) s")
+
             // Peer content is never active in this origin (issue 36, item 7).
             #expect(served.headers["x-content-type-options"] == "nosniff", "\(served.headers)")
             let page = try Self.curl(try kaiten("url", Self.folder, "docs/page.html").stdout.trimmingCharacters(in: .whitespacesAndNewlines))

@@ -177,6 +177,9 @@ extension Kaiten {
                 guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]) else {
                     throw ValidationError("--listen takes host:port, e.g. 127.0.0.1:8385")
                 }
+                guard (0...65535).contains(port) else {
+                    throw ValidationError("--listen \(listen): port \(port) is not a TCP port (0 to 65535; 0 picks a free one)")
+                }
                 let host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
                 let loopback = host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.")
                 guard loopback || allowRemote else {
