@@ -280,7 +280,7 @@ public final class ConfigFile {
     private func folderElement(_ folder: FolderConfiguration, from template: XMLElement) -> XMLElement {
         let attributes: [(String, String)] = [
             ("id", folder.id), ("label", folder.label), ("path", folder.path), ("type", folder.type.rawValue),
-            ("rescanIntervalS", String(folder.rescanIntervalS)), ("fsWatcherEnabled", "false"),
+            ("rescanIntervalS", String(folder.rescanIntervalS)), ("fsWatcherEnabled", "true"),
             ("ignorePerms", String(folder.ignorePerms)),
         ]
         let devices = folder.devices.sorted().map { XMLBuilder.Child.element(XMLBuilder.folderDevice($0, depth: 2)) }

@@ -67,7 +67,7 @@ enum XMLBuilder {
     static func folder(_ folder: FolderConfiguration, depth: Int) -> XMLElement {
         let attributes: [(String, String)] = [
             ("id", folder.id), ("label", folder.label), ("path", folder.path), ("type", folder.type.rawValue),
-            ("rescanIntervalS", String(folder.rescanIntervalS)), ("fsWatcherEnabled", "false"),
+            ("rescanIntervalS", String(folder.rescanIntervalS)), ("fsWatcherEnabled", "true"),
             ("fsWatcherDelayS", "10"), ("ignorePerms", String(folder.ignorePerms)), ("autoNormalize", "true"),
         ]
         var children: [Child] = [.leaf("filesystemType", "basic")]

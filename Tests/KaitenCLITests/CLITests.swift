@@ -10,6 +10,7 @@ struct CLITests {
     static let peer = "LXONAJ2-BUJHTRL-4AZYOG4-5H4JWNG-XA4OJHO-JEGBUIY-D5N2DL5-KCJ33AQ"
 
     func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args) }
+    func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 
     func withHome(_ body: (String, TemporaryDirectory) throws -> Void) throws {
         let dir = try TemporaryDirectory()
@@ -62,6 +63,30 @@ struct CLITests {
             #expect(!badAddress.stderr.contains("config.xml"), "\(badAddress.stderr)")
             let badTTL = try kaiten("url", "--home", home, "f", "x", "--ttl", "soon")
             #expect(badTTL.status == 64, "\(badTTL.stderr)")
+        }
+    }
+
+    /// Issue 36, item 31: every mistake in `kaiten url`'s arguments is one line naming it, exit
+    /// 64, never the whole usage and never silently ignored.
+    @Test(arguments: [
+        (["--ttl", "-5m"], "--ttl -5m"), (["--ttl", "0s"], "--ttl 0s"), (["--ttl", "-5"], "--ttl -5"),
+        (["--size", "64"], "--size is for thumbnail links"), (["--thumb", "--size", "4"], "--size 4"),
+    ])
+    func urlArgumentMistakesAreOneLineEach(extra: [String], said: String) throws {
+        try withHome { home, _ in
+            let result = try kaiten(["url", "--home", home, "f", "x"] + extra)
+            #expect(result.status == 64, "\(result.stderr)")
+            #expect(result.stderr.contains(said), "\(result.stderr)")
+            #expect(!result.stderr.contains("USAGE") && !result.stderr.contains("Usage"), "\(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        }
+    }
+
+    @Test func aPathThatLeavesTheFolderIsOneLineForUrl() throws {
+        try withHome { home, _ in
+            let result = try kaiten("url", "--home", home, "f", "../etc/passwd")
+            #expect(result.status == 64 && result.stderr.contains("../etc/passwd"), "\(result.stderr)")
+            #expect(!result.stderr.contains("USAGE") && !result.stderr.contains("Usage"), "\(result.stderr)")
         }
     }
 

@@ -102,6 +102,9 @@ struct ConfigFileTests {
         }
         // The new folder sits after the existing one, indented like it.
         #expect(out.contains("</folder>\n    <folder id=\"docs\""))
+        // syncthing's default (issue 36, item 29): a home moved back to syncthing keeps its watcher.
+        let added = try #require(out.range(of: "<folder id=\"docs\"").map { String(out[$0.lowerBound...].prefix(400)) })
+        #expect(added.contains("fsWatcherEnabled=\"true\""), "\(added)")
     }
 
     @Test func listenAddressesAreReplacedInPlace() throws {

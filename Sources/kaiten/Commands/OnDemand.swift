@@ -306,29 +306,37 @@ extension Kaiten {
         @Argument(help: "The file, folder-relative.")
         var path: String
 
-        @Option(help: "How long the link works: 90s, 15m, 1h, 2d.")
+        // Taken as given even when it starts with '-', so that a negative duration gets its
+        // own message rather than "missing value".
+        @Option(parsing: .unconditional, help: "How long the link works: 90s, 15m, 1h, 2d.")
         var ttl: String = "1h"
 
         @Flag(help: "A link to the file's thumbnail (a JPEG, made on first use) instead of the file.")
         var thumb = false
 
-        @Option(help: "With --thumb: neither side larger than this (16 to 255).")
-        var size: Int = ThumbnailLimits.largest
+        @Option(help: "With --thumb: neither side larger than this (16 to 255; 255 when omitted).")
+        var size: Int?
 
         func run() async throws {
             try await reportingErrors {
-                guard let seconds = Self.duration(ttl) else { throw ValidationError("--ttl takes a duration like 90s, 15m, 1h or 2d") }
-                let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
-                guard let record = ServerRecord.load(opened.home) else {
-                    throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
+                // Usage mistakes are one line each (exit 64), checked before anything is opened.
+                guard let seconds = Self.duration(ttl) else {
+                    throw ArgumentError("--ttl \(ttl): a link lives a positive duration, like 90s, 15m, 1h or 2d")
                 }
+                if size != nil && !thumb { throw ArgumentError("--size is for thumbnail links: add --thumb, or leave --size out") }
+                let size = size ?? ThumbnailLimits.largest
+                guard (16...ThumbnailLimits.largest).contains(size) else { throw ArgumentError("--size \(size): 16 to \(ThumbnailLimits.largest)") }
                 // Sign only what the server will serve: a clean name of a live file in the index.
                 let clean = Cat.clean(path)
                 do {
                     try SafePath.validate(clean)
                 } catch let error as ApplyError {
-                    throw ValidationError("\(path): \(error.hint)")
+                    throw ArgumentError("\(path): \(error.hint)")
+                }
+                let opened = try global.openHome()
+                _ = try FolderSelection.resolve([folder], in: opened)
+                guard let record = ServerRecord.load(opened.home) else {
+                    throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
                 }
                 let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
                 defer { log.close() }
@@ -341,7 +349,6 @@ extension Kaiten {
                 let signer = try URLSigner.load(home: opened.home)
                 let expires = Int64(Date().timeIntervalSince1970) + seconds
                 if thumb {
-                    guard (16...ThumbnailLimits.largest).contains(size) else { throw ValidationError("--size takes 16 to \(ThumbnailLimits.largest)") }
                     print(signer.thumbnailURL(base: record.baseURL, folder: folder, path: clean, size: size, expires: expires))
                 } else {
                     print(signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires))
@@ -351,7 +358,7 @@ extension Kaiten {
 
         static func duration(_ text: String) -> Int64? {
             let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
-            if let value = Int64(text) { return value }
+            if let value = Int64(text) { return value > 0 ? value : nil }
             guard let unit = text.last.flatMap({ units[$0] }), let value = Int64(text.dropLast()), value > 0 else { return nil }
             return value * unit
         }
