@@ -68,6 +68,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private var lastRead = NIODeadline.now()
     private var lastWrite = NIODeadline.now()
     private var keepalive: RepeatedTask?
+    /// Whether this side's ClusterConfig went out (keepalive pings wait for it).
+    private var sentClusterConfig = false
     private var helloTimeout: Scheduled<Void>?
 
     private struct Pending {
@@ -347,6 +349,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         }
         let promise = context.eventLoop.makePromise(of: Void.self)
         lastWrite = context.eventLoop.now
+        if case .clusterConfig = message { sentClusterConfig = true }
         context.writeAndFlush(wrapOutboundOut(.message(message)), promise: promise)
         return promise.futureResult
     }
@@ -415,7 +418,10 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             close(.byUs("read timeout: nothing received for \(Int(settings.readTimeout)) s"), sendClose: true)
             return
         }
-        if now - lastWrite >= Self.amount(settings.pingAfterWriteSilence) {
+        // syncthing 2.x takes any message before a connection's ClusterConfig as a protocol
+        // error ("protocol error on ping: invalid state 0"): a session slow to send its own
+        // (a loaded machine) must not ping first.
+        if now - lastWrite >= Self.amount(settings.pingAfterWriteSilence), sentClusterConfig {
             stats.withLockedValue { $0.pingsSent += 1 }
             write(.ping)
         }

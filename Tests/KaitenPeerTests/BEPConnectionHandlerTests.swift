@@ -68,15 +68,14 @@ struct BEPConnectionHandlerTests {
 
     @Test func pingsAfterSixtySecondsOfWriteSilenceOnly() throws {
         let h = try Harness()
-        h.loop.advanceTime(by: .seconds(45))
-        #expect(try h.outbound().isEmpty)
+        // Before this side's ClusterConfig, never (syncthing 2.x closes on a Ping it gets before
+        // the ClusterConfig: "protocol error on ping: invalid state 0"), however long the silence.
+        h.loop.advanceTime(by: .seconds(75))
+        #expect(try h.outbound().isEmpty, "a ping before this side's ClusterConfig")
         h.loop.advanceTime(by: .seconds(30))
-        let sent = try h.outbound()
-        #expect(sent.count == 1)
-        guard case .ping = sent.first else { Issue.record("want a ping, got \(sent)"); return }
+        #expect(try h.outbound().isEmpty, "a ping before this side's ClusterConfig")
 
         // A write restarts the silence: 45 s after a message, no ping; 75 s after it, one.
-        h.loop.advanceTime(by: .seconds(30))
         _ = h.handler.send(.clusterConfig(BEPClusterConfig()))
         #expect(try h.outbound().count == 1)
         h.loop.advanceTime(by: .seconds(45))
