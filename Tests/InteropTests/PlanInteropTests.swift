@@ -170,6 +170,10 @@ struct PlanInteropTests {
             #expect(shown.status == 0)
             #expect(shown.stdout.contains("+ pull        photos/2025/b [1].jpg"))
             #expect(shown.stdout.contains("- delete      docs/notes.txt"))
+            // The text says why, as the JSON does (issue 36, item 28).
+            let deleteLine = shown.stdout.split(separator: "\n").first { $0.contains("- delete      docs/notes.txt") }
+            let reason = saved.folders.flatMap(\.actions).first { $0.path == "docs/notes.txt" }?.reason
+            #expect(reason != nil && deleteLine?.hasSuffix("): \(reason!)") == true, "\(deleteLine ?? "") / \(reason ?? "")")
             #expect(shown.stdout.contains("! extraneous  mine.txt"))
             #expect(shown.stdout.contains("Plan: 10 to pull"))
 

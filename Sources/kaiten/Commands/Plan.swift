@@ -20,7 +20,7 @@ extension Kaiten {
 
                   + mkdir       2025/summer/
                   + pull        2025/summer/a.jpg (3.1 MiB)
-                  - delete      2019/b.mkv (1.2 GiB)
+                  - delete      2019/b.mkv (1.2 GiB): deleted on peers
                   ! extraneous  notes.txt: a local file not in the global index
 
                 Nothing is ever deleted that fewer than --require-peers connected peers hold in full \
@@ -253,7 +253,7 @@ enum PlanRenderer {
                 switch action.action {
                 case .mkdir: Swift.print("  + mkdir       \(action.path)/")
                 case .pull: Swift.print("  + pull        \(action.path)\(action.type == "symlink" ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))")")
-                case .delete: Swift.print("  - delete      \(action.path) (\(Kaiten.Ls.human(action.size)))")
+                case .delete: Swift.print("  - delete      \(action.path) (\(Kaiten.Ls.human(action.size))): \(action.reason)")
                 case .rmdir: Swift.print("  - rmdir       \(action.path)/")
                 case .chmod:
                     Swift.print("  ~ chmod       \(action.path)\(action.type == "directory" ? "/" : "") (\(action.reason))")
