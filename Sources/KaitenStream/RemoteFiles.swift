@@ -63,6 +63,9 @@ public final class RemoteFiles: @unchecked Sendable {
     public let home: KaitenHome
     let logger: Logger
     let timeout: Double
+    /// How long a read waits for one block before it gives up: a peer that holds the
+    /// connection open but answers nothing (stopped, frozen) must not hang every reader.
+    public static let blockTimeout: Duration = .seconds(20)
     let cache: BlockCache
     /// The peer connections, their index intake and this device's announcements.
     public let sessions: PeerSessions
@@ -291,7 +294,7 @@ public final class RemoteFiles: @unchecked Sendable {
             let task = pending.removeFirst()
             let data: Data
             do {
-                data = try await task.value
+                data = try await Self.value(of: task, within: Self.blockTimeout, file: file.name)
             } catch let error as ApplyError {
                 throw StreamError(.peerFailed, error.description)
             }
@@ -305,6 +308,36 @@ public final class RemoteFiles: @unchecked Sendable {
             if next < needed.count {
                 pending.append(fetch(needed[next]))
                 next += 1
+            }
+        }
+    }
+
+    /// The result of a shared block fetch, or an error once `timeout` passes without it. The
+    /// fetch itself goes on (another reader may want the block; it lands in the cache).
+    static func value(of task: Task<Data, Error>, within timeout: Duration, file: String) async throws -> Data {
+        let waiting = FirstResult()
+        let late = StreamError(.unavailable, "\(file): no peer holding it answered within \(timeout.components.seconds) s (stopped or cut off?)")
+        return try await withCheckedThrowingContinuation { continuation in
+            waiting.set(continuation)
+            let timer = Task {
+                do { try await Task.sleep(for: timeout) } catch { return }
+                waiting.finish(.failure(late))
+            }
+            Task {
+                waiting.finish(await task.result)
+                timer.cancel()
+            }
+        }
+    }
+
+    /// A continuation resumed by whichever result comes first; the others are dropped.
+    final class FirstResult: Sendable {
+        private let slot = Mutex<CheckedContinuation<Data, Error>?>(nil)
+        func set(_ continuation: CheckedContinuation<Data, Error>) { slot.withLock { $0 = continuation } }
+        func finish(_ result: Result<Data, Error>) {
+            slot.withLock { slot in
+                slot?.resume(with: result)
+                slot = nil
             }
         }
     }

@@ -177,11 +177,15 @@ public final class StreamServer: Sendable {
             case .full:
                 headers.add(name: "Content-Type", value: type)
                 headers.add(name: "Content-Length", value: "\(entry.size)")
-                try await out.write(.head(HTTPResponseHead(version: head.version, status: .ok, headers: headers)))
-                if !isHead && entry.size > 0 {
-                    try await files.read(entry, range: 0...(entry.size - 1), window: readAhead) { data in
-                        try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
-                        sent += Int64(data.count)
+                let responseHead = HTTPResponseHead(version: head.version, status: .ok, headers: headers)
+                if isHead || entry.size == 0 {
+                    try await out.write(.head(responseHead))
+                } else {
+                    try await Self.streaming(responseHead, out) { send in
+                        try await files.read(entry, range: 0...(entry.size - 1), window: readAhead) { data in
+                            try await send(data)
+                            sent += Int64(data.count)
+                        }
                     }
                 }
                 try await out.write(.end(nil))
@@ -191,11 +195,15 @@ public final class StreamServer: Sendable {
                 headers.add(name: "Content-Type", value: type)
                 headers.add(name: "Content-Range", value: "bytes \(r.lowerBound)-\(r.upperBound)/\(entry.size)")
                 headers.add(name: "Content-Length", value: "\(r.upperBound - r.lowerBound + 1)")
-                try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
-                if !isHead {
-                    try await files.read(entry, range: r, window: readAhead) { data in
-                        try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
-                        sent += Int64(data.count)
+                let responseHead = HTTPResponseHead(version: head.version, status: status, headers: headers)
+                if isHead {
+                    try await out.write(.head(responseHead))
+                } else {
+                    try await Self.streaming(responseHead, out) { send in
+                        try await files.read(entry, range: r, window: readAhead) { data in
+                            try await send(data)
+                            sent += Int64(data.count)
+                        }
                     }
                 }
                 try await out.write(.end(nil))
@@ -351,6 +359,28 @@ public final class StreamServer: Sendable {
         return formatter
     }()
     private static let httpDatesLock = NSLock()
+
+    /// Runs `body`, writing `responseHead` just before the first bytes it sends: a read that
+    /// fails before any (no peer answers, none holds the file) is an error answer with its own
+    /// status (503, 502), not a 200 whose body never comes. Once bytes went out, a failure
+    /// ends the connection (the caller's StreamError path).
+    static func streaming(
+        _ responseHead: HTTPResponseHead, _ out: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>,
+        _ body: (_ send: (Data) async throws -> Void) async throws -> Void
+    ) async throws {
+        var headSent = false
+        do {
+            try await body { data in
+                if !headSent {
+                    try await out.write(.head(responseHead))
+                    headSent = true
+                }
+                try await out.write(.body(.byteBuffer(ByteBuffer(bytes: data))))
+            }
+        } catch let error as StreamError where !headSent {
+            throw Failure(status: HTTPResponseStatus(statusCode: error.status), message: error.hint)
+        }
+    }
 
     /// Every answer carries bytes or names a peer chose: a browser must neither guess another
     /// type for them (`nosniff`: a "photo" that is HTML stays an image) nor run what they hold

@@ -175,6 +175,13 @@ public final class SyncthingInstance: @unchecked Sendable {
     }
 
     /// Stops syncthing by its PID: SIGTERM, then SIGKILL after 10 s.
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the running syncthing: a peer that keeps its
+    /// connections open and answers nothing.
+    public func freeze(_ frozen: Bool) {
+        guard let pid = process?.processIdentifier else { return }
+        kill(pid, frozen ? SIGSTOP : SIGCONT)
+    }
+
     public func stop() {
         guard let process = lock.withLock({ () -> Process? in
             let p = self.process

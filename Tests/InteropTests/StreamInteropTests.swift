@@ -58,6 +58,34 @@ struct StreamInteropTests {
         return Fetched(status: Int(result.stdout) ?? 0, headers: headers, body: FileManager.default.contents(atPath: dir.file("b")) ?? Data())
     }
 
+    /// A peer that holds its connection open and answers nothing (SIGSTOP): a range request
+    /// for a file only it holds gets a 503 naming the wait within seconds, before any header,
+    /// instead of a 200 whose body never comes (issue 36, item 16); the peer thawed, it serves.
+    @Test func aFrozenPeerGetsA503BeforeTheHeaders() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-frozen")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.random(world.peerData + "/films/clip.mkv", size: 2_000_000)
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let server = try await Server.start(home: world.home, logPath: dir.file("serve.log"))
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            let url = try world.kaiten("url", ApplyInteropTests.folder, "films/clip.mkv").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            st.freeze(true)
+            let started = ContinuousClock.now
+            let frozen = try Self.curl(url, extra: ["--max-time", "90"])
+            let waited = ContinuousClock.now - started
+            st.freeze(false)
+            #expect(frozen.status == 503, "\(frozen.status) after \(waited)")
+            #expect(String(decoding: frozen.body, as: UTF8.self).contains("answered within"), "\(String(decoding: frozen.body, as: UTF8.self))")
+            #expect(waited < .seconds(60), "\(waited)")
+            let thawed = try Self.curl(url, extra: ["--max-time", "90"])
+            #expect(thawed.status == 200 && thawed.body == FileManager.default.contents(atPath: world.peerData + "/films/clip.mkv"))
+            try server.stop()
+        }
+    }
+
     @Test func catGetAndTheRangeServerAgainstARealPeer() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-stream")
         defer { dir.remove() }
