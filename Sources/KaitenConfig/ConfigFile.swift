@@ -40,8 +40,12 @@ public final class ConfigFile {
         guard FileManager.default.fileExists(atPath: path) else {
             throw ConfigError(.missingFile, file: path, "missing; run `kaiten init` to create a home")
         }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw ConfigError(.unreadable, file: path, "is a directory, not a file; config.xml must be the file syncthing or `kaiten init` writes")
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigError(.unreadable, file: path, "cannot be read (permissions?)")
+            throw ConfigError(.unreadable, file: path, "cannot be read: \(String(cString: strerror(errno)))")
         }
         return try parse(data: data, path: path)
     }
@@ -93,6 +97,13 @@ public final class ConfigFile {
             let zero = data.firstIndex(of: 0)!
             let line = data[..<zero].filter { $0 == 0x0A }.count + 1
             throw ConfigError(.malformedXML, file: path, line: line, "holds a NUL byte: binary data, not XML")
+        }
+        // A DOCTYPE declares entities, which libxml2 expands, external ones (a file, a URL)
+        // included: syncthing's XML reader takes none, and neither does Kaiten.
+        if let doctype = data.firstRange(of: Data("<!DOCTYPE".utf8)) ?? data.firstRange(of: Data("<!doctype".utf8)) {
+            let line = data[..<doctype.lowerBound].filter { $0 == 0x0A }.count + 1
+            throw ConfigError(
+                .malformedXML, file: path, line: line, "declares a DOCTYPE (entities): syncthing's config.xml has none; remove it")
         }
     }
 
@@ -635,6 +646,7 @@ struct ElementLines {
             case 5: return "extra content after the closing </configuration>"
             case 23: return "an entity reference is missing its ';' (write & as &amp;)"
             case 26, 27: return "unknown entity (write & as &amp;)"
+            case 28, 29, 30, 89, 90, 104: return "an entity declared in the file (a DOCTYPE): config.xml takes none"
             case 38: return "'<' inside an attribute value (write &lt;)"
             case 39, 40, 41: return "an attribute value is not in quotes"
             case 68: return "a tag name is missing after '<' (write < as &lt;)"

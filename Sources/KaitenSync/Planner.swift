@@ -39,9 +39,16 @@ public enum Planner {
             path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
         let confirmed = Reconciler.confirmSynced(&tree, global: global)
         if statistics.hashedFiles > 0 || confirmed > 0 || journaled > 0 || tree.count != previous.count || statistics.changedEntries > 0 {
-            try ScanCache.save(tree, path: cachePath)
+            // A cache: a home that cannot be written (read-only, full) still gets its plan,
+            // and the next one scans again.
+            do {
+                try ScanCache.save(tree, path: cachePath)
+            } catch {
+                warn("\(folder.id): the scan cache was not saved (\(error)); the next plan reads the changed files again")
+            }
         }
-        for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn("warning: \(warning)") }
+        // The callers say these are warnings, each in its own way (the service's log has a kind).
+        for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn(warning) }
         let input = try input(
             folder, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: tree,
             requirePeers: requirePeers, announced: { try ownAnnouncements(home: home, folder: folder.id, warn: warn) })

@@ -135,4 +135,46 @@ struct UnprivilegedInteropTests {
             #expect(!notShared.stdout.contains("run `kaiten index sync nots`"), "\(notShared.stdout)")
         }
     }
+
+    /// A home its user cannot write (issue 36, item 25): the verbs that only read work — `plan
+    /// --offline` (its scan cache not saved, said), `conflicts`, `ls`, `status` — and `select`
+    /// fails without claiming it selected anything.
+    @Test func aReadOnlyHomeServesTheVerbsThatOnlyRead() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-rohome")
+        defer {
+            _ = try? ProcessRunner.run("/bin/chmod", ["-R", "u+w", dir.path])
+            dir.remove()
+        }
+        let world = try ApplyInteropTests.World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/docs/a.txt", "a\n")
+        try TestFiles.write(world.peerData + "/docs/b.txt", "b\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 2)
+            #expect(try world.kaiten("select", "f", "docs/a.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+        }
+        // A new local file: the next scan changes the cache, which cannot be saved.
+        try TestFiles.write(world.local + "/docs/new.txt", "made here\n")
+        if getuid() == 0 {
+            for path in [world.home, world.local] { #expect(try ProcessRunner.run("/bin/chown", ["-R", "\(Self.nobody):\(Self.nobody)", path]).status == 0) }
+            chmod(dir.path, 0o755)
+        }
+        #expect(try ProcessRunner.run("/bin/chmod", ["-R", "a-w", world.home]).status == 0)
+        let run = { (args: [String]) throws -> ProcessResult in try Self.kaiten(args + ["--home", world.home], home: dir.path) }
+
+        let plan = try run(["plan", "--offline"])
+        #expect(plan.status == 0 || plan.status == 2, "\(plan.stdout)\(plan.stderr)")
+        #expect(plan.stdout.contains("docs/new.txt"), "\(plan.stdout)")
+        #expect(plan.stderr.contains("scan cache was not saved"), "\(plan.stderr)")
+        let conflicts = try run(["conflicts"])
+        #expect(conflicts.status == 0, "\(conflicts.stdout)\(conflicts.stderr)")
+        #expect(try run(["ls", "f"]).status == 0)
+        #expect(try run(["status"]).status == 0)
+        let selectionBefore = try String(contentsOfFile: world.home + "/selections/f.txt", encoding: .utf8)
+        let select = try run(["select", "f", "docs/b.txt"])
+        #expect(select.status != 0, "\(select.stdout)")
+        #expect(!select.stdout.contains("selected"), "claimed a selection it could not save: \(select.stdout)")
+        #expect(try String(contentsOfFile: world.home + "/selections/f.txt", encoding: .utf8) == selectionBefore)
+    }
 }

@@ -82,6 +82,15 @@ struct CLITests {
         }
     }
 
+    /// A mistyped --type is a usage error naming the argument, not config.xml (issue 36, item 30).
+    @Test func aMistypedFolderTypeIsAUsageError() throws {
+        try withHome { home, _ in
+            let result = try kaiten("folder", "add", "x", "--path", home + "/x", "--type", "recieveonly", "--home", home)
+            #expect(result.status == 64, "\(result.stderr)")
+            #expect(result.stderr.contains("--type recieveonly") && !result.stderr.contains("config.xml"), "\(result.stderr)")
+        }
+    }
+
     @Test func aPathThatLeavesTheFolderIsOneLineForUrl() throws {
         try withHome { home, _ in
             let result = try kaiten("url", "--home", home, "f", "../etc/passwd")
@@ -278,8 +287,9 @@ struct CLITests {
         try withHome { home, dir in
             let before = try String(contentsOfFile: home + "/config.xml", encoding: .utf8)
             let badType = try kaiten("folder", "add", "--home", home, "x", "--path", dir.file("x"), "--type", "mirror")
-            #expect(badType.status == 1)
-            #expect(badType.stderr.contains("unknown folder type"))
+            // A usage error (issue 36, item 30: it exited 1 as if config.xml were at fault).
+            #expect(badType.status == 64)
+            #expect(badType.stderr.contains("--type mirror: not a folder type"))
             #expect(!FileManager.default.fileExists(atPath: dir.file("x")))
             let unknownPeer = try kaiten("folder", "add", "--home", home, "x", "--path", dir.file("x"), "--share", Self.peer)
             #expect(unknownPeer.status == 1)

@@ -128,6 +128,12 @@ struct ConfigFileTests {
     @Test(arguments: [
         BadInput(label: "malformed XML", xml: "<configuration version=\"36\">\n  <folder id=\"a\">\n</configuration>\n", code: .malformedXML, line: 3),
         BadInput(label: "not a config", xml: "<html></html>", code: .malformedXML, line: 1),
+        // An external entity would be expanded by libxml2 (a file read into the config); the
+        // DOCTYPE is refused at its line (issue 36, item 30).
+        BadInput(
+            label: "a DOCTYPE with an external entity",
+            xml: "<?xml version=\"1.0\"?>\n<!DOCTYPE configuration [<!ENTITY e SYSTEM \"file:///etc/passwd\">]>\n<configuration version=\"36\"><gui><address>&e;</address></gui></configuration>",
+            code: .malformedXML, line: 2),
         BadInput(label: "future version", xml: "<configuration version=\"99\"></configuration>", code: .unsupportedVersion, line: 1),
         BadInput(
             label: "unknown folder type",
@@ -288,6 +294,18 @@ struct ConfigBadInputTests {
         for bad in ["three", "-1", "2.5"] {
             let message = try #require(Self.error(withCount(bad)), "accepted numConnections \(bad)")
             #expect(message.contains("/h/config.xml") && message.contains("numConnections \"\(bad)\""), "\(message)")
+        }
+    }
+
+    /// A config.xml that is a directory says so, not "permissions?" (issue 36, item 30).
+    @Test func aConfigThatIsADirectorySaysSo() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cfgdir")
+        defer { dir.remove() }
+        try FileManager.default.createDirectory(atPath: dir.file("config.xml"), withIntermediateDirectories: true)
+        #expect {
+            _ = try ConfigFile.load(path: dir.file("config.xml"))
+        } throws: { error in
+            "\(error)".contains("is a directory") && !"\(error)".contains("permissions?")
         }
     }
 

@@ -64,9 +64,8 @@ extension Kaiten.Folder {
             try await reportingErrors {
                 let opened = try global.openHome()
                 guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
-                    throw ConfigError(
-                        .unknownFolderType, file: opened.config.path,
-                        "unknown folder type \"\(type)\" (receiveonly, sendreceive or sendonly)")
+                    // A mistake in the argument, not in config.xml: a usage error, exit 64.
+                    throw ArgumentError("--type \(type): not a folder type Kaiten adds (receiveonly, sendreceive or sendonly)")
                 }
                 var devices = [opened.identity.deviceID]
                 for text in shares { devices.append(try opened.config.resolveDevice(text)) }

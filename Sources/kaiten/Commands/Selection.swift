@@ -51,6 +51,8 @@ extension Kaiten {
                 let sendsFrom = opened.config.folder(id: folder).flatMap { $0.type == .sendreceive || $0.type == .sendonly ? $0.path : nil }
                 let onDisk = sendsFrom.map { LocalPaths(root: $0) }
                 var added = 0
+                // Said once the file is written: a selection that could not be saved selected nothing.
+                var said: [String] = []
                 for path in paths {
                     // Written in the selection file's escaped spelling (`\[`, `\*`, `\\`), an
                     // argument names that file literally; otherwise it is taken as it is.
@@ -70,9 +72,9 @@ extension Kaiten {
                         if matched > 0 || force {
                             if try selection.addPattern(path) {
                                 added += 1
-                                print("selected the pattern \(glob.pattern) (\(matched) path\(matched == 1 ? "" : "s") now)")
+                                said.append("selected the pattern \(glob.pattern) (\(matched) path\(matched == 1 ? "" : "s") now)")
                             } else {
-                                print("\(glob.pattern): already selected")
+                                said.append("\(glob.pattern): already selected")
                             }
                             continue
                         }
@@ -88,14 +90,15 @@ extension Kaiten {
                     switch try selection.select(clean) {
                     case .added:
                         added += 1
-                        print("selected \(clean)")
+                        said.append("selected \(clean)")
                     case .alreadySelected:
-                        print("\(clean): already selected")
+                        said.append("\(clean): already selected")
                     case .coveredBy(let parent):
-                        print("\(clean): already selected through \(parent)")
+                        said.append("\(clean): already selected through \(parent)")
                     }
                 }
                 if added > 0 { try SelectionStore.save(selection, to: file) }
+                for line in said { print(line) }
             }
         }
     }
