@@ -20,6 +20,14 @@ public final class PeerConnection: Sendable {
     public let hello: BEPHello
     /// Where the peer is connected from or to.
     public let remoteAddress: String
+
+    /// An address as people write it: `127.0.0.1:22000`, `[::1]:22000` (NIO's description is
+    /// `[IPv4]127.0.0.1/127.0.0.1:22000`).
+    public static func shown(_ address: SocketAddress?) -> String {
+        guard let address else { return "?" }
+        guard let ip = address.ipAddress, let port = address.port else { return address.description }
+        return ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"
+    }
     /// Everything the peer says, in order; ends with `.closed`.
     public let events: PeerEvents
     /// How the connection came about: `static`, `lan`, `global` (dialled at an address from
@@ -62,7 +70,7 @@ public final class PeerConnection: Sendable {
             consumedIndexBatch: { [loop = channel.eventLoop] in
                 loop.execute { handler.value.indexBatchConsumed() }
             })
-        self.remoteAddress = channel.remoteAddress?.description ?? "?"
+        self.remoteAddress = Self.shown(channel.remoteAddress)
     }
 
     /// Records where the dialler found the address it connected to (`lan`, `global`, …).

@@ -39,7 +39,7 @@ public final class PeerListener: Sendable {
             .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    let remote = channel.remoteAddress?.description ?? "?"
+                    let remote = PeerConnection.shown(channel.remoteAddress)
                     let presented = NIOLockedValueBox<DeviceID?>(nil)
                     let tls = NIOSSLServerHandler(
                         context: context,

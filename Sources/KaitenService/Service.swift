@@ -542,7 +542,8 @@ public final class Service: Sendable {
             "\(report.done) done, \(report.failed.count) failed, \(report.keptForSafety.count) kept for safety, \(planned - count) left for review"
         )) }
         status.round(
-            planned: planned, applied: report.done, failed: report.failed.count, pending: heldPending + planned - report.done,
+            // done may count more than the plan's actions (a directory made on the way): never below 0.
+            planned: planned, applied: report.done, failed: report.failed.count, pending: heldPending + max(0, planned - report.done),
             conflicts: heldConflicts + conflicts, error: nil, paths: paths)
         var acted: [String: Set<String>] = [:]
         for folder in admitted.folders {

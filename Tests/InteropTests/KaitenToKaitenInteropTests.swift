@@ -157,5 +157,8 @@ struct KaitenToKaitenInteropTests {
             Self.content(b.data + "/docs/three.txt") == "three\n"
         }
         #expect(!runA.log.contains("partial") && !runB.log.contains("partial"), "\(runA.log)\n\(runB.log)")
+        let status = try b.kaiten("status")
+        #expect(status.stdout.contains("a at 127.0.0.1:"), "\(status.stdout)")
+        #expect(!status.stdout.contains("[IPv4]") && !status.stdout.contains("-1 pending"), "\(status.stdout)")
     }
 }

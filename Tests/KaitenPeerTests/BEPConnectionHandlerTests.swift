@@ -239,3 +239,13 @@ struct BEPConnectionHandlerTests {
         #expect(throws: PeerError.self) { try future.wait() }
     }
 }
+
+/// Peer addresses as people write them in `kaiten status` and the logs (issue 36, item 23:
+/// `[IPv4]127.0.0.1/127.0.0.1:42101`).
+@Suite struct ShownAddressTests {
+    @Test func addressesAreShownAsPeopleWriteThem() throws {
+        #expect(PeerConnection.shown(try SocketAddress(ipAddress: "127.0.0.1", port: 42101)) == "127.0.0.1:42101")
+        #expect(PeerConnection.shown(try SocketAddress(ipAddress: "::1", port: 22000)) == "[::1]:22000")
+        #expect(PeerConnection.shown(nil) == "?")
+    }
+}
