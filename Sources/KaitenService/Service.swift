@@ -168,6 +168,7 @@ public final class Service: Sendable {
         // Discovery as config.xml says (off in a home `kaiten init` made, unless asked for).
         let discovery = await Discovery.start(home: home, listens: true, logger: logger, warn: note)
         let sessions = PeerSessions(home: home, logger: logger, serve: server.answer, addresses: discovery)
+        sessions.sayConnections { [emit] in emit(ServiceEvent("peer", $0)) }
         let status = StatusKeeper(home: home, options: options, folders: folderIDs, started: started)
         let (listeners, addresses) = await sessions.listen(warn: note)
         if !addresses.isEmpty { note("listening for peers on \(addresses.joined(separator: ", "))") }

@@ -57,6 +57,18 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// the last `warn` a caller gave, which says things the way the rest of its output does.
     private let notices = Mutex<(@Sendable (String) -> Void)?>(nil)
 
+    /// Where a long-running process says that a peer connected or went (its log); one-shot
+    /// verbs, whose output is their result, say nothing of it.
+    private let connectionNotices = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+    public func sayConnections(to say: @escaping @Sendable (String) -> Void) {
+        connectionNotices.withLock { $0 = say }
+    }
+
+    private func sayConnection(_ message: String) {
+        if let say = connectionNotices.withLock({ $0 }) { say(message) } else { logger.debug("\(message)") }
+    }
+
     private func notice(_ message: String) {
         if let say = notices.withLock({ $0 }) { say(message) } else { logger.info("\(message)") }
     }
@@ -321,7 +333,10 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             state.intakes.append(intake)
             return false
         }
-        if !refused { connectionsChanged() }
+        if !refused {
+            sayConnection("\(peerLabel(device)): connected at \(connection.remoteAddress) (\(connection.reachedVia))")
+            connectionsChanged()
+        }
         if !refused, let replaced {
             logger.info("\(device.shortDescription): a direct connection replaces the one through a relay")
             Task { await replaced.close(reason: "replaced by a direct connection") }
@@ -362,15 +377,16 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             }
         }
         let reason = await connection.waitUntilClosed()
-        state.withLock { state in
-            if state.connections[device] === connection {
-                state.connections[device] = nil
-                state.announced[device] = nil
-                state.awaited[device] = nil
-                state.lost[device] = "\(reason)"
-                for folder in state.current.keys { state.current[folder]?.remove(device) }
-            }
+        let wasHeld = state.withLock { state in
+            guard state.connections[device] === connection else { return false }
+            state.connections[device] = nil
+            state.announced[device] = nil
+            state.awaited[device] = nil
+            state.lost[device] = "\(reason)"
+            for folder in state.current.keys { state.current[folder]?.remove(device) }
+            return true
         }
+        if wasHeld { sayConnection("\(peerLabel(device)): disconnected (\(reason))") }
         connectionsChanged()
     }
 
@@ -434,6 +450,12 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         // exchanges (not from here: the intake goes on meanwhile).
         Task { await self.announce(folders: started, warn: { self.logger.warning("\($0)") }) }
         connectionsChanged()
+    }
+
+    /// `name (ABCDEFG)`, or the short ID of a peer without a name.
+    private func peerLabel(_ device: DeviceID) -> String {
+        let name = home.config.device(id: device)?.name ?? ""
+        return name.isEmpty ? device.shortDescription : "\(name) (\(device.shortDescription))"
     }
 
     private func connectionsChanged() {

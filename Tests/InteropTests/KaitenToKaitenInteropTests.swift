@@ -157,6 +157,9 @@ struct KaitenToKaitenInteropTests {
             Self.content(b.data + "/docs/three.txt") == "three\n"
         }
         #expect(!runA.log.contains("partial") && !runB.log.contains("partial"), "\(runA.log)\n\(runB.log)")
+        // The service's log says when a peer connects and goes (issue 36, item 22).
+        #expect(runB.log.contains("a (\(a.id.shortDescription)): connected at 127.0.0.1:"), "\(runB.log)")
+        #expect(runB.log.contains("a (\(a.id.shortDescription)): disconnected"), "\(runB.log)")
         let status = try b.kaiten("status")
         #expect(status.stdout.contains("a at 127.0.0.1:"), "\(status.stdout)")
         #expect(!status.stdout.contains("[IPv4]") && !status.stdout.contains("-1 pending"), "\(status.stdout)")

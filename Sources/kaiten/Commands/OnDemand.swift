@@ -195,6 +195,7 @@ extension Kaiten {
                 let discovery = await Discovery.start(home: opened, listens: true, logger: global.logger, warn: log)
                 let sessions = PeerSessions(
                     home: opened, logger: global.logger, serve: BlockServer(home: opened).answer, addresses: discovery)
+                sessions.sayConnections(to: log)
                 let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger, sessions: sessions)
                 try await files.connect(warn: { Terminal.error($0) })
                 // Peers may dial this device while it serves (the config's listen addresses).
