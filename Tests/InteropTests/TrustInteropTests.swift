@@ -104,4 +104,57 @@ struct TrustInteropTests {
         }
         try await RunInteropTests.waitFor("the refusal logged") { log().contains("refused a connection from \(stranger.deviceID.description)") }
     }
+
+    /// While `kaiten run` holds a peer's connection, `folder unshare` and then `peer rm`, each
+    /// followed by SIGHUP: after the first the peer gets no block of the folder, after the
+    /// second it is not let back in at all.
+    @Test func unshareAndPeerRemovalTakeEffectOnAReload() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-revoke")
+        defer { dir.remove() }
+        let port = try FreePort.next()
+        let home = dir.file("kaiten")
+        let created = try KaitenCLI.run(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:\(port)"])
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        func kaiten(_ args: String...) async throws -> ProcessResult { try await KaitenCLI.runDetached(args + ["--home", home]) }
+        let peer = try await ScriptedPeer(in: dir.path, folder: "g", contents: [:], allowed: me)
+        defer { Task { await peer.stop() } }
+        let data = dir.file("g")
+        try FileManager.default.createDirectory(atPath: data + "/.stfolder", withIntermediateDirectories: true)
+        let secret = "held here; the peer loses its share\n"
+        try TestFiles.write(data + "/mine.txt", secret)
+        #expect(try await kaiten("peer", "add", peer.deviceID.description, "--name", "scripted", "--address", peer.address).status == 0)
+        #expect(try await kaiten("folder", "add", "g", "--path", data, "--type", "sendonly", "--share", peer.deviceID.description).status == 0)
+        #expect(try await kaiten("select", "g", "mine.txt").status == 0)
+
+        let run = try RunInteropTests.Running.start(home: home, logPath: dir.file("run.log"), ["--apply", "all"])
+        defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+        try await RunInteropTests.waitFor("mine.txt announced", log: run) { run.log.contains("done send g/mine.txt") }
+        try await RunInteropTests.waitFor("run holds the peer", log: run) { peer.latest.withLockedValue { $0?.isOpen == true } }
+        let size = Int32(secret.utf8.count)
+        let first = peer.latest.withLockedValue { $0 }
+        let before = try await peer.request(folder: "g", "mine.txt", offset: 0, size: size)
+        #expect(before.code == .noError && before.data == Data(secret.utf8), "the shared block, as a control: \(before.code)")
+
+        #expect(try await kaiten("folder", "unshare", "g", peer.deviceID.description).status == 0)
+        kill(run.process.processIdentifier, SIGHUP)
+        try await RunInteropTests.waitFor("the reload", log: run) { run.log.contains("config.xml read again") }
+        // The reload ends the connection that carried the share (a peer that shares nothing
+        // is not dialled again); whatever connection there is now, no block of g goes out.
+        try await RunInteropTests.waitFor("the connection of the share ended", log: run) { first?.isOpen != true }
+        let unshared = try? await peer.request(folder: "g", "mine.txt", offset: 0, size: size)
+        #expect(unshared == nil || (unshared!.data.isEmpty && unshared!.code != .noError), "a block of a folder no longer shared: \(String(describing: unshared?.code))")
+
+        #expect(try await kaiten("peer", "rm", peer.deviceID.description).status == 0)
+        kill(run.process.processIdentifier, SIGHUP)
+        try await RunInteropTests.waitFor("the second reload", log: run) { run.log.components(separatedBy: "config.xml read again").count >= 3 }
+        try await RunInteropTests.waitFor("the removed peer's connection closed", log: run) {
+            peer.latest.withLockedValue { $0?.isOpen != true }
+        }
+        // Dialling in, it is refused at TLS.
+        let stranger = try? await PeerDialer.connect(
+            to: PeerAddress(host: "127.0.0.1", port: port), expecting: me, identity: peer.device.identity,
+            hello: KaitenVersion.hello(deviceName: "scripted"))
+        #expect(stranger == nil, "a removed peer got past TLS")
+        await stranger?.close(reason: "test")
+    }
 }
