@@ -1,6 +1,7 @@
 import Foundation
 import KaitenConfig
 import KaitenProtocol
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -49,16 +50,39 @@ public struct ThumbnailCache: Sendable {
     }
 
     /// A name beside the thumbnail's for writing it: syncthing's own temp-file pattern, which
-    /// syncthing and Kaiten never announce when the cache is a synced folder.
+    /// syncthing and Kaiten never announce when the cache is a synced folder. The directories
+    /// it needs are made and counted as in use until ``finished(_:)``.
     public func temporaryPath(for hash: ContentHash, size: Int = sharedSize) throws -> String {
         let final = path(for: hash, size: size)
         let directory = (final as NSString).deletingLastPathComponent
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try Self.directoriesInUse.withLock { inUse in
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            inUse[directory, default: 0] += 1
+        }
         let name = (final as NSString).lastPathComponent
         let temp = (directory as NSString).appendingPathComponent(".syncthing.\(name).\(UInt32.random(in: 0...UInt32.max)).tmp")
         unlink(temp)
         return temp
     }
+
+    /// Ends a write begun by ``temporaryPath(for:size:)``, made or not: the directories it made
+    /// that hold nothing (a failed thumbnail) are removed, up to the cache root, unless another
+    /// write in this process uses them (a failed thumbnail left empty shard directories).
+    public func finished(_ temporary: String) {
+        let directory = (temporary as NSString).deletingLastPathComponent
+        Self.directoriesInUse.withLock { inUse in
+            inUse[directory, default: 1] -= 1
+            guard inUse[directory]! <= 0 else { return }
+            inUse[directory] = nil
+            var current = directory
+            while current.hasPrefix(root + "/"), inUse[current] == nil, rmdir(current) == 0 {
+                current = (current as NSString).deletingLastPathComponent
+            }
+        }
+    }
+
+    /// Shard directories with a thumbnail being written, by path: not removed meanwhile.
+    private static let directoriesInUse = Mutex<[String: Int]>([:])
 
     /// Moves a finished (fsynced) thumbnail into place and syncs its directory. Two writers of
     /// one content make the same picture: the last rename wins, harmlessly.

@@ -150,6 +150,7 @@ public final class Thumbnails: Sendable {
         defer {
             unlink(temporary)
             if let scratch { unlink(scratch) }
+            cache.finished(temporary)
         }
         var job = MediaJob(kind: source.kind == .video ? .video : .image, input: "", output: temporary, size: options.size, max_pixels: options.maxPixels, at: options.videoAt)
         var method: Method = source.kind == .video ? .videoFrame : .image

@@ -82,6 +82,21 @@ struct CLITests {
         }
     }
 
+    /// `kaiten thumb` of a picture made here since the last plan (only on disk, in no peer's
+    /// index): the folder is scanned first, so it is found and its thumbnail made (issue 36,
+    /// item 17: it was "not in the global index" until a plan had scanned).
+    @Test func thumbSeesAFileMadeSinceTheLastPlan() throws {
+        try withHome { home, dir in
+            let local = dir.file("photos")
+            try FileManager.default.createDirectory(atPath: local + "/.stfolder", withIntermediateDirectories: true)
+            #expect(try kaiten("folder", "add", "p", "--path", local, "--home", home).status == 0)
+            try TestMedia.jpeg(local + "/new.jpg", width: 640, height: 480)
+            let thumb = try kaiten("thumb", "p", "new.jpg", "--cache", dir.file("cache"), "--json", "--home", home)
+            #expect(thumb.status == 0, "\(thumb.stdout)\(thumb.stderr)")
+            #expect(thumb.stdout.contains("\"made\""), "\(thumb.stdout)")
+        }
+    }
+
     /// A mistyped --type is a usage error naming the argument, not config.xml (issue 36, item 30).
     @Test func aMistypedFolderTypeIsAUsageError() throws {
         try withHome { home, _ in

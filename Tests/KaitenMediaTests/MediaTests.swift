@@ -16,6 +16,27 @@ import Testing
         #expect(ThumbnailCache.relativePath(base64: "T1337+H4x0R/=") == "t/1/337h4x0r.jpg")
     }
 
+    /// A failed thumbnail leaves no empty shard directories behind (issue 36, item 33); a made
+    /// one keeps its own, and a directory another write still uses stays.
+    @Test func aFailedThumbnailLeavesNoEmptyDirectories() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-thumb-dirs")
+        defer { dir.remove() }
+        let cache = ThumbnailCache(root: dir.path)
+        let failed = ContentHash(SHA256.hash(data: Data("failed".utf8)))
+        let made = ContentHash(SHA256.hash(data: Data("made".utf8)))
+        let failing = try cache.temporaryPath(for: failed, size: 128)
+        cache.finished(failing)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).isEmpty, "empty directories left")
+        let writing = try cache.temporaryPath(for: made)
+        try Data("jpeg".utf8).write(to: URL(fileURLWithPath: writing))
+        let sharing = try cache.temporaryPath(for: made)  // a second write of the same content, still going
+        try cache.commit(writing, for: made)
+        cache.finished(writing)
+        #expect(cache.contains(made))
+        cache.finished(sharing)
+        #expect(cache.contains(made), "the made thumbnail and its directories stay")
+    }
+
     /// A worked example: the 5-byte file "hello" is one block; its blocks hash is SHA-256 over
     /// that block's SHA-256, 9595c9df…3d50, in base64 lZXJ35AHUUjrBoYDZd8zWEt1v/eCpRDGzUiDpBmDPVA=
     /// (computed apart from Kaiten, with Python's hashlib and base64).

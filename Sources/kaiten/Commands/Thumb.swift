@@ -93,6 +93,16 @@ extension Kaiten {
             try await reportingErrors {
                 let opened = try global.openHome()
                 _ = try FolderSelection.resolve([folder], in: opened)
+                // Files made here since the last plan are seen (issue 36, item 17): the folder's
+                // scan is brought up to date first (only new or changed files are read). A running
+                // service keeps it current itself.
+                if ControlClient.running(opened.home) == nil, let config = opened.config.folder(id: folder) {
+                    do {
+                        _ = try Planner.loadFolder(config, home: opened, warn: { Terminal.warning($0) })
+                    } catch {
+                        Terminal.warning("\(folder): the folder was not scanned (\(error)); files made since the last plan are not seen")
+                    }
+                }
                 let helper = try MediaHelpers.locate()
                 let targets = try Thumbnails.targets(home: opened, folder: folder, paths: paths.map(Cat.clean), recursive: recursive)
                 var options = Thumbnails.Options()
