@@ -54,20 +54,23 @@ extension IndexSync {
                     secondary.secondary = true
                     try await lane.sendClusterConfig(secondary)
                     // Everything the peer says on the lane is read; its ClusterConfigs are said here.
-                    // A lane without one within 10 s is closed, which ends the wait.
+                    // A lane without one within 30 s is closed, which ends the wait. (10 s was
+                    // too tight on a loaded machine: a clean-clone CI beside the other suites
+                    // lost a lane of 2.1.3 so, and with it every lane after.) Nothing waits on a
+                    // lane meanwhile: requests go to it only once it is ready.
                     let (answered, say) = AsyncStream<Void>.makeStream()
                     Task {
                         for await event in lane.events { if case .clusterConfig = event { say.yield() } }
                         say.finish()
                     }
                     let timer = Task {
-                        try await Task.sleep(for: .seconds(10))
-                        await lane.close(reason: "no ClusterConfig on it within 10 s")
+                        try await Task.sleep(for: .seconds(30))
+                        await lane.close(reason: "no ClusterConfig on it within 30 s")
                     }
                     let ready = await answered.first { _ in true } != nil
                     timer.cancel()
                     guard ready, !Task.isCancelled, primary.addLane(lane) else {
-                        await lane.close(reason: ready ? "the session has ended" : "no ClusterConfig on it within 10 s")
+                        await lane.close(reason: ready ? "the session has ended" : "no ClusterConfig on it within 30 s")
                         return
                     }
                 } catch {
