@@ -132,7 +132,10 @@ public final class ConfigFile {
 
     /// Every `<folder>`, in file order.
     public var folders: [FolderConfiguration] {
-        let untrusted = Set(devices.filter(\.isUntrusted).map(\.id))
+        // Only the devices marked untrusted are parsed (rare): this runs for every index batch.
+        let untrusted = Set(root.elements(forName: "device").compactMap { element in
+            Self.flagValue(Self.childText(element, "untrusted")) ? Self.deviceID(of: element) : nil
+        })
         return root.elements(forName: "folder").compactMap { element in
             guard var folder = try? Self.folder(from: element) else { return nil }
             let marked = folder.devices.filter { untrusted.contains($0) }
