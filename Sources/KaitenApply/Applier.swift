@@ -333,8 +333,10 @@ public enum Applier {
         }
     }
 
-    /// `--max-delete` and the folder marker: refuses the whole apply before anything changes.
-    public static func checkBrakes(_ plan: Plan, states: [Planner.FolderState], maxDelete: DeleteLimit) throws(ApplyError) {
+    /// `--max-delete`: the folders whose deletions (made here, or sent to the peers) go beyond
+    /// the limit, in plan order; empty when the plan is within it.
+    public static func brakes(_ plan: Plan, states: [Planner.FolderState], maxDelete: DeleteLimit) -> [DeleteBrake] {
+        var brakes: [DeleteBrake] = []
         for folder in plan.folders {
             // A file moved on the peers is pulled under its new name in the same apply: its
             // content stays here, so it does not count as a deletion.
@@ -347,19 +349,12 @@ public enum Applier {
             guard deletions > 0 || sentDeletions > 0 else { continue }
             let localFiles = states.first { $0.input.id == folder.id }?.input.local.files.count { $0.kind != .directory } ?? 0
             if sentDeletions > 0 && !maxDelete.allows(sentDeletions, of: localFiles + sentDeletions) {
-                throw ApplyError(
-                    .brake, path: "",
-                    "\(folder.id): refusing to send the deletion of \(sentDeletions) of \(localFiles + sentDeletions) files to the peers "
-                        + "(--max-delete \(maxDelete)); nothing was changed. If they were deleted here on purpose, pass --max-delete "
-                        + "\(sentDeletions) or a higher share.")
-            }
-            if !maxDelete.allows(deletions, of: localFiles) {
-                throw ApplyError(
-                    .brake, path: "",
-                    "\(folder.id): refusing to delete \(deletions) of \(localFiles) local files (--max-delete \(maxDelete)); "
-                        + "nothing was changed. If that is intended, pass --max-delete \(deletions) or a higher share.")
+                brakes.append(DeleteBrake(folder: folder.id, kind: .sent, deletions: sentDeletions, files: localFiles + sentDeletions, limit: maxDelete))
+            } else if !maxDelete.allows(deletions, of: localFiles) {
+                brakes.append(DeleteBrake(folder: folder.id, kind: .local, deletions: deletions, files: localFiles, limit: maxDelete))
             }
         }
+        return brakes
     }
 
     /// Runs the plan's actions in order. Every failure is reported and the rest continues.

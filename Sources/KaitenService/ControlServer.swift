@@ -197,56 +197,6 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
             try await send(.failure(1, outside))
             return
         }
-        // The service's own round may be applying: wait for it, as one apply per home does.
-        var lock: Applier.Lock?
-        var said = false
-        while lock == nil {
-            do {
-                lock = try Applier.lock(home.home)
-            } catch {
-                if stop.isSet {
-                    try await send(.failure(1, "stopped while waiting for the service's own apply; nothing was changed"))
-                    return
-                }
-                if !said {
-                    var note = ControlReply(.note)
-                    note.message = "the service is applying a round of its own; this apply follows it"
-                    try await send(note)
-                    said = true
-                }
-                try await Task.sleep(for: .milliseconds(200))
-            }
-        }
-        defer { withExtendedLifetime(lock) {} }
-        let requirePeers = max(request.requirePeers ?? 1, plan.requirePeers ?? 1)
-        let prepared: Applier.Prepared
-        do {
-            prepared = try Applier.prepare(on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers, warn: { _ in })
-        } catch {
-            try await send(.failure(1, "cannot plan: \(error)"))
-            return
-        }
-        // A plan the client confirmed is applied only while it still says what a fresh plan
-        // would: the service's own rounds and the peers move on while a person reads it.
-        do {
-            try Applier.checkStale(plan, against: prepared, home: home.home)
-        } catch {
-            let hint = request.saved == true ? error.hint : error.hint.replacingOccurrences(of: "the saved plan", with: "the plan")
-            try await send(.failure(3, hint))
-            return
-        }
-        do {
-            try Applier.checkBrakes(plan, states: prepared.states, maxDelete: maxDelete)
-        } catch {
-            try await send(.failure(4, error.hint))
-            return
-        }
-        do {
-            try Applier.checkWritable(plan)
-        } catch {
-            try await send(.failure(1, error.hint))
-            return
-        }
         log("applying plan \(plan.planID) for a client on the control socket")
         // Events go out in order through one writer; progress at most a few times a second.
         let (events, feed) = AsyncStream<ApplyEvent>.makeStream()
@@ -259,8 +209,23 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         }
         let lastProgress = Mutex(ContinuousClock.now - .seconds(1))
         let log = self.log
-        let report = await Applier.execute(
-            plan, prepared: prepared, home: home, requirePeers: requirePeers, sendTimeout: request.sendTimeout ?? 300, stop: stop
+        let requirePeers = max(request.requirePeers ?? 1, plan.requirePeers ?? 1)
+        let pipeline = ApplyPipeline(
+            home: home, maxDelete: maxDelete, brakes: .refuse, requirePeers: requirePeers, sendTimeout: request.sendTimeout ?? 300)
+        let sessions = self.sessions
+        let home = self.home
+        let outcome = try await pipeline.run(
+            // The service's own round may be applying: this one follows it, as one apply per home does.
+            lock: .wait(notice: {
+                var note = ControlReply(.note)
+                note.message = "the service is applying a round of its own; this apply follows it"
+                try? await send(note)
+            }),
+            prepare: {
+                try Applier.prepare(
+                    on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers, warn: { _ in })
+            },
+            choice: .given(plan, saved: request.saved == true), stop: stop
         ) { event in
             switch event {
             case .progress(let done, let total, _, _, _):
@@ -281,10 +246,18 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         }
         feed.finish()
         await writer.value
-        if report.interruptedBy == nil { Applier.markApplied(plan, home: home.home) }
-        var reply = ControlReply(.report)
-        reply.report = ControlReport(report)
-        try await send(reply)
+        switch outcome.ending {
+        case .refused(.cannotPlan(let why)):
+            try await send(.failure(1, "cannot plan: \(why)"))
+        case .refused(let refusal):
+            try await send(.failure(refusal.exitCode, "\(refusal)"))
+        case .nothingToApply:
+            try await send(.failure(1, "nothing to apply"))
+        case .applied(_, let report, _):
+            var reply = ControlReply(.report)
+            reply.report = ControlReport(report)
+            try await send(reply)
+        }
     }
 
     private func block(_ request: ControlRequest) async throws -> Data {

@@ -487,7 +487,7 @@ public final class Service: Sendable {
         let conflicts = plan.folders.reduce(0) { $0 + $1.conflicts.count }
         let (heldPending, heldConflicts) = standing?.get() ?? (0, 0)
         var admitted = options.mode.filter(plan)
-        var count = admitted.folders.reduce(0) { $0 + $1.actions.count }
+        let count = admitted.folders.reduce(0) { $0 + $1.actions.count }
         guard planned > 0 || conflicts > 0 else {
             if standing == nil { _ = log.same("") }
             status.round(planned: 0, applied: 0, failed: 0, pending: heldPending, conflicts: heldConflicts, error: nil, paths: paths)
@@ -503,28 +503,10 @@ public final class Service: Sendable {
             status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: nil, paths: paths)
             return ([:], 0)
         }
-        let lock: Applier.Lock
-        do {
-            lock = try Applier.lock(home.home)
-        } catch {
-            emit(ServiceEvent("plan", "\(error.hint); the next round applies"))
-            status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: error.hint, paths: paths)
-            return ([:], 1)
-        }
-        defer { withExtendedLifetime(lock) {} }
-        do {
-            try Applier.checkBrakes(admitted, states: prepared.states, maxDelete: options.maxDelete)
-        } catch {
-            // A brake holds the deletions back, not the rest; the directories they would empty
-            // too (trying those every round only said "left in place" every round).
-            if !repeated { emit(ServiceEvent("kept", "\(error.hint); deletions held back, the rest applied")) }
-            for i in admitted.folders.indices {
-                admitted.folders[i].actions.removeAll { $0.action == .delete || $0.action == .sendDelete || $0.action == .rmdir }
-            }
-            count = admitted.folders.reduce(0) { $0 + $1.actions.count }
-        }
         let emit = self.emit
-        let report = await Applier.execute(admitted, prepared: prepared, home: home, requirePeers: options.requirePeers, stop: stop) { event in
+        let pipeline = ApplyPipeline(
+            home: home, maxDelete: options.maxDelete, brakes: .holdDeletions, requirePeers: options.requirePeers, sendTimeout: 0)
+        let outcome = try? await pipeline.run(lock: .refuse, prepare: { prepared }, choice: .fresh(decide: { _ in admitted }), stop: stop) { event in
             switch event {
             case .done(let folder, let action, let note):
                 emit(ServiceEvent("done", folder: folder, path: action.path, action: action.action.rawValue, note ?? action.reason))
@@ -538,9 +520,27 @@ public final class Service: Sendable {
                 break
             }
         }
+        let report: ApplyReport
+        switch outcome?.ending {
+        case .applied(let applied, let done, let held):
+            for brake in held where !repeated { emit(ServiceEvent("kept", folder: brake.folder, brake.heldBack)) }
+            admitted = applied
+            report = done
+        case .refused(let refusal):
+            // Another apply (a person's, through the socket or not) holds the lock, or a folder
+            // cannot be written: the next round tries again.
+            if !repeated { emit(ServiceEvent("plan", "\(refusal); the next round tries again")) }
+            status.round(
+                planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts,
+                error: "\(refusal)", paths: paths)
+            return ([:], 1)
+        case .nothingToApply, nil:
+            return ([:], 0)
+        }
+        let ran = admitted.folders.reduce(0) { $0 + $1.actions.count }
         if report.done > 0 || report.failed.count > 0 || !repeated { emit(ServiceEvent(
             "applied",
-            "\(report.done) done, \(report.failed.count) failed, \(report.keptForSafety.count) kept for safety, \(planned - count) left for review"
+            "\(report.done) done, \(report.failed.count) failed, \(report.keptForSafety.count) kept for safety, \(planned - ran) left for review"
         )) }
         status.round(
             // done may count more than the plan's actions (a directory made on the way): never below 0.

@@ -19,12 +19,15 @@ public final class PeerSession: Sendable {
     public let updates: @Sendable () -> AsyncStream<IndexUpdate>
     /// How a lent session announces (the lender keeps what each peer holds of ours).
     let announcer: (@Sendable ([String]) async -> Void)?
+    /// Lent by a service's ``PeerSessions``: its connections are the service's, and outlive it.
+    public let isLent: Bool
 
     init(
         connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>],
         announced: [DeviceID: [String: RemoteIndexState]] = [:], updates: (@Sendable () -> AsyncStream<IndexUpdate>)? = nil,
-        announcer: (@Sendable ([String]) async -> Void)? = nil
+        announcer: (@Sendable ([String]) async -> Void)? = nil, lent: Bool = false
     ) {
+        self.isLent = lent
         self.connections = connections
         self.refreshed = refreshed
         self.announced = announced
@@ -87,6 +90,11 @@ public final class PeerSession: Sendable {
 
     public func close(reason: String = "done") async {
         for connection in connections.values { await connection.close(reason: reason) }
+    }
+
+    /// Ends the session: closes its connections, unless they are lent (a service keeps them).
+    public func end(reason: String) async {
+        if !isLent { await close(reason: reason) }
     }
 }
 

@@ -559,7 +559,8 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         for folder in folders { refreshed[folder] = (current[folder] ?? []).filter { connections[$0] != nil } }
         return PeerSession(
             connections: connections, refreshed: refreshed, announced: announced, updates: { self.updates() },
-            announcer: announcer ?? { folders in await self.announce(folders: folders, warn: { self.logger.warning("\($0)") }) })
+            announcer: announcer ?? { folders in await self.announce(folders: folders, warn: { self.logger.warning("\($0)") }) },
+            lent: true)
     }
 
     /// Brings this device's local index in line with the logs and sends each open connection

@@ -113,69 +113,48 @@ extension Kaiten {
                 }
                 try ServiceGuard.refuse("apply", home: opened)
                 let output = ApplyOutput(json: json)
-                let lock: Applier.Lock
-                do {
-                    lock = try Applier.lock(opened.home)
-                } catch {
-                    Terminal.error("\(error)")
-                    throw ExitCode(4)
-                }
-                defer { withExtendedLifetime(lock) {} }
                 if let saved { try checkOrigin(saved, opened) }
                 let requested = saved.map { $0.folders.map(\.id) } ?? folders
-                var prepared = try await Applier.prepare(
-                    home: opened, folders: requested, requirePeers: max(requirePeers, saved?.requirePeers ?? 1), timeout: timeout,
-                    logger: global.logger, warn: { Terminal.error($0) })
-                if followRenames && saved == nil {
-                    if try follow(prepared.plan, opened) {
-                        prepared = try Applier.replan(prepared, home: opened, folders: requested, requirePeers: max(requirePeers, 1))
-                    }
-                }
-                let session = prepared.session
-                do {
-                    for warning in prepared.warnings { Terminal.error(warning) }
-                    for (folder, reason) in prepared.skipped { Terminal.error("\(folder): skipped: \(reason)") }
-                    let plan: Plan
-                    if let saved {
-                        do {
-                            try Applier.checkStale(saved, against: prepared, home: opened.home)
-                        } catch {
-                            Terminal.error("\(error)")
-                            throw ExitCode(3)
+                let requirePeers = max(requirePeers, saved?.requirePeers ?? 1)
+                let pipeline = ApplyPipeline(
+                    home: opened, maxDelete: DeleteLimit(maxDelete)!, brakes: .refuse, requirePeers: requirePeers, sendTimeout: sendTimeout)
+                let stop = StopSignal()
+                let outcome = try await pipeline.run(
+                    lock: .refuse,
+                    prepare: {
+                        var prepared = try await Applier.prepare(
+                            home: opened, folders: requested, requirePeers: requirePeers, timeout: timeout, logger: global.logger,
+                            warn: { Terminal.error($0) })
+                        if followRenames && saved == nil, try follow(prepared.plan, opened) {
+                            prepared = try Applier.replan(prepared, home: opened, folders: requested, requirePeers: requirePeers)
                         }
-                        plan = saved
-                    } else {
-                        plan = prepared.plan
-                        guard try confirmed(plan, output: output) else {
-                            await session.close(reason: "nothing to apply")
-                            try exitWithNothingToApply(plan, skipped: !prepared.skipped.isEmpty)
-                            return
-                        }
-                    }
-                    do {
-                        try Applier.checkBrakes(plan, states: prepared.states, maxDelete: DeleteLimit(maxDelete)!)
-                    } catch {
-                        Terminal.error("\(error)")
-                        throw ExitCode(4)
-                    }
-                    do {
-                        try Applier.checkWritable(plan)
-                    } catch {
-                        Terminal.error("\(error)")
-                        throw ExitCode(1)
-                    }
-                    let stop = StopSignal()
-                    stop.install()
-                    let report = await Applier.execute(
-                        plan, prepared: prepared, home: opened, requirePeers: max(requirePeers, plan.requirePeers ?? 1),
-                        sendTimeout: sendTimeout, stop: stop, events: output.handle)
-                    if report.interruptedBy == nil { Applier.markApplied(plan, home: opened.home) }
-                    await session.close(reason: report.interruptedBy == nil ? "apply done" : "interrupted")
+                        for warning in prepared.warnings { Terminal.error(warning) }
+                        for (folder, reason) in prepared.skipped { Terminal.error("\(folder): skipped: \(reason)") }
+                        return prepared
+                    },
+                    choice: saved.map { .given($0, saved: true) } ?? .fresh(decide: { prepared in
+                        try confirmed(prepared.plan, output: output) ? prepared.plan : nil
+                    }),
+                    stop: stop,
+                    events: { event in
+                        // From the first change on, SIGINT and SIGTERM stop the apply between
+                        // blocks; until then they end the process at once.
+                        if case .start = event { stop.install() }
+                        output.handle(event)
+                    })
+                let skipped = !(outcome.prepared?.skipped.isEmpty ?? true)
+                switch outcome.ending {
+                case .refused(.cannotPlan(let why)):
+                    Terminal.error(why)
+                    throw ExitCode(1)
+                case .refused(let refusal):
+                    Terminal.error("\(refusal)")
+                    throw ExitCode(refusal.exitCode)
+                case .nothingToApply:
+                    try exitWithNothingToApply(outcome.prepared!.plan, skipped: skipped)
+                case .applied(let plan, let report, _):
                     output.summary(report, plan: plan)
-                    try exit(after: report, plan: plan, skipped: !prepared.skipped.isEmpty)
-                } catch {
-                    await session.close(reason: "apply stopped")
-                    throw error
+                    try exit(after: report, plan: plan, skipped: skipped)
                 }
             }
         }
