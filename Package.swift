@@ -256,7 +256,10 @@ let package = Package(
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection", "KaitenTestSupport"]),
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "KaitenApplyTests", dependencies: ["KaitenApply", "KaitenTransfer", "KaitenTestSupport"]),
+        .testTarget(
+            name: "KaitenApplyTests",
+            dependencies: ["KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
+        ),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
         .testTarget(
             name: "KaitenMediaTests",

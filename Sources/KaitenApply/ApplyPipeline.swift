@@ -20,6 +20,14 @@ public struct DeleteBrake: Sendable, Equatable {
     public let files: Int
     public let limit: DeleteLimit
 
+    public init(folder: String, kind: Kind, deletions: Int, files: Int, limit: DeleteLimit) {
+        self.folder = folder
+        self.kind = kind
+        self.deletions = deletions
+        self.files = files
+        self.limit = limit
+    }
+
     private var what: String {
         switch kind {
         case .local: "delete \(deletions) of \(files) local files"

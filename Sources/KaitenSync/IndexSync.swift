@@ -22,7 +22,8 @@ public final class PeerSession: Sendable {
     /// Lent by a service's ``PeerSessions``: its connections are the service's, and outlive it.
     public let isLent: Bool
 
-    init(
+    /// - Parameter lent: the connections are a service's and outlive the session.
+    public init(
         connections: [DeviceID: PeerConnection], refreshed: [String: Set<DeviceID>],
         announced: [DeviceID: [String: RemoteIndexState]] = [:], updates: (@Sendable () -> AsyncStream<IndexUpdate>)? = nil,
         announcer: (@Sendable ([String]) async -> Void)? = nil, lent: Bool = false
