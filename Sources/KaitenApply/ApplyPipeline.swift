@@ -42,10 +42,27 @@ public struct DeleteBrake: Sendable, Equatable {
             + "\(intent), pass --max-delete \(deletions) or a higher share."
     }
 
+    /// A plan shown before any apply: what apply and `kaiten run` will do with these deletions.
+    public var foreseen: String {
+        "\(deletions) deletion\(deletions == 1 ? "" : "s") of \(files) go beyond --max-delete \(limit): `kaiten apply` refuses the plan "
+            + "and `kaiten run` holds them back, applying the rest; confirm them with `kaiten apply --max-delete \(deletions)`"
+    }
+
     /// A service round that applied everything else.
     public var heldBack: String {
         "\(folder): deletions held back: the plan would \(what) (--max-delete \(limit)); every other action is applied. "
             + "To confirm them: kaiten apply --max-delete \(deletions)"
+    }
+}
+
+extension Applier {
+    /// Adds to each folder of `plan` that `--max-delete` would stop a warning saying so, for
+    /// `kaiten plan` to show before anything runs.
+    public static func noteBrakes(_ plan: inout Plan, states: [Planner.FolderState], maxDelete: DeleteLimit) {
+        for brake in brakes(plan, states: states, maxDelete: maxDelete) {
+            guard let i = plan.folders.firstIndex(where: { $0.id == brake.folder }) else { continue }
+            plan.folders[i].warnings.append(brake.foreseen)
+        }
     }
 }
 

@@ -74,12 +74,14 @@ public final class ControlClient: Sendable {
     }
 
     /// The plan the service would apply now, made on its live connections.
-    public func plan(folders: [String], requirePeers: Int) throws(ControlFailure) -> PlanAnswer {
+    /// - Parameter maxDelete: the limit the plan's brake warnings weigh deletions against.
+    public func plan(folders: [String], requirePeers: Int, maxDelete: String = "50%") throws(ControlFailure) -> PlanAnswer {
         let connection = try open()
         defer { connection.close() }
         var request = ControlRequest(verb: .plan)
         request.folders = folders
         request.requirePeers = requirePeers
+        request.maxDelete = maxDelete
         try connection.send(request)
         let reply = try connection.reply()
         if reply.type == .failure { throw ControlFailure(reply.code ?? 1, reply.message ?? "the service refused") }

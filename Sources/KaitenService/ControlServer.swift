@@ -177,8 +177,10 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
             let prepared = try Applier.prepare(
                 on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: max(1, request.requirePeers ?? 1),
                 warn: { warnings.append($0) })
+            var plan = prepared.plan
+            Applier.noteBrakes(&plan, states: prepared.states, maxDelete: DeleteLimit(request.maxDelete ?? "50%") ?? .percent(50))
             var reply = ControlReply(.plan)
-            reply.plan = prepared.plan
+            reply.plan = plan
             reply.warnings = warnings
             reply.skipped = prepared.skipped.map { .init(folder: $0.folder, reason: $0.reason) }
             return reply

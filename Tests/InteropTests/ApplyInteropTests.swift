@@ -338,6 +338,10 @@ struct ApplyInteropTests {
 
             // --max-delete (default 50%) stops deleting 6 of 7 local files, before anything changes.
             let stignoreBefore = try String(contentsOfFile: world.local + "/.stignore", encoding: .utf8)
+            // The plan says it before: what apply and run will do, and how to confirm.
+            let foreseen = try world.kaiten("plan", "--offline")
+            #expect(foreseen.stdout.contains("6 deletions of 7 go beyond --max-delete 50%"), "\(foreseen.stdout)")
+            #expect(foreseen.stdout.contains("kaiten apply --max-delete 6"), "\(foreseen.stdout)")
             let braked = try world.kaiten("apply", "--yes")
             #expect(braked.status == 4, "\(braked.stdout)\(braked.stderr)")
             #expect(braked.stderr.contains("refusing to delete 6 of 7 local files"))

@@ -467,6 +467,14 @@ extension RunInteropTests {
             #expect(since.components(separatedBy: "deletions held back").count == 2, "said once: \(since)")
             #expect(!since.contains("left in place"), "\(since)")
             #expect(Self.content(local + "/docs/a.txt") == "a, first\n" && Self.content(local + "/docs/b.txt") == "b\n")
+            // One line, no contradiction, and a way to confirm that works beside the service.
+            let said = since.split(separator: "\n").first { $0.contains("deletions held back") } ?? ""
+            #expect(!said.contains("nothing was changed"), "\(said)")
+            #expect(said.contains("kaiten apply --max-delete 2"), "\(said)")
+            let confirmed = try world.kaiten("apply", "--yes", "--max-delete", "2")
+            #expect(confirmed.status == 0, "\(confirmed.stdout)\(confirmed.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: local + "/docs/a.txt"))
+            #expect(!FileManager.default.fileExists(atPath: local + "/docs/b.txt"))
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
         }

@@ -62,11 +62,15 @@ extension Kaiten {
         @Option(help: "Seconds to wait for each peer's index when refreshing.")
         var timeout: Double = 120
 
+        @Option(help: "The limit apply and run weigh deletions against (a count, or a share of a folder's local files): the plan says which folders go beyond it.")
+        var maxDelete: String = "50%"
+
         @Flag(help: "When a selected file was renamed on the peers (same content, new unselected name), select the new name in the selection file and plan with it.")
         var followRenames = false
 
         func validate() throws {
             guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
+            guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
         }
 
         func run() async throws {
@@ -105,7 +109,7 @@ extension Kaiten {
                     }
                     connected = IndexSync.refreshedPeers(reports)
                 }
-                var (plan, _) = try Planner.plan(
+                var (plan, states) = try Planner.plan(
                     home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { Terminal.error($0) })
                 if followRenames {
                     let followed = try Planner.followRenames(plan, home: opened)
@@ -113,10 +117,11 @@ extension Kaiten {
                         Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
                     }
                     if !followed.isEmpty {
-                        (plan, _) = try Planner.plan(
+                        (plan, states) = try Planner.plan(
                             home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { _ in })
                     }
                 }
+                Applier.noteBrakes(&plan, states: states, maxDelete: DeleteLimit(maxDelete)!)
                 for i in plan.folders.indices {
                     let problems = refreshProblems[plan.folders[i].id] ?? []
                     var warnings = plan.folders[i].warnings
@@ -152,13 +157,13 @@ extension Kaiten {
         func planThroughService(_ service: ControlClient, opened: KaitenHome) throws {
             Terminal.error("note: kaiten \(service.role) (pid \(service.pid)) keeps the index current; this is its plan, on its live connections")
             do {
-                var answer = try service.plan(folders: folders, requirePeers: requirePeers)
+                var answer = try service.plan(folders: folders, requirePeers: requirePeers, maxDelete: maxDelete)
                 if followRenames {
                     let followed = try Planner.followRenames(answer.plan, home: opened)
                     for (folder, rename) in followed {
                         Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
                     }
-                    if !followed.isEmpty { answer = try service.plan(folders: folders, requirePeers: requirePeers) }
+                    if !followed.isEmpty { answer = try service.plan(folders: folders, requirePeers: requirePeers, maxDelete: maxDelete) }
                 }
                 for warning in answer.warnings { Terminal.error(warning) }
                 for (folder, reason) in answer.skipped { Terminal.error("\(folder): skipped: \(reason)") }
