@@ -46,6 +46,9 @@ public struct Home: Sendable, Equatable {
     public var scanDirectory: String { file("scan") }
     public var stateDirectory: String { file("state") }
     public var thumbnailsDirectory: String { file("thumbnails") }
+    /// The configuration a long-running service runs on (its last good config.xml), for the
+    /// verbs that only read while an edit of config.xml does not load.
+    public var runningConfigPath: String { (stateDirectory as NSString).appendingPathComponent("config.running.xml") }
 
     /// The selection file of one folder.
     public func selectionPath(folderID: String) -> String {

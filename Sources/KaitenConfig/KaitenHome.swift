@@ -12,10 +12,21 @@ public struct KaitenHome {
     /// from syncthing always has it).
     /// - Throws: ``ConfigError`` naming the file at fault.
     public static func open(_ home: Home) throws(ConfigError) -> KaitenHome {
+        try open(home, configPath: home.configPath)
+    }
+
+    /// Opens a home with the configuration at `configPath` in place of config.xml (the one a
+    /// running service runs on: ``Home/runningConfigPath``).
+    public static func open(_ home: Home, configPath: String) throws(ConfigError) -> KaitenHome {
         try checkReadable(home)
-        let config = try ConfigFile.load(path: home.configPath)
+        let config = try ConfigFile.load(path: configPath)
         let identity = try Identity.load(certificatePath: home.certificatePath, keyPath: home.keyPath)
         return KaitenHome(home: home, config: config, identity: identity)
+    }
+
+    /// Keeps this configuration as the one a long-running service runs on.
+    public func recordRunningConfig() throws(ConfigError) {
+        try AtomicFile.write(Array(config.serialized().utf8), to: home.runningConfigPath, mode: 0o600)
     }
 
     /// The result of ``initialize(_:name:listenAddress:now:)``.

@@ -115,13 +115,14 @@ public final class Service: Sendable {
         let reloads = Reloads(reload)
         while true {
             for refusal in home.config.sharingRefusals { emit(ServiceEvent("warning", refusal)) }
+            do { try home.recordRunningConfig() } catch { emit(ServiceEvent("warning", "\(error)")) }
             let outcome = await generation(home, started: started, stop: stop, reloads: reloads)
             guard outcome == .reload else { break }
             do {
                 home = try KaitenHome.open(homePath)
                 emit(ServiceEvent("config", "config.xml read again; peers and folders follow it"))
             } catch {
-                emit(ServiceEvent("error", "\(homePath.configPath): \(error); keeping the last good configuration"))
+                emit(ServiceEvent("error", "\(error); config.xml does not load: the service keeps running on the last good configuration"))
             }
         }
         emit(ServiceEvent("stopped", "stopped"))
@@ -328,11 +329,13 @@ public final class Service: Sendable {
                 if woken.stop || stop.isSet { break loop }
             }
             if woken.config {
-                if (try? KaitenHome.open(homePath)) != nil {
+                do {
+                    _ = try KaitenHome.open(homePath)
                     outcome = .reload
                     break loop
+                } catch {
+                    emit(ServiceEvent("error", "\(error); config.xml does not load: the service keeps running on the last good configuration"))
                 }
-                emit(ServiceEvent("error", "\(homePath.configPath) changed but does not load; keeping the last good configuration"))
             }
             reason = woken.reason ?? "the periodic rescan"
             _ = settleDiskPaths(&woken, live: live)

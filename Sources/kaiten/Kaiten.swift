@@ -2,6 +2,7 @@ import ArgumentParser
 import KaitenProtocol
 import Foundation
 import KaitenConfig
+import KaitenService
 import Logging
 
 /// The `kaiten` command: selective sync and on-demand access for Syncthing.
@@ -99,6 +100,22 @@ struct GlobalOptions: ParsableArguments {
         let opened = try KaitenHome.open(resolvedHome)
         for refusal in opened.config.sharingRefusals { Terminal.warning(refusal) }
         return opened
+    }
+
+    /// For verbs that only read (`status`, `ls`, `conflicts`): while an edit of config.xml does
+    /// not load and a service runs on its last good configuration, that configuration, with
+    /// the error said. Verbs that write never fall back (they would write over the edit).
+    func openHomeForReading() throws -> KaitenHome {
+        do {
+            return try openHome()
+        } catch let error as ConfigError where error.file == resolvedHome.configPath {
+            guard let service = ServiceRecord.running(resolvedHome),
+                let running = try? KaitenHome.open(resolvedHome, configPath: resolvedHome.runningConfigPath)
+            else { throw error }
+            Terminal.error("\(error)")
+            Terminal.error("note: the service (pid \(service.pid)) runs on the last good configuration; shown here until config.xml loads again")
+            return running
+        }
     }
 }
 

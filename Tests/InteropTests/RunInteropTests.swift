@@ -131,8 +131,19 @@ struct RunInteropTests {
             let configPath = world.home + "/config.xml"
             let good = try Data(contentsOf: URL(fileURLWithPath: configPath))
             try Data("<configuration version=\"37\"><device id=".utf8).write(to: URL(fileURLWithPath: configPath))
-            try await Self.waitFor("the broken edit said", log: run) { run.log.contains("does not load; keeping the last good configuration") }
+            try await Self.waitFor("the broken edit said", log: run) { run.log.contains("keeps running on the last good configuration") }
             #expect(run.process.isRunning)
+            // With its reason, file and line, as the CLI says it.
+            #expect(run.log.contains(configPath + ":1:"), "\(run.log)")
+            // The verbs that only read go on working, on the configuration the service runs on.
+            for verb in [["status"], ["ls", Self.folder], ["conflicts"]] {
+                let shown = try KaitenCLI.run(verb + ["--home", world.home])
+                #expect(shown.status == 0, "\(verb): \(shown.stdout)\(shown.stderr)")
+                #expect(shown.stderr.contains(configPath + ":1:"), "\(verb): \(shown.stderr)")
+                #expect(shown.stderr.contains("runs on the last good configuration"), "\(verb): \(shown.stderr)")
+            }
+            // One that writes refuses, rather than write over the edit.
+            #expect(try world.kaiten("select", Self.folder, "docs").status != 0)
             try good.write(to: URL(fileURLWithPath: configPath))
             kill(run.process.processIdentifier, SIGHUP)
             try await Self.waitFor("config.xml read again", log: run) { run.log.contains("config.xml read again") }

@@ -51,7 +51,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
+                let opened = try global.openHomeForReading()
                 let (plan, _) = try Planner.plan(home: opened, folders: folders, requirePeers: max(1, requirePeers), warn: { Terminal.error($0) })
                 let rows = plan.folders.flatMap { folder in
                     folder.conflicts.map { Row(folder: folder.id, kind: $0.kind.rawValue, path: $0.path, reason: $0.reason, choices: $0.choices) }
@@ -106,7 +106,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
+                let opened = try global.openHomeForReading()
                 let (plan, states) = try Planner.plan(home: opened, folders: [folder], warn: { Terminal.error($0) })
                 let clean = try SelectionFile.normalizeArgument(path)
                 guard let conflict = plan.folders.first?.conflicts.first(where: { $0.path == clean }), let state = states.first else {

@@ -59,7 +59,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
+                let opened = try global.openHomeForReading()
                 let log = try FolderSelection.openLog(folder, in: opened)
                 for warning in IndexCompleteness.warnings(opened, folder: folder, log: log) { Terminal.error("warning: \(warning)") }
                 if log.checkpoints.isEmpty {

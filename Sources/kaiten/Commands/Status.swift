@@ -61,7 +61,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
+                let opened = try global.openHomeForReading()
                 let ids = try FolderSelection.resolve(folder.map { [$0] } ?? [], in: opened)
                 var rows: [FolderRow] = []
                 let service = ServiceRecord.running(opened.home)
