@@ -113,10 +113,14 @@ public final class Service: Sendable {
         var home = try KaitenHome.open(homePath)
         let started = ISO8601DateFormatter().string(from: Date())
         let reloads = Reloads(reload)
+        let note: @Sendable (String) -> Void = { [emit] in emit(ServiceEvent("peer", $0)) }
+        var link = await PeerLink.start(home: home, logger: logger, note: note)
+        var first = true
         while true {
             for refusal in home.config.sharingRefusals { emit(ServiceEvent("warning", refusal)) }
             do { try home.recordRunningConfig() } catch { emit(ServiceEvent("warning", "\(error)")) }
-            let outcome = await generation(home, started: started, stop: stop, reloads: reloads)
+            let outcome = await generation(home, link: link, first: first, started: started, stop: stop, reloads: reloads)
+            first = false
             guard outcome == .reload else { break }
             do {
                 home = try KaitenHome.open(homePath)
@@ -124,7 +128,16 @@ public final class Service: Sendable {
             } catch {
                 emit(ServiceEvent("error", "\(error); config.xml does not load: the service keeps running on the last good configuration"))
             }
+            // Peers stay connected across a reload unless their terms changed; a change of
+            // listening or discovery starts the peers' side afresh.
+            if link.fits(home) {
+                await link.reconfigure(home)
+            } else {
+                await link.close(reason: "reloading")
+                link = await PeerLink.start(home: home, logger: logger, note: note)
+            }
         }
+        await link.close(reason: "stopping")
         emit(ServiceEvent("stopped", "stopped"))
     }
 
@@ -161,19 +174,16 @@ public final class Service: Sendable {
     enum Outcome { case stop, reload }
 
     /// One configuration's life: sessions up, rounds until stopped or the config changes.
-    private func generation(_ home: KaitenHome, started: String, stop: StopSignal, reloads: Reloads) async -> Outcome {
+    private func generation(
+        _ home: KaitenHome, link: PeerLink, first: Bool, started: String, stop: StopSignal, reloads: Reloads
+    ) async -> Outcome {
         let folders = home.config.folders.filter { options.folders.isEmpty || options.folders.contains($0.id) }
         let folderIDs = folders.map(\.id)
         let note: @Sendable (String) -> Void = { [emit] in emit(ServiceEvent("peer", $0)) }
-        let server = BlockServer(home: home)
-        // Discovery as config.xml says (off in a home `kaiten init` made, unless asked for).
-        let discovery = await Discovery.start(home: home, listens: true, logger: logger, warn: note)
-        let sessions = PeerSessions(home: home, logger: logger, serve: server.answer, addresses: discovery)
-        sessions.sayConnections { [emit] in emit(ServiceEvent("peer", $0)) }
+        let sessions = link.sessions
+        let discovery = link.discovery
+        let addresses = link.addresses
         let status = StatusKeeper(home: home, options: options, folders: folderIDs, started: started)
-        let (listeners, addresses) = await sessions.listen(warn: note)
-        if !addresses.isEmpty { note("listening for peers on \(addresses.joined(separator: ", "))") }
-        discovery.setListenAddresses(addresses)
         do {
             let reports = try await sessions.connect(folders: folderIDs, warn: note)
             for r in reports where !r.ok {
@@ -288,11 +298,13 @@ public final class Service: Sendable {
                 emit(ServiceEvent("error", "cannot serve on demand: \(error)"))
             }
         }
-        emit(ServiceEvent("started", "running: folders \(folderIDs.joined(separator: ", ")), apply \(options.mode.rawValue), pid \(getpid())"))
+        if first {
+            emit(ServiceEvent("started", "running: folders \(folderIDs.joined(separator: ", ")), apply \(options.mode.rawValue), pid \(getpid())"))
+        }
         status.peers(sessions.connections())
 
         var outcome = Outcome.stop
-        var reason = "start"
+        var reason = first ? "start" : "a configuration change"
         let rounds = RoundLog()
         let standing = Standing()
         // Each folder's state kept between rounds (the log read once, the last scan); a folder
@@ -351,9 +363,6 @@ public final class Service: Sendable {
         await thumbnails?.close()
         control.close()
         _ = await controlTask.result
-        for listener in listeners { await listener.close() }
-        await sessions.close(reason: outcome == .reload ? "reloading" : "stopping")
-        await discovery.close()
         return outcome
     }
 

@@ -20,8 +20,11 @@ public struct IndexUpdate: Sendable {
 /// index taken into the folder logs as it arrives (its first exchange and every update after),
 /// and this device's index announced to it. One job: keeping the sessions; what is done with
 /// the files is the caller's (serving ranges, reconciling).
-public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-only after load
-    public let home: KaitenHome
+public final class PeerSessions: @unchecked Sendable {  // the home behind its lock
+    /// The configuration in force: replaced by ``reconfigure(_:)`` (a reload).
+    public var home: KaitenHome { homeLock.withLock { configuredHome } }
+    private let homeLock = NSLock()
+    private var configuredHome: KaitenHome
     let timeout: Double
     let logger: Logger
     let serve: IndexSync.RequestHandler?
@@ -80,7 +83,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         addresses: PeerAddressBook? = nil
     ) {
         self.addresses = addresses
-        self.home = home
+        self.configuredHome = home
         self.timeout = timeout
         self.logger = logger
         self.serve = serve
@@ -98,7 +101,10 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
         let outcome = Mutex<Result<[IndexSync.Report], Error>>(.success([]))
         await exchanges.run {
             do {
-                let reports = try await self.dial(folders: folders, only: nil, warn: warn)
+                // After a reload, the peers still connected are not dialled again.
+                let held = Set(self.connections().keys)
+                let only = held.isEmpty ? nil : Set(self.home.config.devices.map(\.id)).subtracting(held)
+                let reports = only?.isEmpty == true ? [] : try await self.dial(folders: folders, only: only, warn: warn)
                 outcome.withLock { $0 = .success(reports) }
             } catch {
                 outcome.withLock { $0 = .failure(error) }
@@ -237,7 +243,8 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
     /// that cannot be bound (a syncthing on the same machine has it) is said and skipped.
     public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerEntrance], addresses: [String]) {
         let me = home.identity.deviceID
-        let configured = Set(home.config.devices.map(\.id)).subtracting([me])
+        // Read at each connection: a reload that removes a peer refuses it from then on.
+        let isAllowed: @Sendable (DeviceID) -> Bool = { device in device != me && self.home.config.device(id: device) != nil }
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
         var listeners: [PeerEntrance] = []
         var addresses: [String] = []
@@ -245,7 +252,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             guard let address = PeerAddress.listening(text) else { continue }
             do {
                 let listener = try await PeerListener.bind(
-                    to: address, identity: home.identity, hello: hello, logger: logger, isAllowed: { configured.contains($0) },
+                    to: address, identity: home.identity, hello: hello, logger: logger, isAllowed: isAllowed,
                     onRejected: { id, remote in
                         warn("refused a connection from \(id?.description ?? "a device without a certificate") at \(remote): not a configured peer")
                     },
@@ -273,7 +280,7 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             }
             listeners.append(
                 RelayListener.start(
-                    relay: relay, identity: home.identity, hello: hello, logger: logger, isAllowed: { configured.contains($0) },
+                    relay: relay, identity: home.identity, hello: hello, logger: logger, isAllowed: isAllowed,
                     onRejected: { id, remote in
                         warn("refused a connection from \(id?.description ?? "a device") \(remote): not a configured peer")
                     },
@@ -285,6 +292,31 @@ public final class PeerSessions: @unchecked Sendable {  // KaitenHome is read-on
             warn("listen addresses \(unused.joined(separator: ", ")) are not used: relaysEnabled is false in config.xml")
         }
         return (listeners, addresses)
+    }
+
+    /// What a peer's connection stands on: its entry and the folders shared with it. A reload
+    /// that changes neither leaves its connection open.
+    struct PeerTerms: Equatable {
+        var device: DeviceConfiguration?
+        var folders: [FolderConfiguration]
+
+        init(_ device: DeviceID, in config: ConfigFile) {
+            self.device = config.device(id: device)
+            folders = config.folders.filter { $0.devices.contains(device) }
+        }
+    }
+
+    /// Takes a new configuration (a reload): the connections of peers whose terms changed
+    /// (removed, their entry edited, a folder shared or unshared or edited) are closed, to be
+    /// dialled again under the new terms; the others stay open, and nothing is said to them.
+    public func reconfigure(_ new: KaitenHome) async {
+        let old = home
+        homeLock.withLock { configuredHome = new }
+        let changed = connections().filter { device, _ in PeerTerms(device, in: old.config) != PeerTerms(device, in: new.config) }
+        for (device, connection) in changed {
+            sayConnection("\(peerLabel(device)): its terms in config.xml changed; connecting again under the new ones")
+            await connection.close(reason: "the configuration changed")
+        }
     }
 
     /// Takes in a connection a peer started: the same exchange as for a dialled one. A second

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
@@ -23,14 +24,20 @@ public final class BlockServer: Sendable {
 
     private let me: DeviceID
     private let home: Home
-    private let folders: [String: FolderConfiguration]
+    /// The folders as config.xml says, replaced by ``reconfigure(_:)`` (a reload).
+    private let configured: Mutex<[String: FolderConfiguration]>
     private let logs = LogCache()
     private let allocator = FrameMemory.allocator
 
     public init(home: KaitenHome) {
         me = home.identity.deviceID
         self.home = home.home
-        folders = Dictionary(home.config.folders.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        configured = Mutex(Dictionary(home.config.folders.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }))
+    }
+
+    /// Serves as `home`'s configuration says from now on (who shares which folder, and where).
+    public func reconfigure(_ home: KaitenHome) {
+        configured.withLock { $0 = Dictionary(home.config.folders.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }) }
     }
 
     /// Why a request is not served, as the wire says it.
@@ -71,7 +78,7 @@ public final class BlockServer: Sendable {
         guard request.offset >= 0, request.size > 0, Int(request.size) <= Self.maxBlockSize else {
             return .failure(.invalid("offset \(request.offset), size \(request.size): not a block"))
         }
-        guard let folder = folders[request.folder], folder.devices.contains(peer), !folder.isPaused else {
+        guard let folder = configured.withLock({ $0[request.folder] }), folder.devices.contains(peer), !folder.isPaused else {
             return .failure(.generic("folder \"\(request.folder)\" is not shared with \(peer.shortDescription)"))
         }
         guard (try? SafePath.validate(name)) != nil else { return .failure(.invalid("\(name): not a name this device offers")) }

@@ -147,8 +147,14 @@ struct RunInteropTests {
             try good.write(to: URL(fileURLWithPath: configPath))
             kill(run.process.processIdentifier, SIGHUP)
             try await Self.waitFor("config.xml read again", log: run) { run.log.contains("config.xml read again") }
-            // SIGHUP alone (the file unchanged) reads it again too.
-            try await Task.sleep(for: .milliseconds(500))
+            // SIGHUP alone (the file unchanged) reads it again too, and keeps the peer connected:
+            // no drop, no redial, no second start.
+            try await Self.waitFor("the peer connected after the reload", log: run) {
+                let log = run.log
+                guard let connected = log.range(of: "): connected at", options: .backwards) else { return false }
+                return log.range(of: "): disconnected (", options: .backwards).map { $0.lowerBound < connected.lowerBound } ?? true
+            }
+            let beforeReload = run.log.count
             let reloads = run.log.components(separatedBy: "config.xml read again").count
             kill(run.process.processIdentifier, SIGHUP)
             try await Self.waitFor("SIGHUP reloads", log: run) { run.log.components(separatedBy: "config.xml read again").count > reloads }
@@ -157,6 +163,11 @@ struct RunInteropTests {
             try await Self.waitFor("a change after the reload", timeout: 90, log: run) {
                 Self.content(local + "/docs/after-reload.txt") == "after the reload\n"
             }
+            let afterReload = String(run.log.dropFirst(beforeReload))
+            #expect(!afterReload.contains("): disconnected ("), "\(afterReload)")
+            #expect(!afterReload.contains("): connected at"), "\(afterReload)")
+            #expect(!afterReload.contains("running: folders"), "\(afterReload)")
+            #expect(!afterReload.contains("after start"), "\(afterReload)")
 
             // SIGTERM: exit 0 within 10 s.
             kill(run.process.processIdentifier, SIGTERM)
