@@ -378,6 +378,8 @@ public final class Service: Sendable {
             return paths.contains { !view.unchanged(at: $0) }
         }
         woken.diskPaths = [:]
+        // The round runs for what else woke it, and says so.
+        if !news { woken.reason = woken.reasonBesidesPaths }
         if news {
             woken.whole = true
             woken.peerPaths = [:]
@@ -587,6 +589,9 @@ final class Standing: Sendable {
 final class Triggers: Sendable {
     struct Woken {
         var reason: String?
+        /// The first reason that is not a path the watcher named: those may turn out to be
+        /// the echo of the service's own writes, and a round is then not "after" them.
+        var reasonBesidesPaths: String?
         var config = false
         var stop = false
         /// Something on disk (or the timer) rather than only peers' updates.
@@ -601,6 +606,7 @@ final class Triggers: Sendable {
 
         mutating func merge(_ other: Woken) {
             reason = reason ?? other.reason
+            reasonBesidesPaths = reasonBesidesPaths ?? other.reasonBesidesPaths
             config = config || other.config
             stop = stop || other.stop
             disk = disk || other.disk
@@ -636,6 +642,11 @@ final class Triggers: Sendable {
             switch trigger {
             case .config, .stop: break
             default: if woken.reason == nil { woken.reason = trigger.reason }
+            }
+            switch trigger {
+            case .config, .stop: break
+            case .folder(_, let path) where path != "(events lost)": break
+            default: if woken.reasonBesidesPaths == nil { woken.reasonBesidesPaths = trigger.reason }
             }
             let paths = woken.peerPaths.values.reduce(0) { $0 + $1.count } + woken.diskPaths.values.reduce(0) { $0 + $1.count }
             if woken.whole || paths > Service.scopeLimit {

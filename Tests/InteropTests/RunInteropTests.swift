@@ -542,6 +542,9 @@ extension RunInteropTests {
             #expect(!FileManager.default.fileExists(atPath: local + "/other/c.txt"))
 
             // What a scoped round leaves to a whole one still arrives: a deletion, a new directory.
+            try await Task.sleep(for: .seconds(1.5))
+            let beforeDeletion = Self.lastRound(world)?["number"] as? Int ?? 0
+            let logBeforeDeletion = run.log.count
             try FileManager.default.removeItem(atPath: world.peerData + "/docs/b.txt")
             try TestFiles.write(world.peerData + "/docs/new/d.txt", "d, in a new directory\n")
             try await ApplyInteropTests.rescan(st)
@@ -555,6 +558,13 @@ extension RunInteropTests {
                 Issue.record("what the peer needs from Kaiten: \(need)\n\(run.log)")
                 throw error
             }
+            // The service's own deletion, directory and pull are no change from outside: no
+            // round "after a change in" them follows.
+            try await Task.sleep(for: .seconds(2))
+            let sinceDeletion = String(run.log.dropFirst(logBeforeDeletion))
+            #expect(!sinceDeletion.contains("after a change in"), "\(sinceDeletion)")
+            let rounds = (Self.lastRound(world)?["number"] as? Int ?? 0) - beforeDeletion
+            #expect(rounds <= 2, "\(rounds) rounds for one update of the peer: \(sinceDeletion)")
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
             #expect(run.process.terminationStatus == 0)
