@@ -179,9 +179,10 @@ public enum Applier {
             warnings.append("\(r.folder): could not refresh the index from \(who): \(r.problem ?? "unknown error")")
         }
         do {
+            // Its connections end with it: what the peers have not taken yet is waited on.
             let (plan, states, skipped) = try Planner.plan(
-                home: home, folders: folders, requirePeers: requirePeers, connected: session.refreshed, skipUnscannable: true,
-                warn: warn)
+                home: home, folders: folders, requirePeers: requirePeers, connected: session.refreshed, pendingSends: true,
+                skipUnscannable: true, warn: warn)
             return Prepared(plan: plan, states: states, session: session, warnings: warnings, skipped: skipped)
         } catch {
             await session.close(reason: "apply failed")
@@ -204,7 +205,8 @@ public enum Applier {
     /// Plans again on the connections `prepared` holds (after a selection file changed).
     public static func replan(_ prepared: Prepared, home: KaitenHome, folders: [String], requirePeers: Int) throws -> Prepared {
         let (plan, states, skipped) = try Planner.plan(
-            home: home, folders: folders, requirePeers: requirePeers, connected: prepared.session.refreshed, skipUnscannable: true)
+            home: home, folders: folders, requirePeers: requirePeers, connected: prepared.session.refreshed,
+            pendingSends: !prepared.session.isLent, skipUnscannable: true)
         return Prepared(plan: plan, states: states, session: prepared.session, warnings: prepared.warnings, skipped: skipped)
     }
 
@@ -853,9 +855,21 @@ public enum Applier {
         let log = state.log
         var files: [BEPFileInfo] = []
         var pending: [(Action, BEPFileInfo)] = []
+        // Sent before, not yet taken by the peers: announced already, so only waited on.
+        var announcedBefore: [SentChange] = []
         for action in actions {
             do {
                 try SafePath.validate(action.path)
+                if action.cause == .notYetHeld {
+                    try checkUnchanged(root: config.path, name: action.path, planned: state.input.local[action.path])
+                    guard let mine = state.input.announced[action.path], mine.version.descriptions == action.version else {
+                        throw ApplyError(.changedGlobally, path: action.path, "its announcement moved since the plan; the next plan says what to do")
+                    }
+                    report.done += 1
+                    events(.done(folder: folder, action: action, note: "announced before as version \(action.version.joined(separator: ",")); the peers take it now"))
+                    announcedBefore.append(SentChange(folder: folder, path: action.path, version: mine.version, deleted: false))
+                    continue
+                }
                 let planned = state.input.local[action.path]
                 if let planned, planned.kind == .directory {
                     // A directory's size and mtime move with what is inside: still a directory is enough.
@@ -898,7 +912,7 @@ public enum Applier {
                 events(.failed(folder: folder, action: action, reason: "\(error)"))
             }
         }
-        guard !files.isEmpty else { return [] }
+        guard !files.isEmpty else { return announcedBefore }
         do {
             // The local index first, then the synced record. The other order, interrupted in
             // between, would leave a copy recorded as the new version that nobody was told of,
@@ -918,9 +932,9 @@ public enum Applier {
                 report.failed.append((folder, action.path, "cannot record it in the local index: \(error)"))
                 events(.failed(folder: folder, action: action, reason: "cannot record it in the local index: \(error)"))
             }
-            return []
+            return announcedBefore
         }
-        var sent: [SentChange] = []
+        var sent = announcedBefore
         for (action, info) in pending {
             report.done += 1
             events(.done(folder: folder, action: action, note: "announced as version \(info.version.descriptions.joined(separator: ","))"))

@@ -1,11 +1,14 @@
-/// What `kaiten run` applies on its own, without anyone reviewing the plan. Conflicts are never
-/// settled automatically, in any mode: a pull that moves a local edit aside (`conflict-lost`)
-/// and a send that overrides the peers' edit (`conflict-won`) wait for `kaiten apply`.
+/// What `kaiten run` applies on its own, without anyone reviewing the plan. An edit made here
+/// and on the peers at once is settled as syncthing settles it, in `safe` and `all`: the newer
+/// modification wins, and the other is kept as `NAME.sync-conflict-…` (a pull that moves the
+/// local edit aside, `conflict-lost`, or a send the peers move theirs aside for,
+/// `conflict-won`): nothing is lost. Other conflicts wait for `kaiten resolve` or `apply`.
 public enum AutoApply: String, Sendable, CaseIterable {
     /// Plan and log only.
     case none
-    /// What loses nothing anywhere: pulls, sends of changes made here, directories, modes, the
-    /// `.stignore` write, and deselect-deletions (files the peers still hold; the brakes
+    /// What loses nothing anywhere: pulls, sends of changes made here, edits made here and on
+    /// the peers at once (settled by syncthing's rule), directories, modes, the `.stignore`
+    /// write, and deselect-deletions (files the peers still hold; the brakes
     /// `--max-delete`, `--require-peers` and the last-copy rule still apply).
     case safe
     /// Also what the peers decided that removes local files (deleted or moved on the peers, a
@@ -14,7 +17,6 @@ public enum AutoApply: String, Sendable, CaseIterable {
 
     /// Whether an action of a plan is applied in this mode.
     public func admits(_ action: Action) -> Bool {
-        if action.cause == .conflictLost || action.cause == .conflictWon { return false }
         switch self {
         case .none:
             return false

@@ -146,11 +146,34 @@ struct Builder {
         } else if input.sends && selection.isSelected(path), let mine = input.announced[path], !mine.isDeleted,
             Announcement.diskHas(mine, file)
         {
-            // Sent by this device, not announced by any peer yet: nothing to do, no conflict.
+            // Sent by this device, not announced by any peer yet: no conflict; a send to wait
+            // on when peers are connected (``addNotYetHeld(_:local:global:)``).
+            addNotYetHeld(path, local: file, global: nil)
             if Self.isConflictCopy(path) { classifyLocalOnly(file, reason: "") }
         } else if file.kind != .directory {
             classifyLocalOnly(file, reason: "not in the global index")
         }
+    }
+
+    /// A file this device sent earlier (announced, and on disk as announced) whose version no
+    /// connected peer holds: the peers were away when it was sent. Planned as a send that
+    /// announces nothing new, for apply to wait on while the peers take it. Returns whether it
+    /// was planned.
+    @discardableResult
+    private mutating func addNotYetHeld(_ path: String, local: LocalFile?, global: FileEntry?) -> Bool {
+        guard input.pendingSends, input.sends, let connected = input.connectedPeers, !connected.isEmpty,
+            selection.isSelected(path), !isJunk(path), let local, local.kind != .directory,
+            let mine = input.announced[path], !mine.isInvalid, !mine.isDeleted, mine.type != .directory,
+            Announcement.diskHas(mine, local)
+        else { return false }
+        // The peers' best version already is this one, or replaces it: nothing pending.
+        if let global, global.version.compare(mine.version) != .lesser { return false }
+        sends.append(
+            Action(
+                action: .send, path: path, size: local.kind == .file ? local.size : 0,
+                reason: "sent earlier while no peer took it; no connected peer holds it yet",
+                type: Self.kindName(local.kind), version: describe(mine.version), cause: .notYetHeld))
+        return true
     }
 
     static func isConflictCopy(_ path: String) -> Bool {
@@ -220,6 +243,7 @@ struct Builder {
             addLocalChange(change, path: path, global: g, local: l)
             return
         }
+        if addNotYetHeld(path, local: l, global: file) { return }
         if file.isDeleted {
             classifyDeletedGlobally(g, local: l, selected: selected)
             return

@@ -3,7 +3,7 @@
 /// Its JSON form is the plan file: keys in snake_case, `format_version` under Terraform's rules
 /// (a minor bump only adds fields; a consumer refuses an unknown major version).
 public struct Plan: Codable, Sendable, Equatable {
-    public static let formatVersion = "1.3"
+    public static let formatVersion = "1.4"
 
     public var formatVersion: String
     /// Stamped on every plan a home makes (Terraform's lineage), so a plan from another home
@@ -307,6 +307,10 @@ public struct Action: Codable, Sendable, Equatable {
         /// pull: changed here and on the peers at once, and theirs wins; the local copy is
         /// first moved aside as `NAME.sync-conflict-DATE-TIME-ID.EXT` (1.3).
         case conflictLost = "conflict-lost"
+        /// send: sent earlier (announced, and on disk as announced) while no peer took it, and
+        /// no connected peer holds it yet: nothing new is announced, and apply waits for the
+        /// peers to take it, serving its blocks.
+        case notYetHeld = "not-yet-held"
     }
     /// For chmod (and mkdir): the permission bits to set, from the global version.
     public var mode: UInt32?

@@ -32,6 +32,10 @@ public struct FolderInput: Sendable {
     /// `sendreceive` and `sendonly`: changes made here inside selected paths are sent
     /// (``LocalChange``). False for `receiveonly`: they are conflicts.
     public var sends = false
+    /// Plan what this device announced that no connected peer holds yet (sent while they were
+    /// away) as sends apply waits on (``Action/Cause/notYetHeld``): for one-shot verbs, whose
+    /// connections end with them. A service stays connected and serves, and leaves it out.
+    public var pendingSends = false
     /// False for `sendonly`: nothing the peers change is pulled or deleted here.
     public var receives = true
     /// This device's short ID (the counter a send bumps).

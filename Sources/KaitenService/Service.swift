@@ -511,8 +511,11 @@ public final class Service: Sendable {
         let fingerprint = plan.folders.map { f in f.actions.map { "\($0.action.rawValue) \($0.path) \($0.version)" }.joined(separator: "\n") + "\(f.conflicts.count)" }
             .joined(separator: "\n")
         let repeated = standing == nil && log.same(fingerprint)
-        if !repeated { emit(ServiceEvent(
-            "plan", "after \(reason): \(planned) action\(planned == 1 ? "" : "s") planned, \(count) admitted by --apply \(options.mode.rawValue), \(conflicts) conflict\(conflicts == 1 ? "" : "s") (left for `kaiten apply` / `kaiten conflicts`)")) }
+        if !repeated {
+            emit(ServiceEvent(
+                "plan", "after \(reason): \(planned) action\(planned == 1 ? "" : "s") planned, \(count) admitted by --apply \(options.mode.rawValue), \(conflicts) conflict\(conflicts == 1 ? "" : "s") (left for `kaiten apply` / `kaiten conflicts`)"))
+            sayConflicts(plan)
+        }
         guard count > 0 else {
             status.round(planned: planned, applied: 0, failed: 0, pending: heldPending + planned, conflicts: heldConflicts + conflicts, error: nil, paths: paths)
             return ([:], 0)
@@ -568,6 +571,31 @@ public final class Service: Sendable {
             acted[folder.id] = paths
         }
         return (acted, report.failed.count)
+    }
+}
+
+extension Service {
+    /// The most conflicts a round names one by one; `kaiten conflicts` lists every one.
+    static let conflictsNamed = 20
+
+    /// Names each conflict a plan leaves (its path, why, and how to settle it), the first
+    /// ``conflictsNamed`` of them.
+    func sayConflicts(_ plan: Plan) {
+        var named = 0
+        var more = 0
+        for folder in plan.folders {
+            for conflict in folder.conflicts {
+                guard named < Self.conflictsNamed else {
+                    more += 1
+                    continue
+                }
+                named += 1
+                let choices = conflict.choices.isEmpty
+                    ? "" : "; settle with: kaiten resolve \(folder.id) \(conflict.path) " + conflict.choices.map { "--\($0)" }.joined(separator: " | ")
+                emit(ServiceEvent("conflict", folder: folder.id, path: conflict.path, "\(conflict.kind.rawValue): \(conflict.reason)\(choices)"))
+            }
+        }
+        if more > 0 { emit(ServiceEvent("conflict", "and \(more) more: kaiten conflicts lists them all")) }
     }
 }
 

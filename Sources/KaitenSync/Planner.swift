@@ -145,12 +145,15 @@ public enum Planner {
     /// Makes a plan for the given folders (all when empty).
     /// - Parameter connected: per folder, the peers reached just now (``IndexSync/refreshedPeers(_:)``);
     ///   only they count as holders of a file to delete. Nil for an offline plan.
+    /// - Parameter pendingSends: plan what this device sent that no connected peer holds yet
+    ///   (``ReconcileInput/pendingSends``): one-shot verbs, whose connections end with them.
     public static func plan(
         home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
-        warn: (String) -> Void = { _ in }
+        pendingSends: Bool = false, warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState]) {
         let (plan, states, _) = try plan(
-            home: home, folders: requested, requirePeers: requirePeers, connected: connected, skipUnscannable: false, warn: warn)
+            home: home, folders: requested, requirePeers: requirePeers, connected: connected, pendingSends: pendingSends,
+            skipUnscannable: false, warn: warn)
         return (plan, states)
     }
 
@@ -160,7 +163,7 @@ public enum Planner {
     /// - Parameter logs: folders' global logs already open and current, by folder (a service's).
     public static func plan(
         home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
-        skipUnscannable: Bool, logs: [String: IndexLog] = [:], warn: (String) -> Void = { _ in }
+        pendingSends: Bool = false, skipUnscannable: Bool, logs: [String: IndexLog] = [:], warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState], skipped: [(folder: String, reason: String)]) {
         let configured = home.config.folders
         for id in requested where !configured.contains(where: { $0.id == id }) {
@@ -173,6 +176,7 @@ public enum Planner {
             do {
                 var state = try loadFolder(folder, home: home, requirePeers: requirePeers, log: logs[folder.id], warn: warn)
                 state.input.connectedPeers = connected.map { $0[folder.id] ?? [] }
+                state.input.pendingSends = pendingSends
                 states.append(state)
             } catch let error as ScanError where skipUnscannable {
                 skipped.append((folder.id, error.description))

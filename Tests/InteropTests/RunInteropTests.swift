@@ -206,11 +206,13 @@ struct RunInteropTests {
             (action(.pull, .selected), true), (action(.pull, .changedOnPeers), true), (action(.send, .localChange), true),
             (action(.writeStIgnore, .selected), true), (action(.mkdir, .directory), true), (action(.delete, .deselected), true),
             (action(.delete, .deletedOnPeers), false), (action(.delete, .movedOnPeers), false), (action(.sendDelete, .localChange), false),
-            (action(.pull, .conflictLost), false), (action(.send, .conflictWon), false),
+            // An edit made on both sides is settled by syncthing's rule, the loser kept aside.
+            (action(.pull, .conflictLost), true), (action(.send, .conflictWon), true),
         ]
         for (a, admitted) in safe { #expect(AutoApply.safe.admits(a) == admitted, "\(a.action) \(String(describing: a.cause))") }
         #expect(AutoApply.all.admits(action(.delete, .deletedOnPeers)) && AutoApply.all.admits(action(.sendDelete, .localChange)))
-        #expect(!AutoApply.all.admits(action(.pull, .conflictLost)) && !AutoApply.all.admits(action(.send, .conflictWon)))
+        #expect(AutoApply.all.admits(action(.pull, .conflictLost)) && AutoApply.all.admits(action(.send, .conflictWon)))
+        #expect(!AutoApply.none.admits(action(.pull, .conflictLost)) && !AutoApply.none.admits(action(.send, .conflictWon)))
         #expect(!AutoApply.none.admits(action(.pull, .selected)))
     }
 }
@@ -497,6 +499,45 @@ extension RunInteropTests {
             #expect(confirmed.status == 0, "\(confirmed.stdout)\(confirmed.stderr)")
             #expect(!FileManager.default.fileExists(atPath: local + "/docs/a.txt"))
             #expect(!FileManager.default.fileExists(atPath: local + "/docs/b.txt"))
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+        }
+    }
+
+    /// An edit made here and on the peer at once is settled by the service, in `--apply safe`
+    /// too, as syncthing settles it: the newer modification wins and the other is kept as a
+    /// conflict copy on both sides, nothing lost. A conflict it cannot settle is named in the
+    /// log with its path and the command that settles it.
+    @Test func aConcurrentEditIsSettledBySyncthingsRuleAndOtherConflictsAreNamed() async throws {
+        try await Self.withDocsSelected("kaiten-run-concurrent") { world, st, dir in
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            let now = Date()
+            try TestFiles.write(world.local + "/docs/a.txt", "a, edited on Kaiten\n")
+            try FileManager.default.setAttributes([.modificationDate: now.addingTimeInterval(-100)], ofItemAtPath: world.local + "/docs/a.txt")
+            try TestFiles.write(world.peerData + "/docs/a.txt", "a, edited on the peer\n")
+            try FileManager.default.setAttributes([.modificationDate: now.addingTimeInterval(-50)], ofItemAtPath: world.peerData + "/docs/a.txt")
+            try await ApplyInteropTests.rescan(st)
+            try TestFiles.write(world.local + "/loose.txt", "neither selected nor on the peer\n")
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "safe", "--rescan-interval", "3600"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            func copies(_ root: String) -> [String] {
+                ((try? FileManager.default.contentsOfDirectory(atPath: root + "/docs")) ?? []).filter { $0.contains(".sync-conflict-") }
+            }
+            let local = world.local
+            try await Self.waitFor("the peer's newer edit in place and this one kept aside", log: run) {
+                Self.content(local + "/docs/a.txt") == "a, edited on the peer\n"
+                    && copies(local).contains { Self.content(local + "/docs/" + $0) == "a, edited on Kaiten\n" }
+            }
+            // The losing copy reaches the peer, as syncthing's own would.
+            let peerData = world.peerData
+            try await Self.waitFor("the conflict copy on the peer", timeout: 60, log: run) {
+                copies(peerData).contains { Self.content(peerData + "/docs/" + $0) == "a, edited on Kaiten\n" }
+            }
+            #expect(Self.content(world.peerData + "/docs/a.txt") == "a, edited on the peer\n")
+            // What it cannot settle is named, with the way to settle it.
+            try await Self.waitFor("the extraneous file named", log: run) {
+                run.log.contains("conflict f/loose.txt: extraneous") && run.log.contains("kaiten resolve f loose.txt --")
+            }
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
         }

@@ -86,9 +86,10 @@ struct SendInteropTests {
     }
 
     /// With the peer away, apply sends, waits --send-timeout for it, and exits 5 naming what is
-    /// not held; the next apply, with the peer back, finds nothing to send and the peer takes
-    /// the change from the announcement alone.
-    @Test func aSendNoPeerTakesExitsFiveAndIsTakenLater() async throws {
+    /// not held. With the peer back, the next plan says the send is still pending, and the next
+    /// apply delivers it (serving its blocks until the peer holds it) without announcing a new
+    /// version: one version per local change.
+    @Test func aSendNoPeerTakesExitsFiveAndTheNextApplyDeliversIt() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-send-offline")
         defer { dir.remove() }
         let world = try World(dir)
@@ -104,20 +105,32 @@ struct SendInteropTests {
             config["paused"] = true
             _ = try await st.put("/rest/config/folders/\(Self.folder)", json: config)
             try TestFiles.write(world.local + "/docs/a.txt", "two, from Kaiten\n")
+            try TestFiles.random(world.local + "/docs/new.bin", size: 200_000)
             let apply = try world.kaiten("apply", "--yes", "--send-timeout", "3")
             #expect(apply.status == 5, "\(apply.stdout)\(apply.stderr)")
             #expect(apply.stderr.contains("docs/a.txt NOT YET HELD"), "\(apply.stderr)")
+            let announced = apply.stdout.split(separator: "\n").first { $0.contains("sent docs/a.txt") }.map(String.init) ?? ""
             config["paused"] = false
             _ = try await st.put("/rest/config/folders/\(Self.folder)", json: config)
-            // Sent already: a new plan has nothing to send; the peer takes it once it serves again.
-            let plan = try world.kaiten("plan")
-            #expect(!plan.stdout.contains("+ send"), "\(plan.stdout)")
-            let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("serve.log"))
-            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
-            try await st.waitUntil("the peer takes Kaiten's version", timeout: 60) {
-                ApplyInteropTests.sha(world.peerData + "/docs/a.txt") == ApplyInteropTests.sha(world.local + "/docs/a.txt")
+            // Still pending, and said so: the same versions, waited on rather than sent again.
+            let plan = try world.kaiten("plan", "--json")
+            let actions = (try JSONSerialization.jsonObject(with: Data(plan.stdout.utf8)) as? [String: Any]).flatMap {
+                ($0["folders"] as? [[String: Any]])?.first?["actions"] as? [[String: Any]]
+            } ?? []
+            let pending = actions.map { "\($0["action"] as? String ?? "?") \($0["path"] as? String ?? "?") \($0["cause"] as? String ?? "?")" }
+            #expect(pending.sorted() == ["send docs/a.txt not-yet-held", "send docs/new.bin not-yet-held"], "\(plan.stdout)")
+            let delivered = try world.kaiten("apply", "--yes", "--send-timeout", "60")
+            #expect(delivered.status == 0, "\(delivered.stdout)\(delivered.stderr)")
+            #expect(delivered.stdout.contains("is held by \(st.deviceID.description.prefix(7))"), "\(delivered.stdout)")
+            for name in ["docs/a.txt", "docs/new.bin"] {
+                #expect(ApplyInteropTests.sha(world.peerData + "/" + name) == ApplyInteropTests.sha(world.local + "/" + name), "\(name)")
             }
-            try server.stop()
+            // The version the peer holds is the one the first apply announced.
+            let version = try await Self.globalVersion(st, "docs/a.txt")
+            #expect(!version.isEmpty && version.allSatisfy { announced.contains($0) }, "\(announced) vs \(version)")
+            // Held now: nothing pending.
+            let after = try world.kaiten("plan")
+            #expect(!after.stdout.contains("send"), "\(after.stdout)")
         }
     }
 

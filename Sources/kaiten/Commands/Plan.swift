@@ -110,7 +110,8 @@ extension Kaiten {
                     connected = IndexSync.refreshedPeers(reports)
                 }
                 var (plan, states) = try Planner.plan(
-                    home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { Terminal.error($0) })
+                    home: opened, folders: folders, requirePeers: requirePeers, connected: connected, pendingSends: connected != nil,
+                    warn: { Terminal.error($0) })
                 if followRenames {
                     let followed = try Planner.followRenames(plan, home: opened)
                     for (folder, rename) in followed {
@@ -118,7 +119,8 @@ extension Kaiten {
                     }
                     if !followed.isEmpty {
                         (plan, states) = try Planner.plan(
-                            home: opened, folders: folders, requirePeers: requirePeers, connected: connected, warn: { _ in })
+                            home: opened, folders: folders, requirePeers: requirePeers, connected: connected,
+                            pendingSends: connected != nil, warn: { _ in })
                     }
                 }
                 Applier.noteBrakes(&plan, states: states, maxDelete: DeleteLimit(maxDelete)!)
