@@ -371,7 +371,13 @@ public enum Applier {
         var report = ApplyReport()
         let pulls = plan.folders.flatMap { $0.actions.filter { $0.action == .pull } }
         let totalBytes = pulls.reduce(Int64(0)) { $0 + $1.size }
-        events(.start(actions: plan.folders.reduce(0) { $0 + $1.actions.count }, pullBytes: totalBytes))
+        // A local copy that loses a conflict is moved aside and sent as a new file: one more
+        // action than the plan lists, counted here so that the start and the summary agree.
+        let conflictCopySends = plan.folders.reduce(0) { count, folder in
+            let sends = prepared.states.first { $0.input.id == folder.id }?.input.sends ?? false
+            return count + (sends ? folder.actions.count { $0.action == .pull && $0.cause == .conflictLost } : 0)
+        }
+        events(.start(actions: plan.folders.reduce(0) { $0 + $1.actions.count } + conflictCopySends, pullBytes: totalBytes))
         var filesDone = 0
         let bytesMoved = ByteCounter()
         let watcher = UpdateWatcher(updates: prepared.session.updates())

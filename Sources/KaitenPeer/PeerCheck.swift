@@ -29,6 +29,14 @@ public enum PeerCheck {
         public var offeredByPeer: [String] = []
         /// Folders the peer shares but has paused (or not started yet).
         public var pausedByPeer: [String] = []
+
+        /// snake_case, as every JSON Kaiten prints.
+        enum CodingKeys: String, CodingKey {
+            case deviceID = "device_id", name, address, reachedVia = "reached_via", ok, problem, remoteName = "remote_name"
+            case clientName = "client_name", clientVersion = "client_version", connectionsWanted = "connections_wanted"
+            case sharedBothWays = "shared_both_ways", sharedOnlyHere = "shared_only_here", offeredByPeer = "offered_by_peer"
+            case pausedByPeer = "paused_by_peer"
+        }
     }
 
     /// Checks one peer, or every configured peer when `only` is nil.

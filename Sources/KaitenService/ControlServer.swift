@@ -27,6 +27,9 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
     let role: String
     let serviceStop: StopSignal
     let log: @Sendable (String) -> Void
+    /// Where a service's log takes what a client's apply did, as its own rounds say it (`done`,
+    /// `failed` with folder, path and action); nil: said through `log`.
+    let events: (@Sendable (ServiceEvent) -> Void)?
     private let channel = Mutex<(any Channel)?>(nil)
     /// The clients' connections, so that stopping does not wait on one that says nothing.
     private let clients = Mutex<[ObjectIdentifier: any Channel]>([:])
@@ -34,8 +37,9 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
 
     public init(
         home: KaitenHome, sessions: PeerSessions, files: RemoteFiles, folders: [String], role: String, stop: StopSignal,
-        log: @escaping @Sendable (String) -> Void
+        log: @escaping @Sendable (String) -> Void, events: (@Sendable (ServiceEvent) -> Void)? = nil
     ) {
+        self.events = events
         self.home = home
         self.sessions = sessions
         self.files = files
@@ -211,6 +215,7 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         }
         let lastProgress = Mutex(ContinuousClock.now - .seconds(1))
         let log = self.log
+        let said = self.events
         let requirePeers = max(request.requirePeers ?? 1, plan.requirePeers ?? 1)
         let pipeline = ApplyPipeline(
             home: home, maxDelete: maxDelete, brakes: .refuse, requirePeers: requirePeers, sendTimeout: request.sendTimeout ?? 300)
@@ -238,9 +243,17 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
                 }
                 if !due { return }
             case .done(let folder, let action, let note):
-                log("done \(action.action.rawValue) \(folder)/\(action.path): \(note ?? action.reason)")
+                if let said {
+                    said(ServiceEvent("done", folder: folder, path: action.path, action: action.action.rawValue, note ?? action.reason))
+                } else {
+                    log("done \(action.action.rawValue) \(folder)/\(action.path): \(note ?? action.reason)")
+                }
             case .failed(let folder, let action, let reason):
-                log("failed \(action.action.rawValue) \(folder)/\(action.path): \(reason)")
+                if let said {
+                    said(ServiceEvent("failed", folder: folder, path: action.path, action: action.action.rawValue, reason))
+                } else {
+                    log("failed \(action.action.rawValue) \(folder)/\(action.path): \(reason)")
+                }
             default:
                 break
             }

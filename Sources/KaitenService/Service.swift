@@ -17,13 +17,32 @@ import Glibc
 
 /// One thing the service did or saw, for its log (a line, or an NDJSON event).
 public struct ServiceEvent: Sendable, Encodable {
+    /// The version of the event schema (Docs/events.md), on every JSON event of every verb.
+    public static let schemaVersion = 1
+
     public var time: Date
-    /// `started`, `peer`, `plan`, `done`, `failed`, `kept`, `applied`, `config`, `error`, `stopped`…
+    /// `started`, `peer`, `plan`, `conflict`, `done`, `failed`, `kept`, `applied`, `config`,
+    /// `control`, `error`, `stopped`… (Docs/events.md). `type` in JSON.
     public var kind: String
     public var folder: String?
     public var path: String?
     public var action: String?
     public var message: String
+
+    enum CodingKeys: String, CodingKey {
+        case version = "v", time, kind = "type", folder, path, action, message
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(Self.schemaVersion, forKey: .version)
+        try container.encode(time, forKey: .time)
+        try container.encode(kind, forKey: .kind)
+        try container.encodeIfPresent(folder, forKey: .folder)
+        try container.encodeIfPresent(path, forKey: .path)
+        try container.encodeIfPresent(action, forKey: .action)
+        try container.encode(message, forKey: .message)
+    }
 
     init(_ kind: String, folder: String? = nil, path: String? = nil, action: String? = nil, _ message: String) {
         time = Date()
@@ -272,7 +291,7 @@ public final class Service: Sendable {
         let files = RemoteFiles(home: home, cacheBytes: options.serve == nil ? 8 << 20 : options.cacheBytes, logger: logger, sessions: sessions)
         let control = ControlServer(
             home: home, sessions: sessions, files: files, folders: folderIDs, role: "run", stop: stop,
-            log: { [emit] in emit(ServiceEvent("control", $0)) })
+            log: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit)
         let controlTask = Task { [emit] in
             do {
                 try await control.run()
@@ -558,6 +577,7 @@ public final class Service: Sendable {
         if report.done > 0 || report.failed.count > 0 || !repeated { emit(ServiceEvent(
             "applied",
             "\(report.done) done, \(report.failed.count) failed, \(report.keptForSafety.count) kept for safety, \(planned - ran) left for review"
+                + (report.notDone > 0 ? ", \(report.notDone) not done (stopping; resumed at the next start)" : "")
         )) }
         status.round(
             // done may count more than the plan's actions (a directory made on the way): never below 0.

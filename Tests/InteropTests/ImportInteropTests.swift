@@ -105,6 +105,10 @@ struct ImportInteropTests {
         #expect(FileManager.default.fileExists(atPath: card2 + "/IMG_0004.JPG"))
         let offloadOffline = try world.kaiten("offload", Self.folder)
         #expect(offloadOffline.stdout.contains("0 held by 1 peer and deselected; 1 not yet held, kept"), "\(offloadOffline.stdout)")
+        // --json says it too, as one event, when there is nothing to do.
+        let offloadJSON = ApplyInteropTests.json(try world.kaiten("offload", Self.folder, "--json").stdout)
+        #expect(offloadJSON.count == 1 && offloadJSON.first?["type"] as? String == "offload", "\(offloadJSON)")
+        #expect(offloadJSON.first?["deselected"] as? Int == 0 && offloadJSON.first?["waiting"] as? Int == 1, "\(offloadJSON)")
         #expect(FileManager.default.fileExists(atPath: world.local + "/2025/01/IMG_0004.JPG"))
 
         try await withSyncthing(st) { st in
@@ -121,7 +125,10 @@ struct ImportInteropTests {
             #expect(!FileManager.default.fileExists(atPath: world.local + "/2025/02/IMG_0005.JPG"))
             #expect(!FileManager.default.fileExists(atPath: card3 + "/IMG_0005.JPG"))
             // The picture imported while the peer was away goes once it is sent and held.
-            #expect(try world.kaiten("apply", "--yes").status == 0)
+            let delivered = try world.kaiten("apply", "--yes")
+            #expect(delivered.status == 0, "\(delivered.stdout)\(delivered.stderr)")
+            // Apply delivers what was sent while the peer was away: held when it returns.
+            #expect(ApplyInteropTests.sha(world.peerData + "/2025/01/IMG_0004.JPG") == ApplyInteropTests.sha(world.local + "/2025/01/IMG_0004.JPG"))
             let later = try world.kaiten("offload", Self.folder)
             #expect(later.status == 0, "\(later.stdout)\(later.stderr)")
             #expect(FileManager.default.fileExists(atPath: world.peerData + "/2025/01/IMG_0004.JPG"))

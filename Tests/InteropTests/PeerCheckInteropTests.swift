@@ -42,7 +42,9 @@ struct PeerCheckInteropTests {
             let json = try kaiten(["peer", "check", "--home", home, peer, "--json"])
             let rows = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
             #expect(rows.first?["ok"] as? Bool == true)
-            #expect(rows.first?["sharedBothWays"] as? [String] == ["photos"])
+            #expect(rows.first?["shared_both_ways"] as? [String] == ["photos"])
+            // snake_case, as every --json output.
+            for key in rows.first?.keys ?? [:].keys { #expect(key == key.lowercased(), "\(key)") }
 
             // A folder we share that the peer does not.
             #expect(try kaiten(["folder", "add", "--home", home, "docs", "--path", dir.file("docs"), "--share", peer]).status == 0)

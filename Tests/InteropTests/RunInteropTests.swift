@@ -190,6 +190,9 @@ struct RunInteropTests {
             // --json: every line is one event object.
             let lines = run.log.split(separator: "\n")
             #expect(!lines.isEmpty && lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) is [String: Any] }, "\(run.log)")
+            // In the schema every verb shares (Docs/events.md).
+            let envelopes = lines.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+            #expect(envelopes.allSatisfy { $0["v"] as? Int == 1 && $0["time"] is String && $0["type"] is String && $0["kind"] == nil }, "\(run.log)")
             let leftovers = try FileManager.default.subpathsOfDirectory(atPath: local).filter { $0.hasSuffix(".tmp") }
             #expect(leftovers.isEmpty, "no temp files left: \(leftovers)")
             kill(run.process.processIdentifier, SIGTERM)

@@ -167,7 +167,8 @@ struct SendInteropTests {
     /// devices: the newer change everywhere, the older one kept as
     /// `NAME.sync-conflict-DATE-TIME-WINNER.EXT` on both devices (made on the device that held
     /// it, then synced). Run once with each side newer; the reference pair runs in the same test.
-    @Test(arguments: [true, false]) func concurrentEditsEndAsBetweenTwoSyncthings(thisSideNewer: Bool) async throws {
+    @Test(arguments: [(true, false), (false, false), (false, true)])
+    func concurrentEditsEndAsBetweenTwoSyncthings(thisSideNewer: Bool, json: Bool) async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-conflict")
         defer { dir.remove() }
         let now = Date()
@@ -240,9 +241,18 @@ struct SendInteropTests {
             try edit(world.local + "/docs/c.txt", "edited on this side\n", thisTime)
             try edit(world.peerData + "/docs/c.txt", "edited on the peer\n", peerTime)
             try await ApplyInteropTests.rescan(st)
-            let apply = try world.kaiten("apply", "--yes")
+            let apply = json ? try world.kaiten("apply", "--yes", "--json") : try world.kaiten("apply", "--yes")
             #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
-            if thisSideNewer {
+            if json {
+                // One schema: the envelope on every event, and a start that counts what the
+                // summary says was done (the copy moved aside is sent too).
+                let events = ApplyInteropTests.json(apply.stdout)
+                #expect(events.allSatisfy { $0["v"] as? Int == 1 && $0["time"] is String && $0["type"] is String && $0["@timestamp"] == nil })
+                let start = events.first { $0["type"] as? String == "apply_start" }?["actions"] as? Int ?? -1
+                let summary = events.last { $0["type"] as? String == "summary" } ?? [:]
+                #expect(start == (summary["done"] as? Int ?? 0) + (summary["failed"] as? Int ?? 0), "\(apply.stdout)")
+                #expect(events.contains { $0["type"] as? String == "conflict_copy" && ($0["copy"] as? String ?? "").hasPrefix("docs/c.sync-conflict-") })
+            } else if thisSideNewer {
                 // The peer moves its copy aside and announces it; the next apply takes it.
                 try await st.waitUntil("the peer's conflict copy", timeout: 60) { hasConflictCopy(world.peerData) }
                 try await st.waitIdle(folder: Self.folder)

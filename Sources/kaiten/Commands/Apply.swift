@@ -293,7 +293,8 @@ final class ApplyOutput: @unchecked Sendable {
     /// this writes them directly: JSONSerialization cost more than pulling a small file.
     func emit(_ object: [String: Any]) {
         var event = object
-        event["@timestamp"] = timestamp()
+        event["v"] = ServiceEvent.schemaVersion
+        event["time"] = timestamp()
         var line = "{"
         for (i, key) in event.keys.sorted().enumerated() {
             if i > 0 { line += "," }

@@ -293,7 +293,10 @@ enum Offload {
         }
         let (deselectedPaths, waiting) = try Importer.deselectHeld(home: opened, folder: folder, paths: paths, peers: peers)
         let deselected = Set(deselectedPaths)
-        if !json {
+        if json {
+            // Said even when nothing is to be done: a script reads one event either way.
+            ApplyOutput(json: true).emit(["type": "offload", "folder": folder, "deselected": deselected.count, "waiting": waiting, "peers": peers])
+        } else {
             print("offload: \(deselected.count) held by \(peers) peer\(peers == 1 ? "" : "s") and deselected; \(waiting) not yet held, kept")
         }
         guard !deselected.isEmpty else { return [] }
