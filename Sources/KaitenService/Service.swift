@@ -205,6 +205,7 @@ public final class Service: Sendable {
         let status = StatusKeeper(home: home, options: options, folders: folderIDs, started: started)
         do {
             let reports = try await sessions.connect(folders: folderIDs, warn: note)
+            if reports.contains(where: \.ok) { status.indexUpdated() }
             for r in reports where !r.ok {
                 note("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "unreachable")")
             }
@@ -280,9 +281,13 @@ public final class Service: Sendable {
                 let connections = sessions.connections()
                 status.peers(connections)
                 // A peer (re)connected: what it announced while away came in its first exchange,
-                // which names no paths to the loop, so the next round looks at every path.
+                // which names no paths to the loop, so the next round looks at every path; that
+                // exchange brought the index up to date.
                 let now = Set(connections.keys)
-                if !now.subtracting(connected).isEmpty { trigger.yield(.disk("a peer connecting")) }
+                if !now.subtracting(connected).isEmpty {
+                    status.indexUpdated()
+                    trigger.yield(.disk("a peer connecting"))
+                }
                 connected = now
             }
         })

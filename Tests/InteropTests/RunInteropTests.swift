@@ -541,6 +541,12 @@ extension RunInteropTests {
             try await Self.waitFor("the extraneous file named", log: run) {
                 run.log.contains("conflict f/loose.txt: extraneous") && run.log.contains("kaiten resolve f loose.txt --")
             }
+            // The status counts what `kaiten conflicts` lists, and knows the index came in.
+            let listed = try world.kaiten("conflicts", "--json")
+            let rows = (try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]) ?? []
+            let status = try world.kaiten("status")
+            #expect(status.stdout.contains("\(rows.count) conflicts"), "\(status.stdout)\n\(listed.stdout)")
+            #expect(!status.stdout.contains("last index update: none yet"), "\(status.stdout)")
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
         }
