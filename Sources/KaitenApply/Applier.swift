@@ -236,6 +236,16 @@ public enum Applier {
 
     private static func originProblems(_ saved: Plan, home: Home) -> [String] {
         var problems: [String] = []
+        // A name no plan of Kaiten's holds (`../..`, absolute, reserved): the file was edited.
+        for folder in saved.folders {
+            for action in folder.actions where action.action != .writeStIgnore {
+                do {
+                    try SafePath.validate(action.path)
+                } catch {
+                    problems.append("\(folder.id): \(action.action.rawValue) \"\(action.path)\" is not a path inside the folder (\(error.hint)); the plan file was edited")
+                }
+            }
+        }
         if let lineage = try? Planner.lineage(home), lineage != saved.lineage {
             problems.append("the plan was made by another Kaiten home (lineage \(saved.lineage), this home is \(lineage))")
         }

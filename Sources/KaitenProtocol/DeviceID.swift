@@ -129,8 +129,11 @@ public struct DeviceIDError: Error, Equatable, Sendable, CustomStringConvertible
         case .invalidCharacter(let ch):
             return "invalid device ID \"\(input)\": character \"\(ch)\" is not base32 (A-Z, 2-7)"
         case .checkCharacterMismatch(let group):
+            // Each check character covers 13 characters, and ends every second group of the
+            // eight an ID is shown in: name them as the user sees them.
             return
-                "invalid device ID \"\(input)\": check character of group \(group) does not match (a typo?)"
+                "invalid device ID \"\(input)\": the check character that ends group \(group * 2) of 8 does not match; "
+                + "a character of group \(group * 2 - 1) or \(group * 2) is mistyped"
         }
     }
 }

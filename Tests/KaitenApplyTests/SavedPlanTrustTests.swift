@@ -1,4 +1,6 @@
+import KaitenConfig
 import KaitenReconcile
+import KaitenTestSupport
 import Testing
 
 @testable import KaitenApply
@@ -16,6 +18,16 @@ struct SavedPlanTrustTests {
 
     static let a = Action(action: .pull, path: "a.txt", size: 10, reason: "selected", version: ["AAAAAAA:1"], cause: .selected)
     static let b = Action(action: .pull, path: "b.txt", size: 99, reason: "selected", version: ["AAAAAAA:2"], cause: .selected)
+
+    @Test func aPathOutsideTheFolderIsNamedAsAnEdit() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let escape = Action(action: .pull, path: "../../../etc/cron.d/x", size: 10, reason: "selected", version: ["AAAAAAA:1"], cause: .selected)
+        let error = #expect(throws: ApplyError.self) { try Applier.checkOrigin(Self.plan([Self.a, escape]), home: Home(path: directory.path)) }
+        #expect(error?.code == .stale)
+        #expect(error?.hint.contains("\"../../../etc/cron.d/x\" is not a path inside the folder") == true, "\(error?.hint ?? "")")
+        #expect(error?.hint.contains("edited") == true)
+    }
 
     @Test func anUneditedPlanMatches() {
         #expect(Applier.firstDifference(Self.plan([Self.a, Self.b]), from: Self.plan([Self.a, Self.b])) == nil)

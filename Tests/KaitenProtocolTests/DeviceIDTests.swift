@@ -54,6 +54,9 @@ struct DeviceIDTests {
         }
         let error = #expect(throws: DeviceIDError.self) { try DeviceID(typo) }
         #expect(error?.description.contains("check character") == true)
+        // Said in the eight groups the ID is shown in: the typo is in the last two.
+        #expect(error?.description.contains("ends group 8 of 8") == true, "\(error?.description ?? "")")
+        #expect(error?.description.contains("group 7 or 8 is mistyped") == true, "\(error?.description ?? "")")
     }
 
     @Test(arguments: [
