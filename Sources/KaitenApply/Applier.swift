@@ -721,7 +721,10 @@ public enum Applier {
                 while let outcome = await group.next() {
                     guard let (action, result, note) = outcome else {
                         if running > 0 {
-                            events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: recent))
+                            // A file being pulled now (the largest: the one a slow line is about),
+                            // not the last one that finished.
+                            let pulling = inFlight.max { ($0.value, $1.key) < ($1.value, $0.key) }?.key ?? recent
+                            events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: pulling))
                             tick()
                         }
                         continue

@@ -505,6 +505,13 @@ struct WrongResultsInteropTests {
                 return Int(String(digits.reversed()))
             }
             #expect(shares.contains { $0 > 0 && $0 < 100 }, "\(shares) in \(terminal.stdout.debugDescription.prefix(2000))")
+            // The line names the file being pulled while it is pulled, not once it is done.
+            let midway = terminal.stdout.split(separator: "\r").filter { line in
+                guard let open = line.range(of: " of "), let percent = line[open.upperBound...].range(of: " %)") else { return false }
+                let share = Int(String(line[..<percent.lowerBound].reversed().prefix { $0.isNumber }.reversed())) ?? 0
+                return share > 0 && share < 100
+            }
+            #expect(midway.contains { $0.contains("big2.bin") }, "\(midway)")
             #expect(ApplyInteropTests.sha(world.local + "/big2.bin") == ApplyInteropTests.sha(world.peerData + "/big2.bin"))
         }
     }
