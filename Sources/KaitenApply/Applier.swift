@@ -936,7 +936,8 @@ public enum Applier {
             // The local index first, then the synced record. The other order, interrupted in
             // between, would leave a copy recorded as the new version that nobody was told of,
             // and no later plan would send it; this one leaves an announced version the synced
-            // record does not know yet, which the next plan sends again (a new version, harmless).
+            // record does not know yet, which the next plan takes as the record
+            // (Reconciler.restoreSyncedRecords): one version per local change.
             let announcer = try LocalAnnouncer(home: home, folders: [folder])
             defer { announcer.close() }
             try announcer.recordLocalChanges(folder: folder, files)

@@ -92,7 +92,9 @@ public enum Reconciler {
     }
 
     /// One folder's plan and baseline.
-    public static func planFolder(_ input: FolderInput) -> (FolderPlan, Plan.FolderBaseline) {
+    public static func planFolder(_ given: FolderInput) -> (FolderPlan, Plan.FolderBaseline) {
+        var input = given
+        if input.sends { restoreSyncedRecords(&input) }
         var warnings: [String] = []
         let selection = Selection(input.selection, global: input.global, local: input.sends ? input.local : nil, warnings: &warnings)
         let content = StIgnore.render(globalIgnores: input.selection.globalIgnores, selected: Array(selection.roots))
@@ -190,6 +192,23 @@ public enum Reconciler {
             renames.append(.init(from: olds[0], to: news[0]))
         }
         return renames.sorted { $0.from.utf8Precedes($1.from) }
+    }
+
+    /// A file whose synced record is lost or behind (a crash between writing this device's
+    /// local index and the record), while the disk holds exactly what this device announced:
+    /// the announcement is the record. Without it the plan would send the file again under a
+    /// new version (a false conflict on a peer that edits it meanwhile), or call a file that
+    /// was sent "edited locally since Kaiten synced it".
+    static func restoreSyncedRecords(_ input: inout FolderInput) {
+        for (path, entry) in input.announced where !entry.isInvalid && !entry.isDeleted && entry.type != .directory {
+            guard let local = input.local[path], local.kind != .directory, Announcement.diskHas(entry, local),
+                let hash = contentHash(of: local)
+            else { continue }
+            if let synced = local.synced, synced.contentHash == hash, synced.version == entry.version { continue }
+            var restored = local
+            restored.synced = SyncedVersion(version: entry.version, contentHash: hash)
+            input.local[path] = restored
+        }
     }
 
     public static func contentHash(of file: LocalFile) -> ContentHash? {

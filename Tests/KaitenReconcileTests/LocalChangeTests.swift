@@ -52,6 +52,36 @@ struct LocalChangeTests {
         #expect(Plan.Summary([plan]).send == 3 && Plan.Summary([plan]).sendDelete == 1)
     }
 
+    /// A send whose synced record was lost (or left behind) by a crash between the two writes:
+    /// what this device announced is on disk, so it is neither sent again under a new version
+    /// nor, once deselected or deleted on the peers, taken for a local edit.
+    @Test func aSendWhoseRecordWasLostIsNotSentAgain() throws {
+        var f = Fixture()
+        f.sends = true
+        f.selection = "docs\n"
+        f.announce("docs", type: .directory)
+        f.onDisk("docs", kind: .directory)
+        f.onDisk("docs/new.txt", "n")
+        f.onDisk("docs/edited.txt", "two", synced: (3, "one"))
+        for (name, text, version) in [("docs/new.txt", "n", BEPVector().updated(by: Fixture.me, now: 50)),
+                                      ("docs/edited.txt", "two", Fixture.version(3).updated(by: Fixture.me, now: 60))] {
+            var sent = BEPFileInfo()
+            sent.name = name
+            sent.type = .file
+            sent.version = version
+            sent.blocksHash = Data(Fixture.content(text).bytes)
+            f.announced[name] = FileEntry(announced: sent)
+        }
+        f.announce("docs/edited.txt", "one", version: 3)
+        let plan = try f.plan()
+        #expect(plan.actions.isEmpty, "\(actions(plan))")
+        #expect(plan.conflicts.isEmpty, "\(plan.conflicts)")
+        // Deselected: a file sent and held is deleted, not kept as "edited locally".
+        f.selection = ""
+        let deselected = try f.plan()
+        #expect(!deselected.conflicts.contains { $0.kind == .localEdit }, "\(deselected.conflicts)")
+    }
+
     /// A new file this device sent, that no peer has announced yet: neither sent again nor
     /// reported as an unknown (extraneous) file.
     @Test func aNewFileSentAndNotYetTakenIsQuiet() throws {
