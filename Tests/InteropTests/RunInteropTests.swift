@@ -552,6 +552,40 @@ extension RunInteropTests {
         }
     }
 
+    /// One version per local change, whatever the rounds around it: a file edited here and
+    /// sent keeps the version it was sent at through a selection edit, a peer's update of
+    /// another file, the peer restarting, and a whole rescan.
+    @Test func aSentChangeKeepsItsVersionThroughTheRoundsAfter() async throws {
+        try await Self.withDocsSelected("kaiten-run-churn") { world, st, dir in
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10", "--rescan-interval", "5"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            let local = world.local
+            let peerData = world.peerData
+            try await Self.waitFor("the selection pulled", log: run) { Self.content(local + "/docs/a.txt") == "a, first\n" }
+            try TestFiles.write(local + "/docs/a.txt", "a, edited here\n")
+            try await Self.waitFor("the edit on the peer", timeout: 60, log: run) { Self.content(peerData + "/docs/a.txt") == "a, edited here\n" }
+            let sent = try await SendInteropTests.globalVersion(st, "docs/a.txt")
+
+            #expect(try world.kaiten("select", Self.folder, "other").status == 0)
+            try await Self.waitFor("the selection edit applied", log: run) { Self.content(local + "/other/c.txt") == "c, not selected at first\n" }
+            try TestFiles.write(peerData + "/docs/b.txt", "b, changed on the peer\n")
+            try await ApplyInteropTests.rescan(st)
+            try await Self.waitFor("the peer's update applied", log: run) { Self.content(local + "/docs/b.txt") == "b, changed on the peer\n" }
+            let connections = run.log.components(separatedBy: "): connected at").count
+            st.stop()
+            try await st.start()
+            try await Self.waitFor("the peer connected again", timeout: 60, log: run) {
+                run.log.components(separatedBy: "): connected at").count > connections
+            }
+            // Two whole rescans at least (every 5 s).
+            try await Task.sleep(for: .seconds(11))
+            #expect(try await SendInteropTests.globalVersion(st, "docs/a.txt") == sent, "\(run.log)")
+            #expect(run.log.components(separatedBy: "done send f/docs/a.txt").count == 2, "sent once: \(run.log)")
+            kill(run.process.processIdentifier, SIGTERM)
+            try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+        }
+    }
+
     /// A peer's change is planned from the paths its update names (the rest of the folder is
     /// held in memory, not read again), and what the service writes itself is not news to it:
     /// after the pull no second round follows. A change to a file that is not selected here is
