@@ -111,6 +111,14 @@ public final class Discovery: PeerAddressBook {
         return routes
     }
 
+    public func confirm(_ device: DeviceID, host: String) {
+        local?.confirm(device, host: host, address: nil)
+    }
+
+    public func refute(_ device: DeviceID, host: String) {
+        local?.refute(device, host: host)
+    }
+
     public func mayRoute(_ device: DeviceConfiguration) -> Bool {
         !ConfiguredAddresses.configured(device, relaysEnabled: relaysEnabled).isEmpty || (isEnabled && device.addresses.contains("dynamic"))
     }

@@ -24,23 +24,14 @@ public final class LocalDiscovery: Sendable {
     /// Whether announcements from the LAN can be heard (the port could be bound).
     public let isListening: Bool
 
-    /// What one sender (by its IP) last announced for a device. Kept per sender, not per
-    /// device: a packet from elsewhere claiming a device's ID adds its addresses (the TLS
-    /// check by device ID refuses whoever answers there) but cannot hide the real ones.
-    private struct Entry {
-        var addresses: [String]
-        var instanceID: Int64
-        var seen: ContinuousClock.Instant
-    }
-
     /// At most this many senders per device and devices in all (a LAN flooding announcements
-    /// costs a bounded table, not memory without end).
+    /// costs a bounded table, not memory without end); see ``LocalSenders``.
     static let maximumSenders = 8
     static let maximumDevices = 1024
 
     private struct State {
         var announced: [String] = []
-        var cache: [DeviceID: [String: Entry]] = [:]
+        var senders = LocalSenders(lifetime: LocalDiscovery.lifetime, maximumSenders: LocalDiscovery.maximumSenders, maximumDevices: LocalDiscovery.maximumDevices)
         var subscribers: [UUID: AsyncStream<DeviceID>.Continuation] = [:]
         var warnedAbout: Set<String> = []
         var closed = false
@@ -173,12 +164,20 @@ public final class LocalDiscovery: Sendable {
     /// The addresses `device` announced on the LAN in the last 90 s, dialable as they are.
     public func addresses(of device: DeviceID) -> [String] {
         let now = ContinuousClock.now
-        return state.withLock { state in
-            var addresses: [String] = []
-            let fresh = (state.cache[device] ?? [:]).values.filter { now - $0.seen < Self.lifetime }.sorted { $0.seen > $1.seen }
-            for entry in fresh { for address in entry.addresses where !addresses.contains(address) { addresses.append(address) } }
-            return addresses
-        }
+        return state.withLock { $0.senders.addresses(of: device, at: now) }
+    }
+
+    /// A dial to what `host` announced for `device` met another device, or no TLS.
+    public func refute(_ device: DeviceID, host: String) {
+        let now = ContinuousClock.now
+        state.withLock { $0.senders.refute(device, host: host, at: now) }
+    }
+
+    /// A connection with `device` at `host` passed the TLS check: that sender stays reachable
+    /// whatever others claiming the device announce (``LocalSenders``).
+    public func confirm(_ device: DeviceID, host: String, address: String?) {
+        let now = ContinuousClock.now
+        state.withLock { $0.senders.confirm(device, host: host, address: address, at: now) }
     }
 
     /// Waits until `device` has been heard on the LAN, or until `deadline`; its addresses.
@@ -218,18 +217,8 @@ public final class LocalDiscovery: Sendable {
         let addresses = announcement.dialable(source: ip)
         let now = ContinuousClock.now
         let (isNew, subscribers) = state.withLock { state -> (Bool, [AsyncStream<DeviceID>.Continuation]) in
-            var senders = (state.cache[announcement.device] ?? [:]).filter { now - $0.value.seen < Self.lifetime }
-            // New: not heard from this sender lately, or it restarted (syncthing's rule, per sender).
-            let old = senders[ip]
-            let isNew = old == nil || old!.instanceID != announcement.instanceID
-            if old == nil && senders.count >= Self.maximumSenders { return (false, []) }
-            if state.cache[announcement.device] == nil && state.cache.count >= Self.maximumDevices {
-                state.cache = state.cache.filter { $0.value.values.contains { now - $0.seen < Self.lifetime } }
-                if state.cache.count >= Self.maximumDevices { return (false, []) }
-            }
-            senders[ip] = Entry(addresses: addresses, instanceID: announcement.instanceID, seen: now)
-            state.cache[announcement.device] = senders
-            return (isNew, isNew ? Array(state.subscribers.values) : [])
+            let heard = state.senders.heard(announcement.device, from: ip, addresses: addresses, instanceID: announcement.instanceID, at: now)
+            return (heard == .new, heard == .new ? Array(state.subscribers.values) : [])
         }
         guard isNew else { return }
         logger.debug("local discovery: \(announcement.device.shortDescription) at \(addresses.joined(separator: ", "))")

@@ -20,6 +20,8 @@ public final class PeerConnection: Sendable {
     public let hello: BEPHello
     /// Where the peer is connected from or to.
     public let remoteAddress: String
+    /// The peer's IP address, without the port (nil through a relay or a non-IP channel).
+    public let remoteHost: String?
 
     /// An address as people write it: `127.0.0.1:22000`, `[::1]:22000` (NIO's description is
     /// `[IPv4]127.0.0.1/127.0.0.1:22000`).
@@ -71,6 +73,7 @@ public final class PeerConnection: Sendable {
                 loop.execute { handler.value.indexBatchConsumed() }
             })
         self.remoteAddress = Self.shown(channel.remoteAddress)
+        self.remoteHost = channel.remoteAddress?.ipAddress
     }
 
     /// Records where the dialler found the address it connected to (`lan`, `global`, …).

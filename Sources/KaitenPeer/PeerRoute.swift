@@ -1,4 +1,5 @@
 import KaitenConfig
+import KaitenProtocol
 
 /// How Kaiten learnt an address of a peer.
 public enum AddressSource: String, Sendable, Codable, CaseIterable {
@@ -36,6 +37,16 @@ public protocol PeerAddressBook: Sendable {
     func whyNoRoute(for device: DeviceConfiguration) -> String
     /// Whether `device` may ever get an address from this book (a service redials only those).
     func mayRoute(_ device: DeviceConfiguration) -> Bool
+    /// A connection with `device` at `host` passed the TLS check: what the book heard from
+    /// there is the device's own (kept over others' claims).
+    func confirm(_ device: DeviceID, host: String)
+    /// A dial to `host`, found by this book for `device`, met another device or no TLS.
+    func refute(_ device: DeviceID, host: String)
+}
+
+extension PeerAddressBook {
+    public func confirm(_ device: DeviceID, host: String) {}
+    public func refute(_ device: DeviceID, host: String) {}
 }
 
 /// config.xml's addresses only (`tcp://`, and `relay://` when relays are enabled): what

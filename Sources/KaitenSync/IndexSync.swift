@@ -429,6 +429,10 @@ public enum IndexSync {
                 } catch {
                     lastError = error
                     if (error as? PeerError)?.code == .closed { closedDuringHello = true }
+                    // Heard on the LAN, and not the device: its slot goes to the next sender.
+                    if route.source == .lan, let code = (error as? PeerError)?.code, code == .unexpectedDevice || code == .tlsRefused {
+                        book.refute(device.id, host: route.address.host)
+                    }
                 }
             }
             if !closedDuringHello || !retryClosed { break }

@@ -366,6 +366,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             return false
         }
         if !refused {
+            // Verified by TLS: what discovery heard from that host is the device's own.
+            if let host = connection.remoteHost, !connection.isRelayed { addresses?.confirm(device, host: host) }
             sayConnection("\(peerLabel(device)): connected at \(connection.remoteAddress) (\(connection.reachedVia))")
             connectionsChanged()
         }

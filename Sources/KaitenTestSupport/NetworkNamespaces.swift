@@ -81,6 +81,14 @@ public final class NetworkNamespaces: @unchecked Sendable {
         return NetworkNamespaces(parties: parties, names: names)
     }
 
+    /// Gives `party` one more address on its network, `x.y.z.host` (another sender on the LAN,
+    /// as far as the others can tell); returns it.
+    public static func addAddress(host: Int, to party: Party) throws -> String {
+        let address = party.address.split(separator: ".").dropLast().joined(separator: ".") + ".\(host)"
+        try run(["-n", party.namespace, "addr", "add", "\(address)/24", "dev", "eth0"])
+        return address
+    }
+
     /// The command line that runs `executable arguments` inside `party`'s namespace.
     public static func wrap(_ party: Party, _ executable: String, _ arguments: [String]) -> (String, [String]) {
         (ip, ["netns", "exec", party.namespace, executable] + arguments)
@@ -92,7 +100,7 @@ public final class NetworkNamespaces: @unchecked Sendable {
     /// wait on Swift's few cooperative threads, which the tests keep busy), so the packets keep
     /// coming whatever else runs. Throws when the first round cannot be sent.
     public static func sendDatagrams(
-        _ packets: [[UInt8]], from party: Party, to host: String, port: Int, every interval: TimeInterval
+        _ packets: [[UInt8]], from party: Party, source: String? = nil, to host: String, port: Int, every interval: TimeInterval
     ) throws -> DatagramSender {
         let sender = DatagramSender()
         let started = DispatchSemaphore(value: 0)
@@ -106,6 +114,16 @@ public final class NetworkNamespaces: @unchecked Sendable {
             defer { close(socket) }
             var on: Int32 = 1
             setsockopt(socket, SOL_SOCKET, SO_BROADCAST, &on, socklen_t(MemoryLayout<Int32>.size))
+            if let source {
+                // One of the party's extra addresses (``addAddress(_:to:)``): a sender of its own.
+                var local = sockaddr_in()
+                local.sin_family = sa_family_t(AF_INET)
+                guard inet_pton(AF_INET, source, &local.sin_addr) == 1 else { return fail("address \(source)") }
+                let bound = withUnsafePointer(to: &local) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                }
+                guard bound == 0 else { return fail("bind \(source)") }
+            }
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
             address.sin_port = in_port_t(UInt16(port).bigEndian)

@@ -248,6 +248,51 @@ struct DiscoveryInteropTests {
         }
     }
 
+    /// An impostor announcing the peer's ID from more source addresses than the table keeps
+    /// per device (ten, each pointing at the impostor's own listener), before the real peer is
+    /// ever heard: `kaiten run`'s dials refute them one by one, and the real peer is reached at
+    /// its next announcement, whatever the impostor keeps sending.
+    @Test func moreSpoofedSendersThanTheTableKeepsCannotHideTheRealPeer() async throws {
+        let net = try Self.network(3)
+        defer { net.remove() }
+        let (stParty, impostorParty, kParty) = (net.parties[0], net.parties[1], net.parties[2])
+        let dir = try TemporaryDirectory(prefix: "kaiten-spoof-many")
+        defer { dir.remove() }
+        let home = try Home(dir, party: kParty, options: [("globalAnnounceEnabled", "false")])
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a", party: stParty)
+        try st.setOptions([("localAnnounceEnabled", "true"), ("localAnnounceMCAddr", "[ff12::8399]:21027")])
+        let impostor = try SyncthingInstance.generate(in: dir.path, name: "b", party: impostorParty)
+        #expect(try home.kaiten("peer", "add", st.deviceID.description, "--name", "a", "--address", "dynamic").status == 0)
+        #expect(try home.kaiten("folder", "add", Self.folder, "--path", dir.file("local"), "--share", st.deviceID.description).status == 0)
+        let claim = LocalAnnouncementBytes.make(device: st.deviceID, addresses: ["tcp://0.0.0.0:22000"])
+        var spoofers: [DatagramSender] = []
+        defer { for spoofer in spoofers { spoofer.stop() } }
+        for host in 100..<110 {
+            let source = try NetworkNamespaces.addAddress(host: host, to: impostorParty)
+            spoofers.append(try NetworkNamespaces.sendDatagrams([claim], from: impostorParty, source: source, to: kParty.address, port: 21027, every: 0.2))
+        }
+        try await withSyncthing(impostor) { _ in
+            let log = dir.file("run.log")
+            let run = try home.startRun(log: log)
+            defer { Self.stop(run) }
+            // The slots are full of the impostor's senders before the real peer speaks.
+            try await Task.sleep(for: .seconds(2))
+            try await withSyncthing(st) { st in
+                // The peer cannot dial Kaiten (no address it can reach): Kaiten must find it.
+                try await st.addDevice(home.me, name: "k", addresses: ["tcp://127.0.0.1:9"])
+                try await st.addFolder(id: Self.folder, path: dir.file("peer"), devices: [home.me])
+                let deadline = Date().addingTimeInterval(90)
+                var text = ""
+                while Date() < deadline {
+                    text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                    if text.contains("): connected at \(stParty.address):") { break }
+                    try await Task.sleep(for: .milliseconds(500))
+                }
+                #expect(text.contains("): connected at \(stParty.address):"), "\(text)")
+            }
+        }
+    }
+
     // MARK: - Relays
 
     /// The three parties of a relay test, each in its namespace: Debian's relay server, a
