@@ -96,7 +96,34 @@ struct IndexInteropTests {
                     return stableFor >= 10
                 }
 
-                // Kaiten learns both peers' indexes.
+                // A conflict copy is announced only once its device scans it, sometimes after
+                // the peers already look settled. Until a scan of both finds nothing new (their
+                // sequences unmoved by it) and they agree, scan again; then Kaiten syncs once and
+                // what it holds is compared as it is. A wrong first sync fails.
+                var lastSeen: [Int] = []
+                try await a.waitUntil("A and B quiescent", timeout: 120) {
+                    for st in [a, b] {
+                        try await st.post("/rest/db/scan?folder=\(folder)")
+                        try await st.waitIdle(folder: folder)
+                    }
+                    guard try await Self.settled(a, b, folder: folder) else { return false }
+                    // Connected again, and each holds all of the other's (equal counts alone can
+                    // be two devices apart, each with its own changes).
+                    for (st, other) in [(a, b), (b, a)] {
+                        let connections = try await st.get("/rest/system/connections") as? [String: Any]
+                        let peer = (connections?["connections"] as? [String: Any])?[other.deviceID.description] as? [String: Any]
+                        guard peer?["connected"] as? Bool == true else { return false }
+                        let completion = try await st.get("/rest/db/completion?folder=\(folder)&device=\(other.deviceID)") as? [String: Any]
+                        guard (completion?["completion"] as? NSNumber)?.doubleValue == 100 else { return false }
+                    }
+                    let sa = try await Self.status(a, folder)
+                    let sb = try await Self.status(b, folder)
+                    let now = [sa["sequence"], sb["sequence"], sa["globalTotalItems"], sb["globalTotalItems"]].map { $0 as? Int ?? -1 }
+                    defer { lastSeen = now }
+                    return now == lastSeen
+                }
+
+                // Kaiten learns both peers' indexes, once.
                 #expect(try kaiten(["peer", "add", "--home", home, a.deviceID.description, "--name", "a", "--address", a.address]).status == 0)
                 #expect(try kaiten(["peer", "add", "--home", home, b.deviceID.description, "--name", "b", "--address", b.address]).status == 0)
                 #expect(
@@ -107,33 +134,21 @@ struct IndexInteropTests {
                 let sync = try kaiten(["index", "sync", "--home", home])
                 #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
 
-                // A conflict copy is announced a moment after it is made, sometimes after the peers
-                // already looked settled. Until A knows every path and version Kaiten holds (and as
-                // many entries, deleted ones included), sync again; the comparison below is the same
-                // whatever happens here, and not agreeing within two minutes fails the test.
-                try await a.waitUntil("Kaiten's index agrees with A's", timeout: 120) {
-                    let current = try IndexLog.open(
-                        path: Home(path: home).indexLogPath(folderID: folder), folderID: folder, readOnly: true)
-                    let ours = current.index.allGlobal()
-                    current.close()
-                    for entry in ours {
-                        let encoded = entry.path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? entry.path
-                        let info = (try? await a.get("/rest/db/file?folder=\(folder)&file=\(encoded)")) as? [String: Any]
-                        if (info?["global"] as? [String: Any])?["version"] as? [String] != entry.file.version.descriptions {
-                            let again = try kaiten(["index", "sync", "--home", home])
-                            #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
-                            return false
-                        }
-                    }
-                    // syncthing's globalTotalItems counts deleted entries too.
-                    let status = try await Self.status(a, folder)
-                    guard status["globalTotalItems"] as? Int == ours.count else {
-                        let again = try kaiten(["index", "sync", "--home", home])
-                        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
-                        return false
-                    }
-                    return true
+                // Every path and version Kaiten holds is A's, and as many entries (deleted ones
+                // included: syncthing's globalTotalItems counts them).
+                let current = try IndexLog.open(path: Home(path: home).indexLogPath(folderID: folder), folderID: folder, readOnly: true)
+                let held = current.index.allGlobal()
+                current.close()
+                for entry in held {
+                    let encoded = entry.path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? entry.path
+                    let info = (try? await a.get("/rest/db/file?folder=\(folder)&file=\(encoded)")) as? [String: Any]
+                    let onB = (try? await b.get("/rest/db/file?folder=\(folder)&file=\(encoded)")) as? [String: Any]
+                    #expect(
+                        (info?["global"] as? [String: Any])?["version"] as? [String] == entry.file.version.descriptions,
+                        "\(entry.path): A \(String(describing: info)), B \(String(describing: onB)), Kaiten \(entry.file)")
                 }
+                let totalA = try await Self.status(a, folder)["globalTotalItems"] as? Int
+                #expect(totalA == held.count)
 
                 let kaitenHome = try KaitenHome.open(Home(path: home))
                 // Opened as every verb opens it: with the conflict rule of the peers' generation.
