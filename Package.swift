@@ -261,6 +261,11 @@ let package = Package(
             dependencies: ["KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
         ),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
+        // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the
+        // terms a peer's connection stands on, the block server's refusals.
+        .testTarget(name: "KaitenServiceTests", dependencies: ["KaitenService", "KaitenProtocol"]),
+        .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenTransferTests", dependencies: ["KaitenTransfer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenMediaTests",
             dependencies: ["KaitenMedia", "KaitenTestSupport", "KaitenProtocol", .product(name: "Crypto", package: "swift-crypto")],
