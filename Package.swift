@@ -263,7 +263,13 @@ let package = Package(
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the
         // terms a peer's connection stands on, the block server's refusals.
-        .testTarget(name: "KaitenServiceTests", dependencies: ["KaitenService", "KaitenProtocol"]),
+        .testTarget(
+            name: "KaitenServiceTests",
+            dependencies: [
+                "KaitenService", "KaitenProtocol", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
         .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenTransferTests", dependencies: ["KaitenTransfer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(

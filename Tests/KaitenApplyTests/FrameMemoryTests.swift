@@ -7,7 +7,7 @@ import Testing
 /// fresh ones were faulted in and cleared for every block), never more than the limit is kept,
 /// and a service gives it all back between rounds. Sizes no other test uses (4 MiB, 8 MiB
 /// frames), as tests run side by side.
-@Suite(.serialized) struct FrameMemoryTests {
+@Suite(.timeLimit(.minutes(5)), .serialized) struct FrameMemoryTests {
     static func address(of buffer: ByteBuffer) -> UInt {
         buffer.withVeryUnsafeBytes { UInt(bitPattern: $0.baseAddress) }
     }

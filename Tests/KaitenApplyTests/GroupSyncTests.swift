@@ -9,7 +9,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite struct GroupSyncTests {
+@Suite(.timeLimit(.minutes(5))) struct GroupSyncTests {
     @Test(arguments: [
         ("6.18.44-fc-v669", true), ("5.8.0", true), ("5.10.0-23-amd64", true), ("6.1.0-18-cloud-amd64", true),
         ("5.7.19", false), ("4.19.0-26-amd64", false), ("", false), ("linux", false),

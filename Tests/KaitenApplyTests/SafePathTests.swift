@@ -8,6 +8,7 @@ import Testing
 @testable import KaitenApply
 @testable import KaitenTransfer
 
+@Suite(.timeLimit(.minutes(5)))
 struct SafePathTests {
     @Test(arguments: ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "..", "", "./a", ".stfolder", ".stignore",
         ".stversions/x", "d/.syncthing.f.tmp", "~syncthing~f", "cafe\u{301}"])
@@ -54,6 +55,7 @@ struct SafePathTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct DeleteLimitTests {
     @Test func parsesCountsAndShares() {
         #expect(DeleteLimit("10") == .count(10))
@@ -67,6 +69,7 @@ struct DeleteLimitTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct LocalCheckTests {
     @Test func aPathChangedSinceThePlanIsLeftAlone() throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-check")
@@ -88,6 +91,7 @@ struct LocalCheckTests {
 }
 
 /// syncthing's version names (lib/versioner TagFilename): the tag before the extension.
+@Suite(.timeLimit(.minutes(5)))
 struct VersionNameTests {
     @Test func theTagGoesBeforeTheExtension() {
         let date = Date(timeIntervalSince1970: 1_700_000_000)
@@ -106,6 +110,7 @@ struct VersionNameTests {
 /// Deletions run in batches on every core (`Blocking.map`): results come back in the items'
 /// order whatever order the work finished in, every item runs exactly once, and the sequential
 /// mode (archiving into .stversions) runs them one at a time.
+@Suite(.timeLimit(.minutes(5)))
 struct BlockingMapTests {
     @Test func resultsKeepTheItemsOrderAndEachRunsOnce() async {
         let runs = Mutex<[Int: Int]>([:])
@@ -134,6 +139,7 @@ struct BlockingMapTests {
 }
 
 /// Pulls in flight spread over directories (their creates take the directory's lock).
+@Suite(.timeLimit(.minutes(5)))
 struct PullOrderTests {
     @Test func pullsAreTakenInTurnFromEachDirectoryKeepingEachDirectorysOrder() {
         let paths = ["a/1", "a/2", "a/3", "b/1", "top", "b/2", "c/d/1"]

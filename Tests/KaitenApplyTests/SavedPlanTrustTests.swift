@@ -7,6 +7,7 @@ import Testing
 @testable import KaitenTransfer
 
 /// A saved plan only ever does what a fresh plan from its baseline would (issue 10, item 2).
+@Suite(.timeLimit(.minutes(5)))
 struct SavedPlanTrustTests {
     static func plan(_ actions: [Action], stignore: String = "!/a.txt\n!/b.txt\n*\n", conflicts: [Conflict] = []) -> Plan {
         let folder = FolderPlan(

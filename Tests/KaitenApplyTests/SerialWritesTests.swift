@@ -13,7 +13,7 @@ import Glibc
 /// one file spun on its inode's lock), each block's task ends only once its block is written
 /// (the pull's window bounds what is held in memory), and a failed write fails its block and
 /// every block after it.
-@Suite struct SerialWritesTests {
+@Suite(.timeLimit(.minutes(5))) struct SerialWritesTests {
     /// Records what a writer saw: how many writes ran at once at most, and every write.
     final class Recorder: Sendable {
         let active = Atomic<Int>(0)

@@ -3,6 +3,7 @@ import KaitenTestSupport
 import Testing
 
 /// select / deselect / adopt / plan / show without peers: the selection file, errors, exit codes.
+@Suite(.timeLimit(.minutes(5)))
 struct SelectionCLITests {
     func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args) }
 

@@ -5,6 +5,7 @@ import Testing
 
 @testable import KaitenConfig
 
+@Suite(.timeLimit(.minutes(5)))
 struct ConfigFileTests {
     static let peer = try! DeviceID("LXONAJ2-BUJHTRL-4AZYOG4-5H4JWNG-XA4OJHO-JEGBUIY-D5N2DL5-KCJ33AQ")
     static let other = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
@@ -201,6 +202,7 @@ struct ConfigFileTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct HomeTests {
     @Test func resolutionOrder() {
         #expect(Home.resolve(explicit: "/a", environment: ["KAITEN_HOME": "/b"]).path == "/a")
@@ -213,6 +215,7 @@ struct HomeTests {
 
 /// A home written by syncthing 2.x (config version 52, fields 1.19.2 never had) is read,
 /// edited and written back as 2.x expects (issue 15, item 6).
+@Suite(.timeLimit(.minutes(5)))
 struct Syncthing2ConfigTests {
     static let peer = try! DeviceID("LXONAJ2-BUJHTRL-4AZYOG4-5H4JWNG-XA4OJHO-JEGBUIY-D5N2DL5-KCJ33AQ")
     static let other = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
@@ -268,6 +271,7 @@ struct Syncthing2ConfigTests {
 
 /// Bad config.xml bytes: a one-line error naming the file (and line), never a crash, nothing
 /// written (issue 10, item 5).
+@Suite(.timeLimit(.minutes(5)))
 struct ConfigBadInputTests {
     static func text() throws -> Data { try ConfigFileTests.fixture() }
 

@@ -8,6 +8,7 @@ import X509
 
 @testable import KaitenConfig
 
+@Suite(.timeLimit(.minutes(5)))
 struct IdentityTests {
     /// ECDSA P-384 as syncthing 1.x makes it, Ed25519 as 2.x does (checked against
     /// `syncthing-2 generate`: same names, validity and extensions, PKCS#8 key.pem).

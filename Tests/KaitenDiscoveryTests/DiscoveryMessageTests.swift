@@ -6,6 +6,7 @@ import Testing
 
 /// The discovery messages without sockets: local announcements as syncthing writes and reads
 /// them, the servers a config names, lookup answers good and bad.
+@Suite(.timeLimit(.minutes(5)))
 struct DiscoveryMessageTests {
     static let id = try! DeviceID("MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD")
 

@@ -5,6 +5,7 @@ import Testing
 
 /// The local-discovery table against an impostor claiming a device's ID from many source
 /// addresses (issue 42, item 3): the real device stays reachable.
+@Suite(.timeLimit(.minutes(5)))
 struct LocalSendersTests {
     static let device = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
     static let real = "tcp://192.168.1.20:22000"

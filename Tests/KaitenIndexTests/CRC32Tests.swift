@@ -6,6 +6,7 @@ import Testing
 
 /// The folded CRC-32 gives zlib's sums, for every length, alignment and seed: logs, snapshots
 /// and scan caches written before it (by zlib) still check, and their files stay as they were.
+@Suite(.timeLimit(.minutes(5)))
 struct CRC32Tests {
     @Test func theStandardCheckValue() {
         let bytes = Array("123456789".utf8)

@@ -8,6 +8,7 @@ import Testing
 
 /// Syncthing 1.x and 2.x announce different `blocks_hash` values for the same bytes (issue 19,
 /// item 4): Kaiten's index keeps its own, computed from the blocks, and converts format-1 logs.
+@Suite(.timeLimit(.minutes(5)))
 struct ContentHashFormatTests {
     static let peer = IndexLogTests.peerA
 
@@ -83,6 +84,7 @@ struct ContentHashFormatTests {
 }
 
 /// The conflict rule of each syncthing generation (issue 15, item 4).
+@Suite(.timeLimit(.minutes(5)))
 struct ConflictRuleTests {
     static func entries() -> [DeviceID: FileEntry] {
         // Concurrent: A edited (older mtime), B deleted (newer mtime).
@@ -106,6 +108,7 @@ struct ConflictRuleTests {
 
 /// Syncthing 2.x forgets tombstones after ~15 months; a full index that no longer lists a file
 /// a peer announced deleted must not bring it back from a peer that was away (issue 15, item 5).
+@Suite(.timeLimit(.minutes(5)))
 struct ForgottenTombstoneTests {
     @Test func aTombstoneAFullIndexLeavesOutIsKeptAcrossReopen() throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-index")

@@ -5,6 +5,7 @@ import Testing
 @testable import KaitenIndex
 
 /// The fast reader of a record's meta half says what SwiftProtobuf says, or gives up.
+@Suite(.timeLimit(.minutes(5)))
 struct FileMetaDecoderTests {
     static func randomFile(_ generator: inout some RandomNumberGenerator) -> BEPFileInfo {
         var file = BEPFileInfo()

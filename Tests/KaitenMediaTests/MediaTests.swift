@@ -8,7 +8,7 @@ import Testing
 
 /// The thumbnail cache's names (Sushitrain's layout), EXIF, and the decoder helper on good and
 /// bad files. The files are made here by ffmpeg and exiftool.
-@Suite struct ThumbnailCacheTests {
+@Suite(.timeLimit(.minutes(5))) struct ThumbnailCacheTests {
     /// Sushitrain's Docs/thumbnails.md: "a file whose hash is t1337h4x0r will have its
     /// thumbnail stored at t/1/337h4x0r.jpg"; the lower-casing and the filter come first.
     @Test func theExampleOfSushitrainsDocumentation() {
@@ -60,7 +60,7 @@ import Testing
     }
 }
 
-@Suite struct JPEGMetadataTests {
+@Suite(.timeLimit(.minutes(5))) struct JPEGMetadataTests {
     @Test func readsWhatExiftoolWrote() throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-exif")
         defer { dir.remove() }
@@ -110,7 +110,7 @@ import Testing
 
 /// The helper process on real files: the thumbnail's size and orientation, and a clear error
 /// (never a crash of the caller) for each kind of bad file.
-@Suite(.serialized) struct MediaHelperTests {
+@Suite(.timeLimit(.minutes(5)), .serialized) struct MediaHelperTests {
     static func helpers() throws -> MediaHelpers {
         MediaHelpers(executable: try MediaHelpers.locate(), count: 1, timeout: 60)
     }

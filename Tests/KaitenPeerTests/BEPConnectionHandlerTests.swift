@@ -9,6 +9,7 @@ import Testing
 @testable import KaitenPeer
 
 /// The session logic with no socket: frames in, frames out, a fake clock.
+@Suite(.timeLimit(.minutes(5)))
 struct BEPConnectionHandlerTests {
     final class Harness {
         let channel = EmbeddedChannel()
@@ -242,7 +243,7 @@ struct BEPConnectionHandlerTests {
 
 /// Peer addresses as people write them in `kaiten status` and the logs (issue 36, item 23:
 /// `[IPv4]127.0.0.1/127.0.0.1:42101`).
-@Suite struct ShownAddressTests {
+@Suite(.timeLimit(.minutes(5))) struct ShownAddressTests {
     @Test func addressesAreShownAsPeopleWriteThem() throws {
         #expect(PeerConnection.shown(try SocketAddress(ipAddress: "127.0.0.1", port: 42101)) == "127.0.0.1:42101")
         #expect(PeerConnection.shown(try SocketAddress(ipAddress: "::1", port: 22000)) == "[::1]:22000")

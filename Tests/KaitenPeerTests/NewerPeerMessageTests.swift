@@ -5,6 +5,7 @@ import Testing
 @testable import KaitenPeer
 
 /// What syncthing 1.25 to 2.x put on the wire that 1.19.2 never sent (issue 15, item 2).
+@Suite(.timeLimit(.minutes(5)))
 struct NewerPeerMessageTests {
     static let me = try! DeviceID(bytes: Array(repeating: 0x11, count: 32))
     static let peer = try! DeviceID(bytes: Array(repeating: 0x22, count: 32))

@@ -4,6 +4,7 @@ import Testing
 
 /// Device-ID vectors from syncthing's own tests (lib/protocol/deviceid_test.go, luhn_test.go)
 /// and from certificates checked against the real binary (bep-brief §3.2).
+@Suite(.timeLimit(.minutes(5)))
 struct DeviceIDTests {
     static let formatted = "P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2"
 

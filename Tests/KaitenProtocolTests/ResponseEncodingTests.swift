@@ -5,6 +5,7 @@ import Testing
 @testable import KaitenProtocol
 
 /// The Response fast path writes exactly what protobuf's own encoding writes.
+@Suite(.timeLimit(.minutes(5)))
 struct ResponseEncodingTests {
     @Test(arguments: [
         (0, 0, 0), (1, 0, 0), (300, 5, 0), (Int(Int32.max), 131_072, 0), (-1, 4, 0), (7, 0, 2), (9, 1, 3),

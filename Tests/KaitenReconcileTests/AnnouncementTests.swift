@@ -9,6 +9,7 @@ import Testing
 
 /// What Kaiten announces for a folder (issue 11, item 1): held → valid at the global version,
 /// left out → invalid at it, wanted but missing → not announced (withdrawn when it was).
+@Suite(.timeLimit(.minutes(5)))
 struct AnnouncementTests {
     func desired(_ f: Fixture, announced: [String: FileEntry] = [:]) throws -> [String: BEPFileInfo] {
         let selection = Selection(try SelectionFile.parse(f.selection, file: "sel.txt"), global: f.global)

@@ -8,6 +8,7 @@ import Testing
 @testable import KaitenReconcile
 
 /// What a folder that sends plans for changes made here (issue 11, item 3): the pure rules.
+@Suite(.timeLimit(.minutes(5)))
 struct LocalChangeTests {
     /// This device's announcement of `path` at `version` (valid, as after a pull).
     static func announcedHeld(_ path: String, version: UInt64, text: String = "x", type: BEPFileInfoType = .file) -> FileEntry {

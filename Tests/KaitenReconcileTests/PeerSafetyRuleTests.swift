@@ -8,6 +8,7 @@ import Testing
 
 /// Issue 19, items 1 and 2: only connected peers count as holders of a file to delete, and a
 /// version the synced record dominates (or is concurrent with) is never written.
+@Suite(.timeLimit(.minutes(5)))
 struct PeerSafetyRuleTests {
     @Test func aDeselectedFileHeldOnlyByOfflinePeersIsKept() throws {
         var f = Fixture()
@@ -117,6 +118,7 @@ struct PeerSafetyRuleTests {
 
 /// Permissions as syncthing applies them (issue 19, item 6) and a `.stignore` Kaiten cannot
 /// manage never reads as "in sync" (item 7).
+@Suite(.timeLimit(.minutes(5)))
 struct PermissionAndStIgnoreRuleTests {
     @Test func aModeOnlyChangeIsAChmodAction() throws {
         var f = Fixture()
@@ -164,6 +166,7 @@ struct PermissionAndStIgnoreRuleTests {
 
 /// A path the peers turned from a file into a directory, or back, is settled in one apply when
 /// the local side is what Kaiten synced (issue 19, item 8).
+@Suite(.timeLimit(.minutes(5)))
 struct ReplacedTypeRuleTests {
     @Test func aSyncedFileReplacedByADirectoryGoesBeforeThePulls() throws {
         var f = Fixture()
@@ -216,6 +219,7 @@ struct ReplacedTypeRuleTests {
 }
 
 /// Issue 10, item 18: a conflict copy is reported as one, not as an unknown file.
+@Suite(.timeLimit(.minutes(5)))
 struct ConflictCopyRuleTests {
     @Test func aConflictCopyIsItsOwnKind() throws {
         var f = Fixture()

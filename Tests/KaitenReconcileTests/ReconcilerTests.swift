@@ -6,6 +6,7 @@ import Testing
 @testable import KaitenReconcile
 
 /// One case per rule of the plan (issue 5 §4).
+@Suite(.timeLimit(.minutes(5)))
 struct PullRuleTests {
     @Test func aSelectedFileAbsentLocallyIsPulledWithItsParents() throws {
         var f = Fixture()
@@ -65,6 +66,7 @@ struct PullRuleTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct DeleteRuleTests {
     @Test func aDeselectedCopyEqualToTheGlobalVersionIsDeletedWhenAPeerHoldsIt() throws {
         var f = Fixture()
@@ -136,6 +138,7 @@ struct DeleteRuleTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct ConflictRuleTests {
     @Test func aLocalFileAbsentFromTheGlobalIndexIsExtraneousAndJunkIsListedApart() throws {
         var f = Fixture()
@@ -217,6 +220,7 @@ struct ConflictRuleTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct StIgnoreAndSelectionTests {
     @Test func theStIgnoreFollowsSushitrainsGrammar() throws {
         var f = Fixture()
@@ -294,6 +298,7 @@ struct StIgnoreAndSelectionTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct BaselineTests {
     @Test func theLocalDigestCoversEveryTouchedPath() throws {
         var f = Fixture()
@@ -349,6 +354,7 @@ struct BaselineTests {
 /// A service's round plans only the paths a peer's update named (issue 12, latency): what it
 /// plans for them must be what the whole plan says of them, and a plan that needs more than
 /// its own paths must say so (``FolderPlan/isPathLocal``) so that the service plans whole.
+@Suite(.timeLimit(.minutes(5)))
 struct ScopedPlanTests {
     func fixture() -> Fixture {
         var f = Fixture()

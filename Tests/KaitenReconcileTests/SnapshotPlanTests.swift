@@ -9,6 +9,7 @@ import Testing
 /// A plan reads only the selected part of the index and the paths on disk (issue 13, item 2):
 /// over an index read from a snapshot it says exactly what it says over the same index held in
 /// memory, whatever the selection (nested roots, names outside ASCII, globs, nothing).
+@Suite(.timeLimit(.minutes(5)))
 struct SnapshotPlanTests {
     /// Every announcement of the fixture, also written to an index log whose view is then read
     /// from its snapshot.

@@ -7,6 +7,7 @@ import Testing
 
 @testable import KaitenScan
 
+@Suite(.timeLimit(.minutes(5)))
 struct BlockSizeTests {
     @Test func followsSyncthingsRule() {
         #expect(BlockSize.forFileSize(0) == 128 << 10)
@@ -24,6 +25,7 @@ struct BlockSizeTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct FolderScannerTests {
     func folder(_ body: (TemporaryDirectory) throws -> Void) throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-scan")
@@ -184,6 +186,7 @@ struct FolderScannerTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct ScanCacheTests {
     @Test func roundTripsEveryFieldIncludingTheSyncedRecord() throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-cache")

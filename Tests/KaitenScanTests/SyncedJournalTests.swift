@@ -9,6 +9,7 @@ import Testing
 
 /// The synced journal: the version apply wrote is recorded with the rename, and survives a
 /// crash before the scan cache is saved (issue 19, item 2).
+@Suite(.timeLimit(.minutes(5)))
 struct SyncedJournalTests {
     static func version(_ value: UInt64) -> BEPVector {
         var counter = BEPCounter()
@@ -77,6 +78,7 @@ struct SyncedJournalTests {
 
 /// A format-1 scan cache (content hashes with weak hashes in them) loads converted, and the
 /// synced record of unchanged content follows (issue 19, item 4).
+@Suite(.timeLimit(.minutes(5)))
 struct ScanCacheFormatTests {
     @Test func aFormat1CacheIsConvertedAsItLoads() throws {
         let blocks = [LocalBlock(hash: SyncedJournalTests.hash("b1"), weakHash: 7, size: 4)]

@@ -3,6 +3,7 @@ import Testing
 
 @testable import KaitenSelection
 
+@Suite(.timeLimit(.minutes(5)))
 struct SelectionFileTests {
     @Test func parsesEveryKindOfLineAndRendersItBack() throws {
         let text = """
@@ -92,6 +93,7 @@ struct SelectionFileTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct StIgnoreTests {
     @Test func rendersSushitrainsGrammar() {
         let text = StIgnore.render(
@@ -130,6 +132,7 @@ struct StIgnoreTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct GlobTests {
     @Test(arguments: [
         ("*.jpg", "a.jpg", true), ("*.jpg", "d/a.jpg", false), ("**/*.jpg", "d/e/a.jpg", true),

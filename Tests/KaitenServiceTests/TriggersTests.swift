@@ -4,6 +4,7 @@ import Testing
 @testable import KaitenService
 
 /// What wakes `kaiten run` and what a round is asked to look at: many triggers, one round.
+@Suite(.timeLimit(.minutes(5)))
 struct TriggersTests {
     static let peer = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
 

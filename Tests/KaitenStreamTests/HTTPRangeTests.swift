@@ -2,6 +2,7 @@ import Testing
 
 @testable import KaitenStream
 
+@Suite(.timeLimit(.minutes(5)))
 struct HTTPRangeTests {
     @Test func resolvesEveryKindOfRange() {
         #expect(HTTPRange.resolve(nil, size: 100) == .full)
@@ -21,6 +22,7 @@ struct HTTPRangeTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(5)))
 struct URLSignerTests {
     /// Every alteration of folder, path, expiry or signature is refused. (The comparison is
     /// HMAC's own `isValidAuthenticationCode`, constant-time by construction; a unit test cannot

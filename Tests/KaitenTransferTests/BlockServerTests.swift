@@ -7,6 +7,7 @@ import Testing
 @testable import KaitenTransfer
 
 /// What the block server refuses, before it reads a byte, without a socket.
+@Suite(.timeLimit(.minutes(5)))
 struct BlockServerTests {
     static let peer = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
     static let stranger = try! DeviceID("MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD")
