@@ -260,7 +260,7 @@ let package = Package(
             name: "KaitenApplyTests",
             dependencies: ["KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
         ),
-        .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream"]),
+        .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream", "KaitenTestSupport"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the
         // terms a peer's connection stands on, the block server's refusals.
         .testTarget(

@@ -1,0 +1,74 @@
+import KaitenTestSupport
+import Testing
+
+@testable import KaitenStream
+
+/// Seeded fuzzing of what an HTTP client sends the on-demand server (issue 42, item 7): Range
+/// headers and signed links. A failure prints its seed (KAITEN_TEST_SEED replays it).
+@Suite(.timeLimit(.minutes(1)))
+struct StreamFuzzTests {
+    @Test func anyRangeHeaderResolvesWithinTheFileAndTheRangeCap() {
+        var random = SplitMix64.forTest("anyRangeHeaderResolvesWithinTheFileAndTheRangeCap")
+        let pieces = ["bytes=", "0", "1", "9", "-", ",", " ", "items=", "99999999999999999999", "-0", "=", "bytes"]
+        var ranged = 0
+        for _ in 0..<20_000 {
+            let header: String
+            if random.next() % 2 == 0 {
+                header = (0..<Int(random.next() % 12)).map { _ in pieces[Int(random.next() % UInt64(pieces.count))] }.joined()
+            } else {
+                // Well formed, the numbers anywhere (past the end, reversed, huge).
+                func number() -> String { random.next() % 200 == 0 ? "99999999999999999999" : String(random.next() % 250) }
+                let specs = (0..<(1 + Int(random.next() % 8))).map { _ -> String in
+                    switch random.next() % 3 {
+                    case 0: return "\(number())-\(number())"
+                    case 1: return "\(number())-"
+                    default: return "-\(number())"
+                    }
+                }
+                header = "bytes=" + specs.joined(separator: random.next() % 2 == 0 ? "," : ", ")
+            }
+            let size = Int64(random.next() % 200)
+            switch HTTPRange.resolve(header, size: size) {
+            case .full, .unsatisfiable:
+                break
+            case .ranges(let ranges):
+                ranged += 1
+                #expect(!ranges.isEmpty && ranges.count <= 32, "\(header) over \(size)")
+                #expect(ranges.allSatisfy { $0.lowerBound >= 0 && $0.upperBound < size }, "\(header) over \(size): \(ranges)")
+            }
+        }
+        #expect(ranged > 3000, "\(ranged) headers resolved to ranges")
+    }
+
+    @Test func aHeaderOfManyRangesIsCappedInBoundedTime() {
+        let header = "bytes=" + (0..<100_000).map { "\($0)-\($0)" }.joined(separator: ",")
+        let clock = ContinuousClock()
+        var resolved: HTTPRange.Resolved = .full
+        let took = clock.measure { resolved = HTTPRange.resolve(header, size: 1 << 30) }
+        if case .ranges(let ranges) = resolved { #expect(ranges.count <= 32) }
+        #expect(took < .seconds(2), "\(took)")
+    }
+
+    @Test func noAlteredLinkVerifies() {
+        var random = SplitMix64.forTest("noAlteredLinkVerifies")
+        let signer = URLSigner(key: (0..<32).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+        let hex = Array("0123456789abcdef")
+        for _ in 0..<5_000 {
+            let folder = "f\(random.next() % 3)"
+            let path = "dir/\(random.next() % 1000).mkv"
+            let expires = Int64(random.next() % 1_000_000)
+            let signature = signer.signature(folder: folder, path: path, expires: expires)
+            #expect(signer.verify(folder: folder, path: path, expires: expires, signature: signature))
+            var altered = Array(signature)
+            let at = Int(random.next() % UInt64(altered.count))
+            var replacement = hex[Int(random.next() % 16)]
+            if replacement == altered[at] { replacement = hex[(hex.firstIndex(of: replacement)! + 1) % 16] }
+            altered[at] = replacement
+            #expect(!signer.verify(folder: folder, path: path, expires: expires, signature: String(altered)))
+            #expect(!signer.verify(folder: folder, path: path, expires: expires + 1 + Int64(random.next() % 100), signature: signature))
+            #expect(!signer.verify(folder: folder, path: path + "x", expires: expires, signature: signature))
+            // A thumbnail's signature never opens the file, nor the other way round.
+            #expect(!signer.verifyThumbnail(folder: folder, path: path, size: 256, expires: expires, signature: signature))
+        }
+    }
+}
