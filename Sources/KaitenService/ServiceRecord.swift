@@ -39,6 +39,8 @@ public struct ServiceRecord: Codable, Sendable {
     public var pid: Int32
     public var startedAt: String
     public var applyMode: String
+    /// `--require-peers`: the holders a deletion needs, as the rounds count conflicts with it.
+    public var requirePeers: Int?
     public var folders: [String]
     public var peers: [Peer]
     public var lastIndexUpdate: String?
@@ -56,7 +58,7 @@ public struct ServiceRecord: Codable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case pid, startedAt = "started_at", applyMode = "apply_mode", folders, peers
+        case pid, startedAt = "started_at", applyMode = "apply_mode", requirePeers = "require_peers", folders, peers
         case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url", busy
     }
 

@@ -24,6 +24,7 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
             ServiceRecord(
                 pid: getpid(), startedAt: started, applyMode: options.mode.rawValue, folders: folders, peers: [], lastIndexUpdate: nil,
                 lastRound: nil, serveURL: nil))
+        record.withLock { $0.requirePeers = options.requirePeers }
         save()
     }
 

@@ -513,6 +513,7 @@ extension RunInteropTests {
     /// log with its path and the command that settles it.
     @Test func aConcurrentEditIsSettledBySyncthingsRuleAndOtherConflictsAreNamed() async throws {
         try await Self.withDocsSelected("kaiten-run-concurrent") { world, st, dir in
+            #expect(try world.kaiten("select", Self.folder, "other").status == 0)
             #expect(try world.kaiten("apply", "--yes").status == 0)
             let now = Date()
             try TestFiles.write(world.local + "/docs/a.txt", "a, edited on Kaiten\n")
@@ -521,7 +522,11 @@ extension RunInteropTests {
             try FileManager.default.setAttributes([.modificationDate: now.addingTimeInterval(-50)], ofItemAtPath: world.peerData + "/docs/a.txt")
             try await ApplyInteropTests.rescan(st)
             try TestFiles.write(world.local + "/loose.txt", "neither selected nor on the peer\n")
-            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "safe", "--rescan-interval", "3600"])
+            // Deselected, and held by one peer where the service wants two: a conflict the
+            // service counts with its own --require-peers, and `kaiten conflicts` lists too.
+            #expect(try world.kaiten("deselect", Self.folder, "other").status == 0)
+            let run = try Running.start(
+                home: world.home, logPath: dir.file("run.log"), ["--apply", "safe", "--rescan-interval", "3600", "--require-peers", "2"])
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             func copies(_ root: String) -> [String] {
                 ((try? FileManager.default.contentsOfDirectory(atPath: root + "/docs")) ?? []).filter { $0.contains(".sync-conflict-") }
@@ -546,6 +551,7 @@ extension RunInteropTests {
             let rows = (try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]) ?? []
             let status = try world.kaiten("status")
             #expect(status.stdout.contains("\(rows.count) conflicts"), "\(status.stdout)\n\(listed.stdout)")
+            #expect(rows.contains { $0["path"] as? String == "other/c.txt" && $0["kind"] as? String == "last-copy" }, "\(listed.stdout)")
             #expect(!status.stdout.contains("last index update: none yet"), "\(status.stdout)")
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")

@@ -7,6 +7,7 @@ import KaitenProtocol
 import KaitenReconcile
 import KaitenScan
 import KaitenSelection
+import KaitenService
 import KaitenSync
 
 #if canImport(Glibc)
@@ -38,8 +39,8 @@ extension Kaiten {
         @Flag(help: "Print a JSON array of {folder, kind, path, reason, choices}.")
         var json = false
 
-        @Option(help: "As for plan and apply: how many peers must hold a deselected file before it may go.")
-        var requirePeers: Int = 1
+        @Option(help: "As for plan and apply: how many peers must hold a deselected file before it may go (default: the running service's, else 1).")
+        var requirePeers: Int?
 
         struct Row: Encodable {
             let folder: String
@@ -52,7 +53,20 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHomeForReading()
-                let (plan, _) = try Planner.plan(home: opened, folders: folders, requirePeers: max(1, requirePeers), warn: { Terminal.error($0) })
+                let plan: Plan
+                // Beside a running service, the conflicts it sees: on its live connections, with
+                // its --require-peers (what `kaiten status` counts).
+                if let service = ControlClient.running(opened.home) {
+                    let record = ServiceRecord.running(opened.home)
+                    do {
+                        plan = try service.plan(folders: folders, requirePeers: max(1, requirePeers ?? record?.requirePeers ?? 1)).plan
+                    } catch let failure as ControlFailure {
+                        Terminal.error(failure.message)
+                        throw ExitCode(failure.code)
+                    }
+                } else {
+                    (plan, _) = try Planner.plan(home: opened, folders: folders, requirePeers: max(1, requirePeers ?? 1), warn: { Terminal.error($0) })
+                }
                 let rows = plan.folders.flatMap { folder in
                     folder.conflicts.map { Row(folder: folder.id, kind: $0.kind.rawValue, path: $0.path, reason: $0.reason, choices: $0.choices) }
                 }
