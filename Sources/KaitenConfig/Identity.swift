@@ -120,6 +120,15 @@ public struct Identity: Sendable {
                 .keyMismatch, file: keyPath,
                 "this private key does not belong to the certificate in \(certificatePath)")
         }
+        // The device ID is the hash of these bytes: one damaged byte that still parses (a
+        // serial, a date, the signature) would make this device another one. The certificate
+        // signs itself, so damage shows as a signature that does not verify.
+        guard certificate.publicKey.isValidSignature(certificate.signature, for: certificate) else {
+            throw ConfigError(
+                .malformedPEM, file: certificatePath,
+                "the certificate is damaged: its self-signature does not verify, and the device ID it gives is not this device's; "
+                    + "restore cert.pem from a backup")
+        }
         return Identity(
             certificatePEM: certPEM, privateKeyPEM: keyPEM, certificateDER: certDocument.derBytes,
             deviceID: DeviceID(certificateDER: certDocument.derBytes))
