@@ -19,7 +19,6 @@ struct LocalSenders {
     struct Entry: Equatable {
         var addresses: [String]
         var instanceID: Int64
-        var firstSeen: ContinuousClock.Instant
         var seen: ContinuousClock.Instant
         var confirmed: Bool
     }
@@ -79,7 +78,7 @@ struct LocalSenders {
             devices = devices.filter { $0.value.values.contains { now - $0.seen < lifetime } }
             if devices.count >= maximumDevices { return .refused }
         }
-        senders[ip] = Entry(addresses: addresses, instanceID: instanceID, firstSeen: now, seen: now, confirmed: false)
+        senders[ip] = Entry(addresses: addresses, instanceID: instanceID, seen: now, confirmed: false)
         devices[device] = senders
         return .new
     }
@@ -97,7 +96,7 @@ struct LocalSenders {
             if confirmed.count >= maximumSenders, let oldest = confirmed.min(by: { $0.value.seen < $1.value.seen }) {
                 senders[oldest.key] = nil
             }
-            senders[host] = Entry(addresses: [address], instanceID: 0, firstSeen: now, seen: now, confirmed: true)
+            senders[host] = Entry(addresses: [address], instanceID: 0, seen: now, confirmed: true)
         } else {
             return
         }

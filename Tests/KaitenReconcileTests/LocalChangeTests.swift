@@ -20,6 +20,16 @@ struct LocalChangeTests {
         return FileEntry(announced: file)
     }
 
+    /// This device's announcement of a file it sent: `text` at `version`.
+    static func sent(_ path: String, _ text: String, version: BEPVector) -> FileEntry {
+        var file = BEPFileInfo()
+        file.name = path
+        file.type = .file
+        file.version = version
+        file.blocksHash = Data(Fixture.content(text).bytes)
+        return FileEntry(announced: file)
+    }
+
     func actions(_ plan: FolderPlan) -> [String] {
         plan.actions.map { "\($0.action.rawValue) \($0.path) \($0.cause?.rawValue ?? "-")" }
     }
@@ -64,15 +74,8 @@ struct LocalChangeTests {
         f.onDisk("docs", kind: .directory)
         f.onDisk("docs/new.txt", "n")
         f.onDisk("docs/edited.txt", "two", synced: (3, "one"))
-        for (name, text, version) in [("docs/new.txt", "n", BEPVector().updated(by: Fixture.me, now: 50)),
-                                      ("docs/edited.txt", "two", Fixture.version(3).updated(by: Fixture.me, now: 60))] {
-            var sent = BEPFileInfo()
-            sent.name = name
-            sent.type = .file
-            sent.version = version
-            sent.blocksHash = Data(Fixture.content(text).bytes)
-            f.announced[name] = FileEntry(announced: sent)
-        }
+        f.announced["docs/new.txt"] = Self.sent("docs/new.txt", "n", version: BEPVector().updated(by: Fixture.me, now: 50))
+        f.announced["docs/edited.txt"] = Self.sent("docs/edited.txt", "two", version: Fixture.version(3).updated(by: Fixture.me, now: 60))
         f.announce("docs/edited.txt", "one", version: 3)
         let plan = try f.plan()
         #expect(plan.actions.isEmpty, "\(actions(plan))")
