@@ -117,7 +117,8 @@ public struct HEIFThumbnail: Sendable, Equatable {
                 continue
             }
             let candidate = HEIFThumbnail(extents: extents, width: width, height: height, itemType: type, properties: properties)
-            if best == nil || width * height > best!.width * best!.height { best = candidate }
+            // Each side is up to 2³² − 1: the area is compared in 64 unsigned bits.
+            if best == nil || UInt64(width) * UInt64(height) > UInt64(best!.width) * UInt64(best!.height) { best = candidate }
         }
         guard let best else { return nil }
         self = best
@@ -166,10 +167,16 @@ public struct HEIFThumbnail: Sendable, Equatable {
                     return nil
                 }
                 at += offsetSize + lengthSize
-                extents.append((Int64(base + offset), Int64(length)))
+                // Every number is the file's word: an extent must lie whole in [0, Int64.max],
+                // so that a caller adding offset and length, or the lengths, cannot overflow.
+                let (start, overflow) = base.addingReportingOverflow(offset)
+                guard !overflow, start <= UInt64(Int64.max), length <= UInt64(Int64.max) - start else { return nil }
+                extents.append((Int64(start), Int64(length)))
             }
             guard at <= iloc.payload.upperBound else { return nil }
-            if method == 0, extents.allSatisfy({ $0.length > 0 && $0.offset >= 0 }) { result[UInt32(id)] = extents }
+            var total: Int64? = 0
+            for extent in extents { total = total.flatMap { let (sum, overflow) = $0.addingReportingOverflow(extent.length); return overflow ? nil : sum } }
+            if method == 0, extents.allSatisfy({ $0.length > 0 }), total != nil { result[UInt32(id)] = extents }
         }
         return result
     }
@@ -238,7 +245,7 @@ struct BoxReader {
             } else if size32 == 0 {
                 size = to - at
             }
-            guard size >= header, at + size <= to else { break }
+            guard size >= header, size <= to - at else { break }
             result.append(Box(type: type, payload: (at + header)..<(at + size), whole: at..<(at + size)))
             at += size
         }

@@ -13,12 +13,17 @@ public enum EncryptedSharing {
     /// Why the peer's ClusterConfig cannot be taken, naming the folder; nil when no folder
     /// this device exchanges with the peer (`folders`) is encrypted on either side.
     public static func refusal(_ clusterConfig: BEPClusterConfig, me: DeviceID, peer: DeviceID, folders: Set<String>) -> String? {
+        // Every entry counts: a folder listed twice, or a device twice in one folder, must not
+        // hide a token behind an entry without one.
+        func marked(_ device: DeviceID, in folder: BEPFolder) -> Bool {
+            folder.devices.contains { $0.id.elementsEqual(device.bytes) && !$0.encryptionPasswordToken.isEmpty }
+        }
         for folder in clusterConfig.folders where folders.contains(folder.id) {
-            if let ours = clusterConfig.device(me, in: folder.id), !ours.encryptionPasswordToken.isEmpty {
+            if marked(me, in: folder) {
                 return "shares folder \"\(folder.id)\" encrypted (it marks this device untrusted); Kaiten cannot take in "
                     + "encrypted folders yet: share it with this device as a trusted one, or not at all"
             }
-            if let theirs = clusterConfig.device(peer, in: folder.id), !theirs.encryptionPasswordToken.isEmpty {
+            if marked(peer, in: folder) {
                 return "holds folder \"\(folder.id)\" as an untrusted device (receive-encrypted); Kaiten cannot encrypt yet "
                     + "and never sends it plain text: unshare the folder from that device here"
             }
