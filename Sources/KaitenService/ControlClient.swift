@@ -26,7 +26,21 @@ public final class ControlClient: Sendable {
 
     /// The service answering on this home's control socket, or nil when none does (no socket,
     /// or one left by a process that died: nothing listens).
-    public static func running(_ home: Home) -> ControlClient? {
+    ///
+    /// A service that holds the home's lock but does not answer yet is starting (it opens its
+    /// control socket once its peers and index are set up): it is waited for, up to
+    /// `startup`, rather than taken for absent — a verb run just after `kaiten run` would
+    /// otherwise refuse, or dial the peers beside it.
+    public static func running(_ home: Home, startup: Duration = .seconds(20)) -> ControlClient? {
+        let deadline = ContinuousClock.now + startup
+        while true {
+            if let client = answering(home) { return client }
+            guard ServiceRecord.running(home) != nil, ContinuousClock.now < deadline else { return nil }
+            usleep(100_000)
+        }
+    }
+
+    static func answering(_ home: Home) -> ControlClient? {
         let path = ControlSocket.path(home)
         guard let connection = connect(path) else { return nil }
         defer { connection.close() }
@@ -155,7 +169,9 @@ public final class ControlClient: Sendable {
                         }
                         if kind == .data { return payload }
                         let reply = try JSONDecoder().decode(ControlReply.self, from: payload)
-                        throw ApplyError(.peerFailed, path: name, reply.message ?? "the service refused the block")
+                        // The service's reason names the file already when it is about it.
+                        let reason = reply.message ?? "the service refused the block"
+                        throw ApplyError(.peerFailed, path: name, reason.hasPrefix(name + ": ") ? String(reason.dropFirst(name.count + 2)) : reason)
                     })
             }
         }
