@@ -510,7 +510,16 @@ public enum Applier {
             // Each directory that received files is fsynced once, before anything is deleted; the
             // synced journal is made durable first, so no rename outlives its record.
             journal?.sync()
-            await SafePath.syncDirectories(renamedInto)
+            // A directory that cannot be flushed may lose the renames into it in a crash: its
+            // files are not called durable, and nothing of this folder is deleted on their word.
+            let unflushed = await SafePath.syncDirectories(renamedInto)
+            for (directory, error) in unflushed.sorted(by: { $0.key < $1.key }) {
+                let name = directory == root ? "." : String(directory.dropFirst(root.count + 1))
+                report.failed.append(
+                    (folderPlan.id, name, "cannot flush the directory to disk (\(String(cString: strerror(error)))): the files put into it "
+                        + "may not survive a crash; nothing in this folder is deleted until an apply flushes it"))
+            }
+            let holdDeletions = !unflushed.isEmpty
             let stats = source.statistics
             report.blocksCopiedLocally += stats.copied
             report.blocksFetched += stats.fetched
@@ -538,8 +547,14 @@ public enum Applier {
                 }
             }
 
-            await runDeletes(folderPlan.actions.filter { $0.action == .delete && !isMakingRoom($0) })
-            for action in folderPlan.actions where action.action == .rmdir && action.cause != .replaced && !stopping { runRmdir(action) }
+            let deletions = folderPlan.actions.filter { $0.action == .delete && !isMakingRoom($0) }
+            let rmdirs = folderPlan.actions.filter { $0.action == .rmdir && $0.cause != .replaced && !stopping }
+            if holdDeletions {
+                if !stopping { report.notDone += deletions.count + rmdirs.count }
+            } else {
+                await runDeletes(deletions)
+                for action in rmdirs { runRmdir(action) }
+            }
             await syncRemovedFrom()
             for (path, mode) in directoryModes.filter({ _ in !stopping }).sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
                 let action = Action(action: .chmod, path: path, reason: "directory permissions", type: "directory", cause: .permissions, mode: mode)

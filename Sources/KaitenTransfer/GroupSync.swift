@@ -52,8 +52,12 @@ public final class GroupSync: Sendable {
 
     /// `beforeFlush` runs before each flush (tests hold the first one to gather waiters);
     /// `dirtyBytes` says how much data waits to be written in the system (tests pretend).
-    init?(root: String, beforeFlush: (@Sendable () -> Void)?, dirtyBytes: @escaping @Sendable () -> Int) {
-        guard Self.kernelReportsSyncfsErrors(), let syncfs = Self.syncfs else { return nil }
+    /// `syncfs` stands for the kernel's (tests make it fail).
+    init?(
+        root: String, beforeFlush: (@Sendable () -> Void)?, dirtyBytes: @escaping @Sendable () -> Int,
+        syncfs: (@convention(c) (Int32) -> Int32)? = GroupSync.syncfs
+    ) {
+        guard Self.kernelReportsSyncfsErrors(), let syncfs else { return nil }
         let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         var info = stat()

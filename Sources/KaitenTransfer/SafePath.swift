@@ -89,21 +89,26 @@ public enum SafePath {
 
     /// fsyncs each directory once, all at the same time off the cooperative pool (apply's
     /// renames and deletions are made durable this way, per directory rather than per file).
-    public static func syncDirectories(_ directories: Set<String>) async {
-        await withTaskGroup(of: Void.self) { group in
+    /// fsyncs each directory; the ones that could not be flushed, with the errno.
+    @discardableResult
+    public static func syncDirectories(_ directories: Set<String>) async -> [String: Int32] {
+        await withTaskGroup(of: (String, Int32).self) { group in
             for directory in directories {
-                group.addTask { _ = try? await Blocking.run { syncDirectory(directory) } }
+                group.addTask { (directory, (try? await Blocking.run { syncDirectory(directory) }) ?? EIO) }
             }
+            var failed: [String: Int32] = [:]
+            for await (directory, result) in group where result != 0 { failed[directory] = result }
+            return failed
         }
     }
 
-    /// fsyncs a directory, so a rename or unlink in it is durable.
-    public static func syncDirectory(_ path: String) {
+    /// fsyncs a directory, so a rename or unlink in it is durable; 0, or the errno.
+    @discardableResult
+    public static func syncDirectory(_ path: String) -> Int32 {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 {
-            fsync(fd)
-            close(fd)
-        }
+        guard fd >= 0 else { return errno }
+        defer { close(fd) }
+        return fsync(fd) == 0 ? 0 : errno
     }
 }
 

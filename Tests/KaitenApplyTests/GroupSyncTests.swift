@@ -62,6 +62,36 @@ import Glibc
         #expect((1...2).contains(group.flushes))
     }
 
+    /// A flush that fails fails every file that waited for it (none is called durable), and
+    /// from then on each file has its own fsync, whose error is its own: an error syncfs
+    /// reported once is not reported again to the next round.
+    @Test func aFailedFlushFailsItsWaitersAndLaterFilesAreFsyncedAlone() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        guard let group = GroupSync(root: root.path, beforeFlush: nil, dirtyBytes: { 0 }, syncfs: { _ in errno = EIO; return -1 }) else {
+            try Test.cancel("syncfs does not report write-back errors before Linux 5.8: each file is fsynced, no group to test")
+        }
+        let results = await withTaskGroup(of: Int32.self, returning: [Int32].self) { tasks in
+            for i in 0..<20 {
+                tasks.addTask {
+                    let fd = open(root.path + "/f\(i)", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+                    defer { close(fd) }
+                    return await group.sync(fd)
+                }
+            }
+            return await tasks.reduce(into: []) { $0.append($1) }
+        }
+        // Each file waited for a flush that failed, or came after the failure and was fsynced alone.
+        #expect(results.contains(EIO), "\(results)")
+        #expect(group.flushes >= 1)
+        let failedRounds = group.flushes
+        let fd = open(root.path + "/later", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        defer { close(fd) }
+        #expect(await group.sync(fd) == 0, "a later file has its own fsync, which works")
+        #expect(group.flushes == failedRounds, "no further file system flush after a failure")
+        #expect(results.allSatisfy { $0 == EIO || $0 == 0 }, "\(results)")
+    }
+
     /// With much else waiting to be written in the system, a round does not flush the whole
     /// file system for its files: each has its own fsync.
     @Test func withMuchDirtyDataElsewhereEachFileIsFsyncedOnItsOwn() async throws {
