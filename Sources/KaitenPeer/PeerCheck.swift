@@ -79,22 +79,31 @@ public enum PeerCheck {
         }
         var connection: PeerConnection?
         var lastError = ""
-        for route in routes {
-            let address = route.address
-            result.address = address.description
-            result.reachedVia = route.how
-            do {
-                var settings = PeerSettings()
-                settings.helloTimeout = timeout
-                connection = try await PeerDialer.connect(
-                    to: address, expecting: device.id, identity: identity, hello: hello, settings: settings,
-                    logger: logger)
-                break
-            } catch let error as PeerError {
-                lastError = error.reason
-            } catch {
-                lastError = "\(error)"
+        var pending = routes
+        var refuted: Set<PeerAddress> = []
+        while connection == nil && !pending.isEmpty {
+            for route in pending {
+                let address = route.address
+                result.address = address.description
+                result.reachedVia = route.how
+                do {
+                    var settings = PeerSettings()
+                    settings.helloTimeout = timeout
+                    connection = try await PeerDialer.connect(
+                        to: address, expecting: device.id, identity: identity, hello: hello, settings: settings,
+                        logger: logger)
+                    break
+                } catch let error as PeerError {
+                    lastError = error.reason
+                    if route.source == .lan, error.code == .unexpectedDevice || error.code == .tlsRefused {
+                        book.refute(device.id, host: address.host)
+                        refuted.insert(address)
+                    }
+                } catch {
+                    lastError = "\(error)"
+                }
             }
+            pending = connection == nil ? await Self.routesAfterRefuting(refuted, tried: pending, device: device, book: book) : []
         }
         guard let connection else {
             result.problem = lastError
@@ -133,6 +142,18 @@ public enum PeerCheck {
     }
 
     private struct Failure: Error { let reason: String }
+
+    /// After a round of dials in which a LAN sender turned out not to be the device (an
+    /// impostor, or a stale claim), the routes heard since from other senders, within the
+    /// book's patience; empty when none is new. Without this a one-shot dial gave up on the
+    /// first sender heard, and an impostor announcing often enough hid the real device.
+    public static func routesAfterRefuting(
+        _ refuted: Set<PeerAddress>, tried: [PeerRoute], device: DeviceConfiguration, book: PeerAddressBook
+    ) async -> [PeerRoute] {
+        guard !refuted.isEmpty else { return [] }
+        let triedAddresses = Set(tried.map(\.address))
+        return await book.routes(for: device).filter { $0.source == .lan && !triedAddresses.contains($0.address) && !refuted.contains($0.address) }
+    }
 
     private static func firstClusterConfig(from connection: PeerConnection, timeout: Double) async -> Swift.Result<
         BEPClusterConfig, Failure

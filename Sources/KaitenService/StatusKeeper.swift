@@ -77,7 +77,7 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         let since = now()
         running.withLock { $0 = Running(number: number, since: since, doing: doing) }
         let after = busyAfter
-        Task { [weak self] in
+        let timer = Task { [weak self] in
             try? await Task.sleep(for: .seconds(after))
             guard let self else { return }
             let busy = self.running.withLock { running -> ServiceRecord.Busy? in
@@ -87,6 +87,14 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
             }
             if let busy { self.show(busy) }
         }
+        busyTimer.withLock { $0 = timer }
+    }
+
+    /// The last round's busy timer (tests wait for it to have decided, rather than for a time).
+    private let busyTimer = Mutex<Task<Void, Never>?>(nil)
+
+    func busyTimerDecided() async {
+        await busyTimer.withLock { $0 }?.value
     }
 
     /// What the running round does now.

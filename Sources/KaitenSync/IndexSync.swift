@@ -405,7 +405,7 @@ public enum IndexSync {
     ) async throws -> PeerConnection {
         // Direct addresses before relays, as syncthing ranks them.
         let found = await book.routes(for: device)
-        let routes = found.filter { !$0.address.isRelay } + (directOnly ? [] : found.filter(\.address.isRelay))
+        var routes = found.filter { !$0.address.isRelay } + (directOnly ? [] : found.filter(\.address.isRelay))
         guard !routes.isEmpty else {
             throw PeerError(
                 .invalidAddress, peer: device.id.shortDescription,
@@ -417,23 +417,33 @@ public enum IndexSync {
         // until it notices (syncthing 1.25+ does so while its wanted connection count is met).
         // It is asked again a few times, as syncthing itself redials, before that counts as a
         // failure; a refused or unreachable address is not retried.
+        var refuted: Set<PeerAddress> = []
         for delay in [0, 500, 1000, 2000, 3000] {
             if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
             var closedDuringHello = false
-            for route in routes {
-                do {
-                    let connection = try await PeerDialer.connect(
-                        to: route.address, expecting: device.id, identity: identity, hello: hello, logger: logger)
-                    connection.noteReached(via: route.how)
-                    return connection
-                } catch {
-                    lastError = error
-                    if (error as? PeerError)?.code == .closed { closedDuringHello = true }
-                    // Heard on the LAN, and not the device: its slot goes to the next sender.
-                    if route.source == .lan, let code = (error as? PeerError)?.code, code == .unexpectedDevice || code == .tlsRefused {
-                        book.refute(device.id, host: route.address.host)
+            var pending = routes.filter { !refuted.contains($0.address) }
+            while !pending.isEmpty {
+                let round = pending
+                pending = []
+                for route in round {
+                    do {
+                        let connection = try await PeerDialer.connect(
+                            to: route.address, expecting: device.id, identity: identity, hello: hello, logger: logger)
+                        connection.noteReached(via: route.how)
+                        return connection
+                    } catch {
+                        lastError = error
+                        if (error as? PeerError)?.code == .closed { closedDuringHello = true }
+                        // Heard on the LAN, and not the device: its slot goes to the next sender.
+                        if route.source == .lan, let code = (error as? PeerError)?.code, code == .unexpectedDevice || code == .tlsRefused {
+                            book.refute(device.id, host: route.address.host)
+                            refuted.insert(route.address)
+                        }
                     }
                 }
+                // Others heard since an impostor was found out: dialled too, in this attempt.
+                pending = await PeerCheck.routesAfterRefuting(refuted, tried: routes, device: device, book: book)
+                routes += pending
             }
             if !closedDuringHello || !retryClosed { break }
         }

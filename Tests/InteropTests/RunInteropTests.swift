@@ -583,8 +583,9 @@ extension RunInteropTests {
             try await Self.waitFor("the peer connected again", timeout: 60, log: run) {
                 run.log.components(separatedBy: "): connected at").count > connections
             }
-            // Two whole rescans at least (every 5 s).
-            try await Task.sleep(for: .seconds(11))
+            // Two whole rescans at least (every 5 s): waited for by their rounds, not a time.
+            let roundsBefore = Self.lastRound(world)?["number"] as? Int ?? 0
+            try await Self.waitFor("two more rounds", timeout: 90, log: run) { (Self.lastRound(world)?["number"] as? Int ?? 0) >= roundsBefore + 2 }
             #expect(try await SendInteropTests.globalVersion(st, "docs/a.txt") == sent, "\(run.log)")
             #expect(run.log.components(separatedBy: "done send f/docs/a.txt").count == 2, "sent once: \(run.log)")
             kill(run.process.processIdentifier, SIGTERM)

@@ -22,7 +22,7 @@ struct ServiceStatusTests {
         // A short round: never shown.
         status.roundStarted(doing: "planning (after start)")
         status.roundEnded()
-        try await Task.sleep(for: .milliseconds(600))
+        await status.busyTimerDecided()
         #expect(try record().busy == nil)
 
         // A long one: shown once it has run for a while, with what it does now; gone at its end.

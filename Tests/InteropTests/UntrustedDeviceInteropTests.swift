@@ -63,8 +63,11 @@ struct UntrustedDeviceInteropTests {
             let folders = try world.kaiten("folder", "ls")
             #expect(folders.stderr.contains("folder \"\(Self.folder)\" is shared with \(st.deviceID.shortDescription)"), "\(folders.stderr)")
 
-            // Given the time a send takes, nothing arrived: no name, no byte.
-            try await Task.sleep(nanoseconds: 2_000_000_000)
+            // Nothing arrived, and nothing could: the peer has no connection from Kaiten
+            // (the refusal ends it before any index or block), so no name, no byte.
+            let connections = try await st.get("/rest/system/connections") as? [String: Any]
+            let kaiten = (connections?["connections"] as? [String: Any])?[world.me.description] as? [String: Any]
+            #expect(kaiten?["connected"] as? Bool == false, "\(String(describing: kaiten))")
             try await ApplyInteropTests.rescan(st)
             #expect(Self.leaks(of: "secret", under: world.peerData).isEmpty, "\(Self.leaks(of: "secret", under: world.peerData))")
             // syncthing answers 404 for a name no device announced.
