@@ -129,7 +129,8 @@ extension Kaiten {
                     return
                 }
                 let peers = max(requirePeers, offloadAfter ?? 1)
-                try await Self.apply(folder: folder.id, requirePeers: peers, sendTimeout: sendTimeout, home: opened.home.path, json: json)
+                try await ApplyVerb(folders: [folder.id], yes: true, json: json, requirePeers: peers, sendTimeout: sendTimeout, logger: global.logger)
+                    .run(opened)
                 if let offloadAfter {
                     let offloaded = try await Offload.run(
                         folder: folder.id, paths: imported.map(\.destination), peers: offloadAfter, opened: opened, global: global, json: json)
@@ -214,14 +215,6 @@ extension Kaiten {
             }
         }
 
-        /// `kaiten apply --yes --folder F`: the same pipeline, output and exit codes.
-        static func apply(folder: String, requirePeers: Int, sendTimeout: Double, home: String, json: Bool) async throws {
-            var arguments = ["--yes", "--folder", folder, "--require-peers", "\(requirePeers)", "--send-timeout", "\(sendTimeout)", "--home", home]
-            if json { arguments.append("--json") }
-            var apply = try ApplyCommand.parse(arguments)
-            try await apply.run()
-        }
-
         /// Removes originals whose copies the peers hold, each only if it is still the content
         /// that was imported. The count removed.
         static func purge(_ items: [ImportItem]) -> Int {
@@ -300,10 +293,7 @@ enum Offload {
             print("offload: \(deselected.count) held by \(peers) peer\(peers == 1 ? "" : "s") and deselected; \(waiting) not yet held, kept")
         }
         guard !deselected.isEmpty else { return [] }
-        var arguments = ["--yes", "--folder", folder, "--require-peers", "\(peers)", "--max-delete", "100%", "--home", opened.home.path]
-        if json { arguments.append("--json") }
-        var apply = try Kaiten.ApplyCommand.parse(arguments)
-        try await apply.run()
+        try await ApplyVerb(folders: [folder], yes: true, json: json, maxDelete: "100%", requirePeers: peers, logger: global.logger).run(opened)
         return deselected
     }
 }
