@@ -167,7 +167,7 @@ public enum Applier {
                 if unlink(root + "/" + temp) == 0 { events(.removedTemporary(folder: folderPlan.id, path: temp)) }
             }
             if folderPlan.stignore.changed {
-                let action = Action(action: .writeStIgnore, path: ".stignore", reason: "write .stignore", type: "file")
+                let action = Action(action: .writeStIgnore, path: ".stignore", reason: "write .stignore", type: .file)
                 do {
                     try AtomicFile.write(Array(folderPlan.stignore.content.utf8), to: root + "/.stignore")
                     report.done += 1
@@ -529,7 +529,7 @@ public enum Applier {
 
             for action in folderPlan.actions where action.action == .chmod && !stopping {
                 guard let mode = action.mode else { continue }
-                if action.type == "directory" {
+                if action.type == .directory {
                     directoryModes.append((action.path, mode))
                     continue
                 }
@@ -557,7 +557,7 @@ public enum Applier {
             }
             await syncRemovedFrom()
             for (path, mode) in directoryModes.filter({ _ in !stopping }).sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
-                let action = Action(action: .chmod, path: path, reason: "directory permissions", type: "directory", cause: .permissions, mode: mode)
+                let action = Action(action: .chmod, path: path, reason: "directory permissions", type: .directory, cause: .permissions, mode: mode)
                 do {
                     try SafePath.validate(path)
                     try SafePath.prepareParentsExisting(root: root, name: path)
@@ -582,7 +582,7 @@ public enum Applier {
                 sendActions.append(
                     Action(
                         action: .send, path: copy, size: moved.kind == .file ? moved.size : 0, reason: "the local copy that lost a conflict",
-                        type: moved.kind == .symlink ? "symlink" : "file", cause: .localChange))
+                        type: moved.kind == .symlink ? .symlink : .file, cause: .localChange))
             }
             if !sendActions.isEmpty && !stopping {
                 var sendState = state

@@ -115,7 +115,7 @@ extension Applier {
     /// re-checks it live and keeps the file).
     static func firstDifference(_ saved: Plan, from fresh: Plan) -> String? {
         struct Key: Hashable {
-            let action: Action.Kind, path: String, size: Int64, type: String, version: [String], cause: Action.Cause?, mode: UInt32?
+            let action: Action.Kind, path: String, size: Int64, type: Action.EntryType, version: [String], cause: Action.Cause?, mode: UInt32?
             init(_ a: Action) {
                 (action, path, size, type, version, cause, mode) = (a.action, a.path, a.size, a.type, a.version, a.cause, a.mode)
             }
@@ -160,7 +160,7 @@ extension Applier {
             let deletions = folder.actions.filter { $0.action == .delete && $0.cause != .movedOnPeers }.count
             // Deletions made here and sent delete the files on every peer: the same brake (a
             // folder emptied by accident, an unmounted disk, must not empty the cluster).
-            let sentDeletions = folder.actions.filter { $0.action == .sendDelete && $0.type != "directory" }.count
+            let sentDeletions = folder.actions.filter { $0.action == .sendDelete && $0.type != .directory }.count
             // Nothing to weigh without deletions (the local files are not counted then: a
             // big folder's count is a walk).
             guard deletions > 0 || sentDeletions > 0 else { continue }

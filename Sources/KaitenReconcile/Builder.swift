@@ -83,13 +83,13 @@ struct Builder {
         }
     }
 
-    static let extraneousChoices = ["select", "delete-local", "keep"]
-    static let shadowedChoices = ["use-global", "delete-local", "keep"]
-    static let localEditChoices = ["use-global", "select", "keep"]
-    static let lastCopyChoices = ["select", "delete-local", "keep"]
-    static let concurrentChoices = ["use-global", "keep"]
+    static let extraneousChoices: [Conflict.Choice] = [.select, .deleteLocal, .keep]
+    static let shadowedChoices: [Conflict.Choice] = [.useGlobal, .deleteLocal, .keep]
+    static let localEditChoices: [Conflict.Choice] = [.useGlobal, .select, .keep]
+    static let lastCopyChoices: [Conflict.Choice] = [.select, .deleteLocal, .keep]
+    static let concurrentChoices: [Conflict.Choice] = [.useGlobal, .keep]
     /// The global version is a deletion: there is nothing to use instead; accept it or keep the file.
-    static let deletedGloballyChoices = ["delete-local", "keep"]
+    static let deletedGloballyChoices: [Conflict.Choice] = [.deleteLocal, .keep]
 
     mutating func classify() {
         let local = input.local
@@ -205,7 +205,7 @@ struct Builder {
                     type: Self.kindName(local?.kind ?? .file), version: describe(base), cause: won ? .conflictWon : .localChange))
         case .sendDelete(let base):
             let announced = input.announced[path]
-            let type = announced.map { $0.type == .directory ? "directory" : $0.isSymlink ? "symlink" : "file" } ?? "file"
+            let type = announced.map(Self.typeName) ?? .file
             sendDeletes.append(Action(action: .sendDelete, path: path, reason: "deleted here", type: type, version: describe(base), cause: .localChange))
         case .losesConflict:
             guard let global else { return }
@@ -252,7 +252,7 @@ struct Builder {
         if file.type == .directory {
             guard selected else { return }
             if l == nil {
-                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory, mode: mode(of: file))
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: .directory, version: describe(file.version), cause: .directory, mode: mode(of: file))
             } else if l!.kind == .directory {
                 addChmodIfNeeded(l!, file)
             } else if let synced = l!.synced, Reconciler.contentHash(of: l!) == synced.contentHash,
@@ -262,7 +262,7 @@ struct Builder {
                 // the file goes (before anything is pulled) and the directory takes its place.
                 replacedFiles.insert(path)
                 deletes.append(Action(action: .delete, path: path, size: l!.size, reason: "replaced by a directory on peers", type: Self.kindName(l!.kind), version: describe(synced.version), cause: .replaced))
-                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: "directory", version: describe(file.version), cause: .directory, mode: mode(of: file))
+                mkdirs[path] = Action(action: .mkdir, path: path, reason: "selected directory", type: .directory, version: describe(file.version), cause: .directory, mode: mode(of: file))
             } else {
                 addConflict(Conflict(kind: .shadowed, path: path, reason: "a local \(Self.kindName(l!.kind)) where the global index has a directory", choices: Self.shadowedChoices))
             }
@@ -422,9 +422,9 @@ struct Builder {
                 let below = local.files(withPrefix: prefix)
                 if below.allSatisfy({ $0.kind == .directory || deleted.contains($0.path) }) {
                     for sub in below where sub.kind == .directory {
-                        replacingRmdirs.append(Action(action: .rmdir, path: sub.path, reason: "inside a directory replaced by a file on peers", type: "directory", cause: .replaced))
+                        replacingRmdirs.append(Action(action: .rmdir, path: sub.path, reason: "inside a directory replaced by a file on peers", type: .directory, cause: .replaced))
                     }
-                    replacingRmdirs.append(Action(action: .rmdir, path: dir, reason: "replaced by a \(pull.type) on peers", type: "directory", cause: .replaced))
+                    replacingRmdirs.append(Action(action: .rmdir, path: dir, reason: "replaced by a \(pull.type) on peers", type: .directory, cause: .replaced))
                     replacedFiles.insert(dir)
                     pulls.append(pull)
                 } else {
@@ -455,7 +455,7 @@ struct Builder {
                     let global = input.global.global(dir)
                     let version = global.map { $0.file.version.descriptions } ?? []
                     let wanted = global.flatMap { $0.file.type == .directory && !$0.file.isDeleted ? mode(of: $0.file) : nil }
-                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: "directory", version: version, cause: .directory, mode: wanted)
+                    mkdirs[dir] = Action(action: .mkdir, path: dir, reason: "parent of selected files", type: .directory, version: version, cause: .directory, mode: wanted)
                 }
             }
             if ok { keptPulls.append(pull) }
@@ -495,9 +495,9 @@ struct Builder {
             for file in local.files where file.kind == .directory && !occupied.contains(file.path) && !replacing.contains(file.path) {
                 let path = file.path
                 if touched.contains(path) {
-                    rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: "directory", cause: .emptied))
+                    rmdirs.append(Action(action: .rmdir, path: path, reason: "left empty", type: .directory, cause: .emptied))
                 } else if deletedSelectedDirectories.contains(path) {
-                    rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: "directory", cause: .emptied))
+                    rmdirs.append(Action(action: .rmdir, path: path, reason: "deleted on peers", type: .directory, cause: .emptied))
                 }
             }
         }
@@ -530,15 +530,15 @@ struct Builder {
         return order.map { items[$0] }
     }
 
-    static func typeName(_ file: FileEntry) -> String {
-        file.type == .directory ? "directory" : file.isSymlink ? "symlink" : "file"
+    static func typeName(_ file: FileEntry) -> Action.EntryType {
+        file.type == .directory ? .directory : file.isSymlink ? .symlink : .file
     }
 
-    static func kindName(_ kind: LocalFile.Kind) -> String {
+    static func kindName(_ kind: LocalFile.Kind) -> Action.EntryType {
         switch kind {
-        case .file: return "file"
-        case .directory: return "directory"
-        case .symlink: return "symlink"
+        case .file: return .file
+        case .directory: return .directory
+        case .symlink: return .symlink
         }
     }
 }

@@ -267,8 +267,8 @@ public struct Action: Codable, Sendable, Equatable {
     /// Bytes pulled or freed (0 for directories).
     public var size: Int64
     public var reason: String
-    /// `file`, `directory` or `symlink`: what the global index (or the disk, for deletions) has.
-    public var type: String
+    /// What the global index (or the disk, for deletions) has there.
+    public var type: EntryType
     /// For pulls: the global version being fetched, as `SHORTID:counter` strings; for deletions
     /// of files the local content's version when Kaiten knows it.
     public var version: [String]
@@ -278,6 +278,12 @@ public struct Action: Codable, Sendable, Equatable {
     public var cause: Cause?
 
     /// The decision behind an action: apply re-checks each kind differently.
+    /// `file`, `directory` or `symlink` in the plan's JSON.
+    public enum EntryType: String, Codable, Sendable, CustomStringConvertible {
+        case file, directory, symlink
+        public var description: String { rawValue }
+    }
+
     public enum Cause: String, Codable, Sendable {
         /// Pulled: selected and absent here.
         case selected
@@ -316,7 +322,7 @@ public struct Action: Codable, Sendable, Equatable {
     public var mode: UInt32?
 
     public init(
-        action: Kind, path: String, size: Int64 = 0, reason: String, type: String = "file", version: [String] = [], peers: [String] = [],
+        action: Kind, path: String, size: Int64 = 0, reason: String, type: EntryType = .file, version: [String] = [], peers: [String] = [],
         cause: Cause? = nil, mode: UInt32? = nil
     ) {
         self.mode = mode
@@ -358,9 +364,19 @@ public struct Conflict: Codable, Sendable, Equatable {
     public var path: String
     public var reason: String
     /// How `kaiten resolve` can settle it: `select`, `delete-local`, `use-global`, `keep`.
-    public var choices: [String]
+    public var choices: [Choice]
 
-    public init(kind: Kind, path: String, reason: String, choices: [String]) {
+    /// A way `kaiten resolve` settles a conflict (`--select`, `--delete-local`, ...); the plan's
+    /// JSON keeps the flag's words.
+    public enum Choice: String, Codable, Sendable, CaseIterable, CustomStringConvertible {
+        case select
+        case deleteLocal = "delete-local"
+        case useGlobal = "use-global"
+        case keep
+        public var description: String { rawValue }
+    }
+
+    public init(kind: Kind, path: String, reason: String, choices: [Choice]) {
         self.kind = kind
         self.path = path
         self.reason = reason

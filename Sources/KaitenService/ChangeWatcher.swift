@@ -12,9 +12,10 @@ import Glibc
 /// this only makes it sooner.
 public final class ChangeWatcher: @unchecked Sendable {
     public enum Change: Sendable, Equatable {
-        /// Something changed in a folder: its ID and the path (folder-relative), every one
-        /// reported; `(events lost)` when the kernel's queue overflowed.
+        /// Something changed in a folder: its ID and the path (folder-relative), every one reported.
         case folder(String, path: String)
+        /// The kernel's queue overflowed: anything in the folder may have changed.
+        case eventsLost(folder: String)
         case selection
         case config
     }
@@ -145,7 +146,7 @@ public final class ChangeWatcher: @unchecked Sendable {
                 offset += 16 + length
                 if mask & UInt32(IN_Q_OVERFLOW) != 0 {
                     // Events were lost: every folder may have changed.
-                    for target in targets.values { if case .folder(let id, _) = target { changed.append(.folder(id, path: "(events lost)")) } }
+                    for target in targets.values { if case .folder(let id, _) = target { changed.append(.eventsLost(folder: id)) } }
                     changed.append(.selection)
                     continue
                 }
@@ -176,6 +177,7 @@ public final class ChangeWatcher: @unchecked Sendable {
                 switch change {
                 // Every path once: the service tells its own writes from news path by path.
                 case .folder(let id, let path): key = "folder " + id + "\u{0}" + path
+                case .eventsLost(let id): key = "lost " + id
                 case .selection: key = "selection"
                 case .config: key = "config"
                 }

@@ -52,8 +52,10 @@ public final class Service: Sendable {
     enum Trigger: Sendable {
         /// A peer's index batch, with the names it carries (a full index asks for a whole round).
         case peers(DeviceID, folder: String, names: [String], full: Bool)
-        /// A change on disk in a folder, at a path (`(events lost)` when the kernel dropped events).
+        /// A change on disk in a folder, at a path.
         case folder(String, path: String)
+        /// The kernel dropped a folder's change events: only a whole round can tell what changed.
+        case eventsLost(folder: String)
         case disk(String), timer, config, stop
 
         /// Why a round runs, for its log line.
@@ -61,6 +63,7 @@ public final class Service: Sendable {
             switch self {
             case .peers(let device, let folder, _, _): return "an index update from \(device.shortDescription) for \(folder)"
             case .folder(let id, let path): return "a change in \(id)/\(path)"
+            case .eventsLost(let id): return "changes in \(id) the kernel did not report one by one"
             case .disk(let what): return what
             case .timer: return "the periodic rescan"
             case .config: return "config.xml"
@@ -193,6 +196,7 @@ public final class Service: Sendable {
                 case .config: trigger.yield(.config)
                 case .selection: trigger.yield(.disk("a selection file"))
                 case .folder(let id, let path): trigger.yield(.folder(id, path: path))
+                case .eventsLost(let id): trigger.yield(.eventsLost(folder: id))
                 }
             }
         })

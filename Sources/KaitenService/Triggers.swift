@@ -74,8 +74,10 @@ final class Triggers: Sendable {
                 woken.whole = true
             case .folder(let id, let path):
                 woken.disk = true
-                if path == "(events lost)" { woken.whole = true }
                 if !woken.whole { woken.diskPaths[id, default: []].insert(path) }
+            case .eventsLost:
+                woken.disk = true
+                woken.whole = true
             case .peers(_, let folder, let names, let full):
                 if full { woken.whole = true }
                 if !woken.whole { woken.peerPaths[folder, default: []].formUnion(names) }
@@ -86,7 +88,7 @@ final class Triggers: Sendable {
             }
             switch trigger {
             case .config, .stop: break
-            case .folder(_, let path) where path != "(events lost)": break
+            case .folder: break
             default: if woken.reasonBesidesPaths == nil { woken.reasonBesidesPaths = trigger.reason }
             }
             let paths = woken.peerPaths.values.reduce(0) { $0 + $1.count } + woken.diskPaths.values.reduce(0) { $0 + $1.count }

@@ -205,7 +205,7 @@ public final class RemoteFiles: @unchecked Sendable {
         var unreachable: StreamError?
         if localPath == nil && relay == nil && !g.holders.contains(where: { connections[$0] != nil }) {
             let error = StreamError(
-                .unavailable,
+                .noHolderConnected,
                 "\(folder)/\(path): no connected peer holds it (held by \(g.holders.map(\.shortDescription).joined(separator: ", ")))")
             if reachable { throw error }
             unreachable = error

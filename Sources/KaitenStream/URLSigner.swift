@@ -134,6 +134,8 @@ public struct ServerRecord: Codable, Sendable {
 public struct StreamError: Error, Sendable, CustomStringConvertible {
     public enum Code: Sendable {
         case badRequest, forbidden, notFound, unavailable, peerFailed
+        /// Peers hold it, none of them connected (a verb that has not dialled yet may, and ask again).
+        case noHolderConnected
     }
 
     public let code: Code
@@ -151,7 +153,7 @@ public struct StreamError: Error, Sendable, CustomStringConvertible {
         case .badRequest: return 400
         case .forbidden: return 403
         case .notFound: return 404
-        case .unavailable: return 503
+        case .unavailable, .noHolderConnected: return 503
         case .peerFailed: return 502
         }
     }

@@ -143,7 +143,7 @@ struct BlockingMapTests {
 struct PullOrderTests {
     @Test func pullsAreTakenInTurnFromEachDirectoryKeepingEachDirectorysOrder() {
         let paths = ["a/1", "a/2", "a/3", "b/1", "top", "b/2", "c/d/1"]
-        let pulls = paths.map { Action(action: .pull, path: $0, reason: "", type: "file") }
+        let pulls = paths.map { Action(action: .pull, path: $0, reason: "", type: .file) }
         let order = Applier.interleavedByDirectory(pulls).map(\.path)
         #expect(order == ["a/1", "b/1", "top", "c/d/1", "a/2", "b/2", "a/3"])
         #expect(Applier.interleavedByDirectory(Array(pulls.prefix(3))).map(\.path) == ["a/1", "a/2", "a/3"])

@@ -72,7 +72,7 @@ struct PeerSafetyRuleTests {
         let plan = try f.plan()
         #expect(plan.lines.isEmpty)
         #expect(plan.conflictLines == ["concurrent c.txt"])
-        #expect(plan.conflicts.first?.choices == ["use-global", "keep"])
+        #expect(plan.conflicts.first?.choices == [.useGlobal, .keep])
     }
 
     @Test func anOlderSupersededCopyMayGoWhenDeselected() throws {
@@ -99,7 +99,7 @@ struct PeerSafetyRuleTests {
         let plan = try f.plan()
         #expect(plan.lines.isEmpty)
         #expect(plan.conflictLines == ["concurrent d.txt"])
-        #expect(plan.conflicts.first?.choices == ["delete-local", "keep"])
+        #expect(plan.conflicts.first?.choices == [.deleteLocal, .keep])
         f.global = GlobalIndex()
         f.announce("d.txt", version: 4, deleted: true)
         let newer = try f.plan()

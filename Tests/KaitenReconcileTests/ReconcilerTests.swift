@@ -62,7 +62,7 @@ struct PullRuleTests {
         var f = Fixture()
         f.announce("link", type: .symlink)
         f.selection = "link\n"
-        #expect(try f.plan().actions.map(\.type) == ["symlink"])
+        #expect(try f.plan().actions.map(\.type) == [.symlink])
     }
 }
 
@@ -147,7 +147,7 @@ struct ConflictRuleTests {
         f.onDisk("photos", kind: .directory)
         let plan = try f.plan()
         #expect(plan.conflictLines == ["extraneous notes.txt"])
-        #expect(plan.conflicts.first?.choices == ["select", "delete-local", "keep"])
+        #expect(plan.conflicts.first?.choices == [.select, .deleteLocal, .keep])
         #expect(plan.junk == ["photos/.DS_Store"])
         #expect(plan.actions.isEmpty)
     }
@@ -161,7 +161,7 @@ struct ConflictRuleTests {
         let plan = try f.plan()
         #expect(plan.conflictLines == ["shadowed a.txt"])
         #expect(plan.actions.isEmpty)
-        #expect(plan.conflicts.first?.choices.contains("use-global") == true)
+        #expect(plan.conflicts.first?.choices.contains(.useGlobal) == true)
     }
 
     @Test func aSyncedFileEditedLocallyWhileTheGlobalChangedIsALocalEdit() throws {

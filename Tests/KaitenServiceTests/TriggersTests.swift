@@ -25,7 +25,7 @@ struct TriggersTests {
 
     @Test func whatOnlyAWholeRoundAnswersDropsThePaths() async {
         for trigger: Service.Trigger in [
-            .peers(Self.peer, folder: "f", names: ["x"], full: true), .timer, .disk("a selection file"), .folder("f", path: "(events lost)"),
+            .peers(Self.peer, folder: "f", names: ["x"], full: true), .timer, .disk("a selection file"), .eventsLost(folder: "f"),
         ] {
             let triggers = Triggers()
             triggers.yield(.peers(Self.peer, folder: "f", names: ["a"], full: false))

@@ -399,7 +399,7 @@ final class ApplyOutput: @unchecked Sendable {
                 case .send: verb = "sent"
                 case .sendDelete: verb = "sent the deletion of"
                 }
-                let size = action.action == .pull || action.action == .delete || (action.action == .send && action.type == "file") ? " (\(Kaiten.Ls.human(action.size)))" : ""
+                let size = action.action == .pull || action.action == .delete || (action.action == .send && action.type == .file) ? " (\(Kaiten.Ls.human(action.size)))" : ""
                 clearProgress()
                 print("\(folder): \(verb) \(action.path)\(size)\(note.map { " — \($0)" } ?? "")")
             }

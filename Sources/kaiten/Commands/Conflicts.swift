@@ -47,7 +47,7 @@ extension Kaiten {
             let kind: String
             let path: String
             let reason: String
-            let choices: [String]
+            let choices: [Conflict.Choice]
         }
 
         func run() async throws {
@@ -116,6 +116,15 @@ extension Kaiten {
 
         enum Choice: String, EnumerableFlag {
             case select, deleteLocal, useGlobal, keep
+
+            var settles: Conflict.Choice {
+                switch self {
+                case .select: return .select
+                case .deleteLocal: return .deleteLocal
+                case .useGlobal: return .useGlobal
+                case .keep: return .keep
+                }
+            }
         }
 
         func run() async throws {
@@ -126,9 +135,8 @@ extension Kaiten {
                 guard let conflict = plan.folders.first?.conflicts.first(where: { $0.path == clean }), let state = states.first else {
                     throw ApplyError(.changedLocally, path: clean, "no open conflict in \(folder) (see `kaiten conflicts \(folder)`)")
                 }
-                let choiceName = choice.rawValue == "deleteLocal" ? "delete-local" : choice.rawValue == "useGlobal" ? "use-global" : choice.rawValue
-                guard conflict.choices.contains(choiceName) else {
-                    throw ApplyError(.changedLocally, path: clean, "--\(choiceName) does not apply to a \(conflict.kind.rawValue) conflict; choose one of: " + conflict.choices.map { "--\($0)" }.joined(separator: ", "))
+                guard conflict.choices.contains(choice.settles) else {
+                    throw ApplyError(.changedLocally, path: clean, "--\(choice.settles) does not apply to a \(conflict.kind.rawValue) conflict; choose one of: " + conflict.choices.map { "--\($0)" }.joined(separator: ", "))
                 }
                 let root = state.input.path
                 let local = state.input.local[clean]

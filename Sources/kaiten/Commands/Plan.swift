@@ -259,24 +259,24 @@ enum PlanRenderer {
             for action in folder.actions {
                 switch action.action {
                 case .mkdir: Swift.print("  + mkdir       \(action.path)/")
-                case .pull: Swift.print("  + pull        \(action.path)\(action.type == "symlink" ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))")")
+                case .pull: Swift.print("  + pull        \(action.path)\(action.type == .symlink ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))")")
                 case .delete: Swift.print("  - delete      \(action.path) (\(Kaiten.Ls.human(action.size))): \(action.reason)")
                 case .rmdir: Swift.print("  - rmdir       \(action.path)/")
                 case .chmod:
-                    Swift.print("  ~ chmod       \(action.path)\(action.type == "directory" ? "/" : "") (\(action.reason))")
+                    Swift.print("  ~ chmod       \(action.path)\(action.type == .directory ? "/" : "") (\(action.reason))")
                 case .writeStIgnore:
                     // Never in a plan's actions (the plan says it in `stignore`); shown as above.
                     Swift.print("  ~ write       .stignore")
                 case .send:
-                    let what = action.type == "directory" ? "/" : action.type == "symlink" ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))"
+                    let what = action.type == .directory ? "/" : action.type == .symlink ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))"
                     Swift.print("  + send        \(action.path)\(what)\(action.cause == .conflictWon ? " (wins a conflict: \(action.reason))" : "")")
-                case .sendDelete: Swift.print("  - send-delete \(action.path)\(action.type == "directory" ? "/" : "")")
+                case .sendDelete: Swift.print("  - send-delete \(action.path)\(action.type == .directory ? "/" : "")")
                 }
                 if action.action == .pull && action.cause == .conflictLost { Swift.print("                (\(action.reason))") }
             }
             for conflict in folder.conflicts {
                 let kind = conflict.kind.rawValue.padding(toLength: max(11, conflict.kind.rawValue.count), withPad: " ", startingAt: 0)
-                Swift.print("  ! \(kind) \(conflict.path): \(conflict.reason) [\(conflict.choices.joined(separator: "|"))]")
+                Swift.print("  ! \(kind) \(conflict.path): \(conflict.reason) [\(conflict.choices.map(\.rawValue).joined(separator: "|"))]")
             }
             if !folder.junk.isEmpty {
                 Swift.print("  · junk        \(folder.junk.count) file\(folder.junk.count == 1 ? "" : "s") (\(folder.junk.prefix(3).joined(separator: ", "))\(folder.junk.count > 3 ? ", …" : "")), left alone")

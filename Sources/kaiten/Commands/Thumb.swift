@@ -139,7 +139,7 @@ extension Kaiten {
                 // Each file's line as it is done (a long run shows its progress); one that needs the
                 // peers waits for the second pass, after they are dialled.
                 func waitsForPeers(_ outcome: Thumbnails.Outcome) -> Bool {
-                    !connected && outcome.status == .failed && (outcome.error ?? "").contains("no connected peer holds it")
+                    !connected && outcome.status == .failed && outcome.unreadable?.code == .noHolderConnected
                 }
                 var outcomes = await make(targets, with: thumbnails) { if !waitsForPeers($0) { show($0) } }
                 let unreachable = outcomes.filter(waitsForPeers)
