@@ -51,6 +51,7 @@ let package = Package(
         // liblz4 from the system (Debian: liblz4-dev); only KaitenProtocol's LZ4.swift imports it.
         .systemLibrary(
             name: "CLZ4",
+            path: "Sources/C/CLZ4",
             pkgConfig: "liblz4",
             providers: [.apt(["liblz4-dev"])]
         ),
@@ -66,10 +67,10 @@ let package = Package(
             exclude: ["Proto/bep.proto", "Proto/discovery.proto"]
         ),
         // zlib from the system, for CRC32 in index log records.
-        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CZlib", path: "Sources/C/CZlib", providers: [.apt(["zlib1g-dev"])]),
         // zlib's CRC-32, folded with carry-less multiplication where the CPU has it: every log
         // record, snapshot and scan cache is checked with it.
-        .target(name: "CKaitenCRC32", dependencies: ["CZlib"]),
+        .target(name: "CKaitenCRC32", dependencies: ["CZlib"], path: "Sources/C/CKaitenCRC32"),
         // The global index: an append-only log per folder, replayed into syncthing's global view.
         .target(
             name: "KaitenIndex",
@@ -186,14 +187,14 @@ let package = Package(
         // loader allowlist) and libavformat/libavcodec (a video frame read by ranges). Only the
         // kaiten-media helper process links them (below): `kaiten` starts without their
         // hundred shared libraries, and a decoder crash costs one thumbnail, not the service.
-        .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
+        .systemLibrary(name: "CVips", path: "Sources/C/CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
         .systemLibrary(
-            name: "CFFmpeg", pkgConfig: "libavformat",
+            name: "CFFmpeg", path: "Sources/C/CFFmpeg", pkgConfig: "libavformat",
             providers: [.apt(["libavformat-dev", "libavcodec-dev", "libswscale-dev", "libavutil-dev"])]
         ),
         // The C side of the helper: libvips's API is variadic, which Swift cannot call.
         .target(
-            name: "CKaitenMedia", dependencies: ["CVips", "CFFmpeg"],
+            name: "CKaitenMedia", dependencies: ["CVips", "CFFmpeg"], path: "Sources/C/CKaitenMedia",
             // The glue that copies decoder messages into buffers: checked string functions.
             cSettings: [.define("_FORTIFY_SOURCE", to: "2", .when(configuration: .release))],
             // pkg-config names one library per system-library target; the other three of ffmpeg's.
@@ -245,7 +246,8 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
-            ]
+            ],
+            path: "Sources/Testing/KaitenTestSupport"
         ),
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(

@@ -260,8 +260,8 @@ import Testing
         let build = try ProcessRunner.run(
             compiler,
             ["-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1",
-             "-I", root.appendingPathComponent("Sources/CKaitenMedia/include").path,
-             root.appendingPathComponent("Sources/CKaitenMedia/kaiten_media.c").path,
+             "-I", root.appendingPathComponent("Sources/C/CKaitenMedia/include").path,
+             root.appendingPathComponent("Sources/C/CKaitenMedia/kaiten_media.c").path,
              sources.appendingPathComponent("AddressSanitizer/driver.c").path, "-o", driver] + flags + ["-lz", "-lm"])
         try #require(build.status == 0, "\(build.stderr)")
         try TestMedia.png(dir.file("fine.png"), width: 64, height: 64)
