@@ -124,22 +124,9 @@ public struct ImportRecord: Sendable {
         let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
         for line in TextLines.nonEmpty(text) {
             let parts = line.split(separator: "\t", maxSplits: 1)
-            guard parts.count == 2, let bytes = Self.hexBytes(String(parts[0])), let hash = ContentHash(bytes: bytes) else { continue }
+            guard parts.count == 2, let bytes = Hex.decode(parts[0]), let hash = ContentHash(bytes: bytes) else { continue }
             entries.append((hash, String(parts[1])))
         }
-    }
-
-    static func hexBytes(_ hex: String) -> [UInt8]? {
-        guard hex.utf8.count == 64 else { return nil }
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
-        }
-        return bytes
     }
 
     public mutating func append(_ hash: ContentHash, path name: String) throws {

@@ -151,7 +151,7 @@ public final class ControlClient: Sendable {
         request.path = file.name
         request.offset = block.offset
         request.size = block.size
-        request.hash = block.hash.map { String(format: "%02x", $0) }.joined()
+        request.hash = Hex.encode(block.hash)
         let path = self.path
         let name = file.name
         let sent = request

@@ -1,6 +1,7 @@
 import Foundation
 import KaitenApply
 import KaitenConfig
+import KaitenProtocol
 import KaitenReconcile
 import KaitenStream
 import KaitenSync
@@ -277,7 +278,7 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
 
     private func block(_ request: ControlRequest) async throws -> Data {
         guard let folder = request.folder, let path = request.path, let offset = request.offset, let size = request.size,
-            let hex = request.hash, let hash = Data(hex: hex)
+            let hex = request.hash, let hash = Hex.decode(hex).map({ Data($0) })
         else { throw ServiceError("a block request names a folder, a path, an offset, a size and a hash") }
         if let outside = checkFolders([folder]) { throw ServiceError(outside) }
         do {
@@ -313,28 +314,3 @@ struct ControlFrameDecoder: ByteToMessageDecoder {
     }
 }
 
-extension Data {
-    /// Bytes from lower- or upper-case hex; nil for anything else.
-    init?(hex: String) {
-        guard hex.utf8.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(hex.utf8.count / 2)
-        var high: UInt8?
-        for c in hex.utf8 {
-            let value: UInt8
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): value = c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
-            if let h = high {
-                bytes.append(h << 4 | value)
-                high = nil
-            } else {
-                high = value
-            }
-        }
-        self.init(bytes)
-    }
-}

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KaitenProtocol
 import KaitenConfig
 
 #if canImport(Glibc)
@@ -39,7 +40,7 @@ public struct URLSigner: Sendable {
 
     public func signature(folder: String, path: String, expires: Int64) -> String {
         let mac = HMAC<SHA256>.authenticationCode(for: Self.message(folder: folder, path: path, expires: expires), using: key)
-        return Data(mac).map { String(format: "%02x", $0) }.joined()
+        return Hex.encode(Data(mac))
     }
 
     /// Checks a signature in constant time.
@@ -56,7 +57,7 @@ public struct URLSigner: Sendable {
 
     public func thumbnailSignature(folder: String, path: String, size: Int, expires: Int64) -> String {
         let mac = HMAC<SHA256>.authenticationCode(for: Self.thumbnailMessage(folder: folder, path: path, size: size, expires: expires), using: key)
-        return Data(mac).map { String(format: "%02x", $0) }.joined()
+        return Hex.encode(Data(mac))
     }
 
     public func verifyThumbnail(folder: String, path: String, size: Int, expires: Int64, signature: String) -> Bool {
@@ -71,16 +72,9 @@ public struct URLSigner: Sendable {
         return "\(base)/thumb?folder=\(Self.escape(folder))&path=\(Self.escape(path))&size=\(size)&exp=\(expires)&sig=\(sig)"
     }
 
+    /// A signature's 32 bytes; nil for anything else.
     static func hexBytes(_ signature: String) -> [UInt8]? {
-        guard signature.utf8.count == 64 else { return nil }
-        var bytes: [UInt8] = []
-        var index = signature.startIndex
-        while index < signature.endIndex {
-            let next = signature.index(index, offsetBy: 2)
-            guard let byte = UInt8(signature[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
-        }
+        guard let bytes = Hex.decode(signature), bytes.count == 32 else { return nil }
         return bytes
     }
 

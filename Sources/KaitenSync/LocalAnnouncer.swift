@@ -143,7 +143,7 @@ public final class LocalAnnouncer {
             return "\(info.st_size)@\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
         }
         let selection = FileManager.default.contents(atPath: home.selectionPath(folderID: folder)) ?? Data()
-        let digest = SHA256.hash(data: selection).map { String(format: "%02x", $0) }.joined()
+        let digest = Hex.encode(SHA256.hash(data: selection))
         return "rules 2 \(type); global \(log.fileSize); local \(index.log.fileSize) \(index.indexID); scan \(stamp(home.scanCachePath(folderID: folder))); selection \(digest)\n"
     }
 

@@ -71,4 +71,25 @@ struct StreamFuzzTests {
             #expect(!signer.verifyThumbnail(folder: folder, path: path, size: 256, expires: expires, signature: signature))
         }
     }
+
+    /// A signature is 64 hex digits and nothing else: 64 bytes of other characters (which once
+    /// walked past the end of the string, a crash any client could cause), a sign, spaces.
+    @Test func aSignatureThatIsNotHexNeverVerifiesNorTraps() {
+        let signer = URLSigner(key: Array(repeating: 9, count: 32))
+        // A signature that begins with 0, so that "+" in its place reads as the same byte to a
+        // lenient parser.
+        let expires = (100..<10_000).first { signer.signature(folder: "f", path: "a.mkv", expires: Int64($0)).hasPrefix("0") }.map(Int64.init)!
+        let signature = signer.signature(folder: "f", path: "a.mkv", expires: expires)
+        let plusSigned = "+" + signature.dropFirst()
+        let others = [
+            String(repeating: "a", count: 62) + "é", String(repeating: "é", count: 21) + String(repeating: "a", count: 22), String(repeating: "é", count: 32), String(repeating: " ", count: 64),
+            plusSigned, signature.uppercased() + "0", String(signature.dropLast()), "", String(repeating: "ff", count: 33),
+        ]
+        #expect(plusSigned.utf8.count == 64 && plusSigned != signature)
+        for other in others {
+            #expect(!signer.verify(folder: "f", path: "a.mkv", expires: expires, signature: other), "\(other)")
+            #expect(!signer.verifyThumbnail(folder: "f", path: "a.mkv", size: 256, expires: expires, signature: other), "\(other)")
+        }
+        #expect(signer.verify(folder: "f", path: "a.mkv", expires: expires, signature: signature.uppercased()), "hex in either case")
+    }
 }

@@ -54,16 +54,7 @@ public struct ContentHash: Sendable, Hashable, Comparable, CustomStringConvertib
     }
 
     /// Lower-case hex.
-    public var hex: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0xF)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    public var hex: String { Hex.encode(bytes) }
 
     public var description: String { hex }
 
