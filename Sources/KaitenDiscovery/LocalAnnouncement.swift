@@ -123,7 +123,7 @@ struct AddressText: Equatable {
 
     var hostIsUnspecified: Bool { host.isEmpty || host == "0.0.0.0" || host == "::" || host == "0:0:0:0:0:0:0:0" }
 
-    var isLoopback: Bool { host.hasPrefix("127.") || host == "::1" || host.lowercased() == "localhost" }
+    var isLoopback: Bool { LoopbackHost.contains(host) }
 
     func replacingHost(with newHost: String) -> String {
         let bracketed = newHost.contains(":") ? "[\(newHost)]" : newHost

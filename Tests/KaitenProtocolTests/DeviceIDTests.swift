@@ -93,3 +93,13 @@ struct DeviceIDTests {
         return out
     }
 }
+
+@Suite(.timeLimit(.minutes(1)))
+struct LoopbackHostTests {
+    @Test(arguments: ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LocalHost", "0:0:0:0:0:0:0:1"])
+    func loopback(_ host: String) { #expect(LoopbackHost.contains(host)) }
+
+    /// A name that begins like a loopback address resolves wherever its DNS says.
+    @Test(arguments: ["127.attacker.example", "127.0.0.1.nip.io", "0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "", "localhost.example", "::2"])
+    func notLoopback(_ host: String) { #expect(!LoopbackHost.contains(host)) }
+}

@@ -3,6 +3,7 @@ import Foundation
 import KaitenApply
 import KaitenTransfer
 import KaitenConfig
+import KaitenProtocol
 import KaitenDiscovery
 import KaitenService
 import KaitenIndex
@@ -181,7 +182,7 @@ extension Kaiten {
                     throw ValidationError("--listen \(listen): port \(port) is not a TCP port (0 to 65535; 0 picks a free one)")
                 }
                 let host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-                let loopback = host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.")
+                let loopback = LoopbackHost.contains(host)
                 guard loopback || allowRemote else {
                     throw ValidationError("\(host) is not a loopback address; pass --allow-remote to listen there (links still need signatures)")
                 }

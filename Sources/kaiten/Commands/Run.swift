@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import KaitenApply
 import KaitenConfig
+import KaitenProtocol
 import KaitenReconcile
 import KaitenMedia
 import KaitenService
@@ -105,7 +106,7 @@ extension Kaiten {
                 throw ValidationError("--serve takes host:port, e.g. 127.0.0.1:8385")
             }
             let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-            guard host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.") else {
+            guard LoopbackHost.contains(host) else {
                 throw ValidationError("--serve listens on loopback only (\(host) is not); use `kaiten serve --allow-remote` for more")
             }
             return (host, port)
