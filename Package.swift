@@ -66,6 +66,9 @@ let package = Package(
             ],
             exclude: ["Proto/bep.proto", "Proto/discovery.proto"]
         ),
+        // Writing files so that a crash leaves the old content or the new (temp file, fsync,
+        // rename, directory fsync), and flushing directories: the one place every layer uses.
+        .target(name: "KaitenFiles"),
         // zlib from the system, for CRC32 in index log records.
         .systemLibrary(name: "CZlib", path: "Sources/C/CZlib", providers: [.apt(["zlib1g-dev"])]),
         // zlib's CRC-32, folded with carry-less multiplication where the CPU has it: every log
@@ -74,7 +77,8 @@ let package = Package(
         // The global index: an append-only log per folder, replayed into syncthing's global view.
         .target(
             name: "KaitenIndex",
-            dependencies: ["KaitenProtocol", "CKaitenCRC32", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+            dependencies: [
+                "KaitenFiles", "KaitenProtocol", "CKaitenCRC32", .product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
         // Selection files and the .stignore allowlist (Sushitrain's grammar). No I/O.
         .target(name: "KaitenSelection", dependencies: ["KaitenProtocol"]),
@@ -82,7 +86,8 @@ let package = Package(
         // scan cache and the record of what Kaiten synced.
         .target(
             name: "KaitenScan",
-            dependencies: ["KaitenProtocol", "KaitenConfig", "CZlib", "CKaitenCRC32", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "KaitenFiles", "KaitenProtocol", "KaitenConfig", "CZlib", "CKaitenCRC32", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // The plan: a pure function from selection x global index x local scan to actions and
         // conflicts. No I/O.
@@ -95,6 +100,7 @@ let package = Package(
         .target(
             name: "KaitenTransfer",
             dependencies: [
+                "KaitenFiles",
                 "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
             ]
@@ -104,6 +110,7 @@ let package = Package(
         .target(
             name: "KaitenApply",
             dependencies: [
+                "KaitenFiles",
                 "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -114,6 +121,7 @@ let package = Package(
         .target(
             name: "KaitenStream",
             dependencies: [
+                "KaitenFiles",
                 "KaitenTransfer", "KaitenSync", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -126,6 +134,7 @@ let package = Package(
         .target(
             name: "KaitenConfig",
             dependencies: [
+                "KaitenFiles",
                 "KaitenProtocol",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -165,6 +174,7 @@ let package = Package(
         .target(
             name: "KaitenSync",
             dependencies: [
+                "KaitenFiles",
                 "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenConfig", "KaitenProtocol", "KaitenScan", "KaitenSelection",
                 "KaitenReconcile",
                 .product(name: "Logging", package: "swift-log"),
@@ -176,6 +186,7 @@ let package = Package(
         .target(
             name: "KaitenService",
             dependencies: [
+                "KaitenFiles",
                 "KaitenDiscovery", "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
                 "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -207,12 +218,14 @@ let package = Package(
         // local or on peers (through on demand's reads and its signed URLs).
         .target(
             name: "KaitenMedia",
-            dependencies: ["KaitenStream", "KaitenIndex", "KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTransfer"]
+            dependencies: [
+                "KaitenFiles", "KaitenStream", "KaitenIndex", "KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTransfer"]
         ),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
             dependencies: [
+                "KaitenFiles",
                 "KaitenProtocol",
                 "KaitenConfig",
                 "KaitenPeer",

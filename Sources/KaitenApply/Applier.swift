@@ -1,4 +1,5 @@
 import Foundation
+import KaitenFiles
 import KaitenTransfer
 import KaitenConfig
 import KaitenIndex

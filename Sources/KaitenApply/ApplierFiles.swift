@@ -33,7 +33,7 @@ extension Applier {
         guard rename(root + "/" + name, root + "/" + copy) == 0 else {
             throw ApplyError(.io, path: name, "cannot move it aside as \(copy): \(String(cString: strerror(errno)))")
         }
-        SafePath.syncDirectory((root + "/" + name as NSString).deletingLastPathComponent)
+        try SafePath.syncParent(of: root + "/" + name, name: name)
         return copy
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import KaitenFiles
 import KaitenProtocol
 
 #if canImport(FoundationXML)
@@ -448,7 +449,7 @@ public final class ConfigFile {
 
     /// Writes the file atomically: temporary file, fsync, rename, fsync of the directory.
     public func write() throws(ConfigError) {
-        try AtomicFile.write(Array(serialized().utf8), to: path, mode: 0o600)
+        try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(serialized().utf8), to: path, mode: 0o600) }
     }
 
     // MARK: - Validation and element decoding

@@ -1,3 +1,5 @@
+import KaitenFiles
+
 /// A problem with a file Kaiten reads or writes in its home: config.xml, cert.pem, key.pem.
 ///
 /// `description` is the one line a user sees: it names the file (and the line, where known),
@@ -42,5 +44,17 @@ public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         if let line { return "\(file):\(line): \(message)" }
         return "\(file): \(message)"
+    }
+}
+
+extension ConfigError {
+    /// Config's own files (config.xml, the identity, index IDs) written through ``AtomicFile``,
+    /// their failure said as a config error.
+    static func writing(_ write: () throws(FileWriteError) -> Void) throws(ConfigError) {
+        do {
+            try write()
+        } catch {
+            throw ConfigError(.writeFailed, file: error.file, error.message)
+        }
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KaitenFiles
 import KaitenProtocol
 import SwiftASN1
 import X509
@@ -150,9 +151,9 @@ public struct Identity: Sendable {
 
     /// Writes `cert.pem` (0644) and `key.pem` (0600), refusing to replace either.
     public func write(certificatePath: String, keyPath: String) throws(ConfigError) {
-        try AtomicFile.write(Array(privateKeyPEM.utf8), to: keyPath, mode: 0o600, exclusive: true)
+        try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(privateKeyPEM.utf8), to: keyPath, mode: 0o600, exclusive: true) }
         do {
-            try AtomicFile.write(Array(certificatePEM.utf8), to: certificatePath, mode: 0o644, exclusive: true)
+            try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(certificatePEM.utf8), to: certificatePath, mode: 0o644, exclusive: true) }
         } catch {
             unlink(keyPath)
             throw error

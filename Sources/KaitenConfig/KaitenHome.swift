@@ -1,4 +1,5 @@
 import Foundation
+import KaitenFiles
 import KaitenProtocol
 
 /// A home that has been set up: its configuration and identity, loaded and checked together.
@@ -26,7 +27,7 @@ public struct KaitenHome {
 
     /// Keeps this configuration as the one a long-running service runs on.
     public func recordRunningConfig() throws(ConfigError) {
-        try AtomicFile.write(Array(config.serialized().utf8), to: home.runningConfigPath, mode: 0o600)
+        try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(config.serialized().utf8), to: home.runningConfigPath, mode: 0o600) }
     }
 
     /// The result of ``initialize(_:name:listenAddress:now:)``.
@@ -74,7 +75,7 @@ public struct KaitenHome {
             apiKey: randomAPIKey(), discovery: discovery, relays: relays)
         try identity.write(certificatePath: home.certificatePath, keyPath: home.keyPath)
         do {
-            try AtomicFile.write(Array(config.serialized().utf8), to: home.configPath, mode: 0o600, exclusive: true)
+            try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(config.serialized().utf8), to: home.configPath, mode: 0o600, exclusive: true) }
         } catch {
             unlink(home.certificatePath)
             unlink(home.keyPath)

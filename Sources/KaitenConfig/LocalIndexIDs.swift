@@ -1,4 +1,5 @@
 import Foundation
+import KaitenFiles
 import KaitenProtocol
 
 /// This device's index ID per folder: a random non-zero number, made once and kept.
@@ -40,7 +41,7 @@ public struct LocalIndexIDs {
     private func save(_ known: [String: UInt64]) throws(ConfigError) {
         let text = known.sorted { $0.key < $1.key }.map { "\(String($0.value, radix: 16)) \($0.key)\n" }.joined()
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try AtomicFile.write(Array(text.utf8), to: path, mode: 0o600)
+        try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(text.utf8), to: path, mode: 0o600) }
     }
 
     private func load() throws(ConfigError) -> [String: UInt64] {

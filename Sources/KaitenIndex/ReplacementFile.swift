@@ -1,4 +1,5 @@
 import Foundation
+import KaitenFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -43,10 +44,9 @@ final class ReplacementFile {
         }
         committed = true
         let directory = (path as NSString).deletingLastPathComponent
-        let dirFD = Glibc.open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dirFD >= 0 {
-            fsync(dirFD)
-            Glibc.close(dirFD)
+        let flushed = AtomicFile.syncDirectory(directory.isEmpty ? "." : directory)
+        guard flushed == 0 else {
+            throw IndexLogError(.io, file: path, "in place, but its directory could not be flushed to disk: \(String(cString: strerror(flushed)))")
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import KaitenFiles
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol

@@ -1,5 +1,6 @@
 import CKaitenCRC32
 import Foundation
+import KaitenFiles
 import KaitenConfig
 import KaitenProtocol
 

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KaitenFiles
 import KaitenProtocol
 import KaitenConfig
 

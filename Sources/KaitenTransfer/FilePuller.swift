@@ -76,7 +76,7 @@ public struct FilePuller: Sendable {
                 guard mkdir(target, entry.noPermissions || ignorePermissions ? 0o755 : mode_t(entry.permissions & 0o777)) == 0 || errno == EEXIST else {
                     throw ApplyError(.io, path: name, "cannot create the directory: \(String(cString: strerror(errno)))")
                 }
-                SafePath.syncDirectory((target as NSString).deletingLastPathComponent)
+                try SafePath.syncParent(of: target, name: name)
             }
             return LocalFile(path: name, kind: .directory)
         case .symlink, .symlinkFile, .symlinkDirectory:
@@ -257,7 +257,7 @@ public struct FilePuller: Sendable {
         guard rename(temp, target) == 0 else {
             throw ApplyError(.io, path: name, "cannot rename into place: \(String(cString: strerror(errno)))")
         }
-        if syncsDirectories { SafePath.syncDirectory((target as NSString).deletingLastPathComponent) }
+        if syncsDirectories { try SafePath.syncParent(of: target, name: name) }
     }
 }
 

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KaitenFiles
 import KaitenProtocol
 
 #if canImport(Glibc)
@@ -104,12 +105,7 @@ public enum SafePath {
 
     /// fsyncs a directory, so a rename or unlink in it is durable; 0, or the errno.
     @discardableResult
-    public static func syncDirectory(_ path: String) -> Int32 {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return errno }
-        defer { close(fd) }
-        return fsync(fd) == 0 ? 0 : errno
-    }
+    public static func syncDirectory(_ path: String) -> Int32 { AtomicFile.syncDirectory(path) }
 }
 
 extension SafePath {
@@ -141,6 +137,17 @@ extension SafePath {
             guard lstat(current, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
                 throw ApplyError(.unsafePath, path: name, "\(current) is not a real directory; nothing is deleted through it")
             }
+        }
+    }
+}
+
+extension SafePath {
+    /// Flushes the directory `name` was put in; a failure is the write's failure (the entry is
+    /// in place, but a crash could still lose it).
+    public static func syncParent(of full: String, name: String) throws(ApplyError) {
+        let flushed = syncDirectory((full as NSString).deletingLastPathComponent)
+        guard flushed == 0 else {
+            throw ApplyError(.io, path: name, "in place, but its directory could not be flushed to disk: \(String(cString: strerror(flushed)))")
         }
     }
 }

@@ -76,7 +76,7 @@ public struct Versioner: Sendable {
         guard rename(full, versionsPath + "/" + versioned) == 0 else {
             throw ApplyError(.io, path: name, "cannot move it into \(versionsPath): \(String(cString: strerror(errno)))")
         }
-        SafePath.syncDirectory((versionsPath + "/" + versioned as NSString).deletingLastPathComponent)
+        try SafePath.syncParent(of: versionsPath + "/" + versioned, name: name)
     }
 
     private func runExternal(root: String, name: String) throws(ApplyError) {

@@ -105,15 +105,30 @@ struct FlushFailureInteropTests {
             let again = try Self.planned(world)
             #expect(again["fails-small.txt"] == "pull" && again["fails-big.bin"] == "pull" && again["ok.bin"] == nil, "\(again)")
 
-            // The folder's directory cannot be flushed: what went into it is not called durable,
-            // and the deselected file is not deleted on its word.
-            #expect(try world.kaiten("deselect", Self.folder, "doomed.txt").status == 0)
+            // The folder's directory cannot be flushed. A new allowlist is in place but not
+            // durable: said, and the folder stops there (nothing pulled, nothing deleted).
+            #expect(try world.kaiten("deselect", Self.folder, "ok.bin").status == 0)
+            let allowlist = try apply(["KAITEN_TEST_FAIL_FSYNC_DIR": world.local])
+            #expect(allowlist.status == 5, "\(allowlist.stdout)\(allowlist.stderr)")
+            #expect(allowlist.stderr.contains(".stignore: written, but its directory could not be flushed to disk"), "\(allowlist.stderr)")
+            #expect(FileManager.default.fileExists(atPath: world.local + "/ok.bin"), "no deletion after an allowlist that is not durable")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/fails-small.txt"))
+            #expect(try world.kaiten("select", Self.folder, "ok.bin").status == 0)
+            // The allowlist made durable again; the fails-* files still fail, left to pull.
+            let rewritten = try apply(["KAITEN_TEST_FAIL_FSYNC": "fails-"])
+            #expect(rewritten.status == 5 && !rewritten.stderr.contains(".stignore"), "\(rewritten.stdout)\(rewritten.stderr)")
+
+            // The allowlist unchanged, a file deleted on the peer and the pulls left over: the
+            // files put into the directory are not called durable, and the deletion is held back.
+            try FileManager.default.removeItem(atPath: world.peerData + "/doomed.txt")
+            try await ApplyInteropTests.rescan(st)
+            #expect(try world.kaiten("index", "sync").status == 0)
             let unflushed = try apply(["KAITEN_TEST_FAIL_FSYNC_DIR": world.local])
             #expect(unflushed.status == 5, "\(unflushed.stdout)\(unflushed.stderr)")
             #expect((unflushed.stdout + unflushed.stderr).contains("cannot flush the directory to disk"), "\(unflushed.stdout)\(unflushed.stderr)")
             #expect(FileManager.default.fileExists(atPath: world.local + "/doomed.txt"), "no deletion after an unflushed directory")
 
-            // Flushes work again: everything lands, the deselected file goes.
+            // Flushes work again: everything lands, the file deleted on the peer goes.
             let healed = try world.kaiten("apply", "--yes")
             #expect(healed.status == 0, "\(healed.stdout)\(healed.stderr)")
             for name in ["fails-small.txt", "fails-big.bin", "ok.bin"] { #expect(content(world.local + "/" + name) == content(world.peerData + "/" + name), "\(name)") }

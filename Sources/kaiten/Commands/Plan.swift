@@ -2,6 +2,7 @@ import ArgumentParser
 import KaitenApply
 import KaitenTransfer
 import Foundation
+import KaitenFiles
 import KaitenConfig
 import KaitenService
 import KaitenProtocol

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KaitenFiles
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol

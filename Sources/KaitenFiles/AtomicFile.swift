@@ -12,14 +12,14 @@ import Darwin
 /// Crash-safe file replacement: write a temporary file beside the target, fsync it, rename it
 /// over the target, fsync the directory. A crash leaves either the old content or the new,
 /// never a mix, and never a half-written file under the real name.
-package enum AtomicFile {
+public enum AtomicFile {
     private static let writes = Atomic<Int>(0)
 
     /// Replaces (or creates) `path` with `bytes`, with permission bits `mode`.
     /// - Parameter exclusive: when true, fail if `path` already exists instead of replacing it.
-    package static func write(
+    public static func write(
         _ bytes: some Collection<UInt8>, to path: String, mode: mode_t = 0o644, exclusive: Bool = false
-    ) throws(ConfigError) {
+    ) throws(FileWriteError) {
         let directory = (path as NSString).deletingLastPathComponent
         let base = (path as NSString).lastPathComponent
         // Unique per write, not only per process: two threads of one process (a service's
@@ -62,21 +62,37 @@ package enum AtomicFile {
             guard rename(temp, path) == 0 else { throw failure(path, "rename failed: \(errnoText())") }
         }
         ok = true
-        syncDirectory(directory)
+        // In place, but durable only once its directory is: a failed flush is said, not hidden.
+        let flushed = syncDirectory(directory.isEmpty ? "." : directory)
+        guard flushed == 0 else { throw failure(path, "written, but its directory could not be flushed to disk: \(String(cString: strerror(flushed)))") }
     }
 
-    /// Flushes a directory's entries (a rename is durable only once its directory is).
-    package static func syncDirectory(_ directory: String) {
+    /// Flushes a directory's entries (a rename or unlink is durable only once its directory is);
+    /// 0, or the errno.
+    @discardableResult
+    public static func syncDirectory(_ directory: String) -> Int32 {
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 {
-            fsync(fd)
-            close(fd)
-        }
+        guard fd >= 0 else { return errno }
+        defer { close(fd) }
+        return fsync(fd) == 0 ? 0 : errno
     }
 
-    private static func failure(_ path: String, _ message: String) -> ConfigError {
-        ConfigError(.writeFailed, file: path, message)
+    private static func failure(_ path: String, _ message: String) -> FileWriteError {
+        FileWriteError(file: path, message: message)
     }
 
     package static func errnoText() -> String { String(cString: strerror(errno)) }
+}
+
+/// A file that could not be written whole and durable: which, and why.
+public struct FileWriteError: Error, Equatable, Sendable, CustomStringConvertible {
+    public let file: String
+    public let message: String
+
+    public init(file: String, message: String) {
+        self.file = file
+        self.message = message
+    }
+
+    public var description: String { "\(file): \(message)" }
 }
