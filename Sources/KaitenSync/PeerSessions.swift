@@ -23,8 +23,8 @@ public struct IndexUpdate: Sendable {
 public final class PeerSessions: @unchecked Sendable {  // the home behind its lock
     /// The configuration in force: replaced by ``reconfigure(_:)`` (a reload).
     public var home: KaitenHome { homeLock.withLock { configuredHome } }
-    private let homeLock = NSLock()
-    private var configuredHome: KaitenHome
+    let homeLock = NSLock()
+    var configuredHome: KaitenHome
     let timeout: Double
     let logger: Logger
     let serve: IndexSync.RequestHandler?
@@ -32,7 +32,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// addresses, and discovery started for each dial when a `dynamic` peer needs it.
     let addresses: PeerAddressBook?
 
-    private struct State {
+    struct State {
         var connections: [DeviceID: PeerConnection] = [:]
         /// Why each peer's last connection ended, for the redial loop to say once.
         var lost: [DeviceID: String] = [:]
@@ -49,30 +49,30 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         var watchers: [UUID: AsyncStream<Void>.Continuation] = [:]
         var closed = false
     }
-    private let state = Mutex(State())
+    let state = Mutex(State())
     /// Exchanges run one at a time: a dialled and an accepted session of one peer must not
     /// both pass the duplicate check, and each announces from the local index it refreshes.
-    private let exchanges = SerialQueue()
-    private let dialing = DialsInProgress()
+    let exchanges = SerialQueue()
+    let dialing = DialsInProgress()
     /// The writers that take peers' updates in, by folder (each holds its lock per batch only).
-    private let intakeLogs = Mutex<[String: IndexLog]>([:])
+    let intakeLogs = Mutex<[String: IndexLog]>([:])
     /// Where what happens on an open connection is said (a peer sharing a folder or stopping):
     /// the last `warn` a caller gave, which says things the way the rest of its output does.
-    private let notices = Mutex<(@Sendable (String) -> Void)?>(nil)
+    let notices = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     /// Where a long-running process says that a peer connected or went (its log); one-shot
     /// verbs, whose output is their result, say nothing of it.
-    private let connectionNotices = Mutex<(@Sendable (String) -> Void)?>(nil)
+    let connectionNotices = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     public func sayConnections(to say: @escaping @Sendable (String) -> Void) {
         connectionNotices.withLock { $0 = say }
     }
 
-    private func sayConnection(_ message: String) {
+    func sayConnection(_ message: String) {
         if let say = connectionNotices.withLock({ $0 }) { say(message) } else { logger.debug("\(message)") }
     }
 
-    private func notice(_ message: String) {
+    func notice(_ message: String) {
         if let say = notices.withLock({ $0 }) { say(message) } else { logger.info("\(message)") }
     }
 
@@ -114,7 +114,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     }
 
     /// Dials (only `only`, when given) and keeps what connects; the caller holds the queue.
-    private func dial(folders: [String], only: Set<DeviceID>?, directOnly: Bool = false, warn: (String) -> Void) async throws
+    func dial(folders: [String], only: Set<DeviceID>?, directOnly: Bool = false, warn: (String) -> Void) async throws
         -> [IndexSync.Report]
     {
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
@@ -233,7 +233,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         }
     }
 
-    private func mayRoute(_ device: DeviceConfiguration) -> Bool {
+    func mayRoute(_ device: DeviceConfiguration) -> Bool {
         if let addresses { return addresses.mayRoute(device) }
         return ConfiguredAddresses(relaysEnabled: home.config.options.relaysEnabled).mayRoute(device) || Discovery.isNeeded(for: [device], options: home.config.options)
     }
@@ -351,7 +351,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     }
 
     /// Keeps a connection past its exchange: its later index batches are taken in.
-    private func adopt(_ connection: PeerConnection, device: DeviceID, announced: [String: RemoteIndexState]) {
+    func adopt(_ connection: PeerConnection, device: DeviceID, announced: [String: RemoteIndexState]) {
         guard connection.isOpen else { return }
         let intake = Task { await self.takeIn(connection, device: device) }
         var replaced: PeerConnection?
@@ -384,7 +384,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// Writes each index batch the peer sends into the folder's log, durably, then tells the
     /// subscribers. A batch that cannot be stored ends the connection: the next exchange asks
     /// for everything after the last checkpoint again.
-    private func takeIn(_ connection: PeerConnection, device: DeviceID) async {
+    func takeIn(_ connection: PeerConnection, device: DeviceID) async {
         events: for await event in connection.events {
             switch event {
             case .clusterConfig(let clusterConfig):
@@ -429,7 +429,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// ID noted, this device's index sent; the peer counts as current for it once its index
     /// reaches the sequence it announced), and one it stopped sharing is dropped at once (it
     /// no longer vouches for anything there).
-    private func sharingChanged(_ clusterConfig: BEPClusterConfig, connection: PeerConnection, device: DeviceID) throws {
+    func sharingChanged(_ clusterConfig: BEPClusterConfig, connection: PeerConnection, device: DeviceID) throws {
         // A secondary connection's ClusterConfig lists no folders and means nothing about them.
         guard !clusterConfig.secondary else { return }
         let me = home.identity.deviceID
@@ -487,12 +487,12 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     }
 
     /// `name (ABCDEFG)`, or the short ID of a peer without a name.
-    private func peerLabel(_ device: DeviceID) -> String {
+    func peerLabel(_ device: DeviceID) -> String {
         let name = home.config.device(id: device)?.name ?? ""
         return name.isEmpty ? device.shortDescription : "\(name) (\(device.shortDescription))"
     }
 
-    private func connectionsChanged() {
+    func connectionsChanged() {
         for watcher in state.withLock({ Array($0.watchers.values) }) { watcher.yield() }
     }
 
@@ -505,7 +505,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
 
     /// A stream whose continuation is kept in `slot` until the stream is dropped; finished at
     /// once when the sessions are closed already.
-    private func subscribe<Element>(
+    func subscribe<Element>(
         _ slot: WritableKeyPath<State, [UUID: AsyncStream<Element>.Continuation]> & Sendable,
         buffering: AsyncStream<Element>.Continuation.BufferingPolicy
     ) -> AsyncStream<Element> {
@@ -534,14 +534,14 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     }
 
     /// The folder's intake log (opened the first time), held for `body`.
-    private func withIntakeLog<T: Sendable>(_ folder: String, _ body: (IndexLog) throws -> T) throws -> T {
+    func withIntakeLog<T: Sendable>(_ folder: String, _ body: (IndexLog) throws -> T) throws -> T {
         try intakeLogs.withLock { logs in
             if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
             return try body(logs[folder]!)
         }
     }
 
-    private func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
+    func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
         try withIntakeLog(folder) { log in
             try log.exclusively {
                 // The index ID its ClusterConfig gave, stored by the exchange.
@@ -562,110 +562,6 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         }
     }
 
-    // MARK: - What callers see
-
-    /// The open connections, by peer.
-    public func connections() -> [DeviceID: PeerConnection] {
-        state.withLock { $0.connections.filter { $0.value.isOpen } }
-    }
-
-    /// The peers whose index of `folder` is current: exchanged on a connection still open,
-    /// every update since taken in. A peer known only from the log holds nothing as far as a
-    /// deletion is concerned.
-    public func current(folder: String) -> Set<DeviceID> {
-        state.withLock { state in (state.current[folder] ?? []).filter { state.connections[$0]?.isOpen == true } }
-    }
-
-    /// Every index batch taken in from now on (after it is in the log), until the stream is
-    /// dropped or the sessions close.
-    public func updates() -> AsyncStream<IndexUpdate> {
-        subscribe(\.subscribers, buffering: .unbounded)
-    }
-
-    /// A ``PeerSession`` over the open connections, for an apply run by this process.
-    /// - Parameter announcer: how an apply on it announces what it changed; nil: this device's
-    ///   whole local index is brought in line and sent (``announce(folders:warn:)``).
-    public func session(folders: [String], announcer: (@Sendable ([String]) async -> Void)? = nil) -> PeerSession {
-        let (connections, current, announced) = state.withLock { state in
-            (state.connections.filter { $0.value.isOpen }, state.current, state.announced)
-        }
-        var refreshed: [String: Set<DeviceID>] = [:]
-        for folder in folders { refreshed[folder] = (current[folder] ?? []).filter { connections[$0] != nil } }
-        return PeerSession(
-            connections: connections, refreshed: refreshed, announced: announced, updates: { self.updates() },
-            announcer: announcer ?? { folders in await self.announce(folders: folders, warn: { self.logger.warning("\($0)") }) },
-            lent: true)
-    }
-
-    /// Brings this device's local index in line with the logs and sends each open connection
-    /// what it lacks of it. Failures only cost the announcement: the next one sends it again.
-    public func announce(folders requested: [String] = [], warn: @escaping @Sendable (String) -> Void) async {
-        await exchanges.run {
-            let folders = requested.isEmpty ? self.home.config.folders.map(\.id) : requested
-            do {
-                let announcer = try LocalAnnouncer(home: self.home, folders: folders, warn: warn)
-                defer { announcer.close() }
-                for folder in folders {
-                    let log = try PeerGenerations.openLog(home: self.home, folder: folder, readOnly: true)
-                    defer { log.close() }
-                    try announcer.refresh(folder: folder, log: log)
-                }
-                try await self.sendHoldingQueue(from: announcer, folders: folders)
-            } catch {
-                warn("could not announce this device's index: \(error)")
-            }
-        }
-    }
-
-    /// Sends each open connection what it lacks of the local index `announcer` keeps, brought
-    /// up to date by the caller (a service's round, which knows the paths it changed and
-    /// refreshed only those). In turn with the exchanges, so that a peer gets its updates in
-    /// sequence order whoever sends them.
-    public func send(from announcer: LocalAnnouncer, folders: [String], warn: @escaping @Sendable (String) -> Void) async {
-        // The caller waits for this call and uses the announcer for nothing else meanwhile.
-        nonisolated(unsafe) let announcer = announcer
-        await exchanges.run {
-            do {
-                try await self.sendHoldingQueue(from: announcer, folders: folders)
-            } catch {
-                warn("could not announce this device's index: \(error)")
-            }
-        }
-    }
-
-    private func sendHoldingQueue(from announcer: LocalAnnouncer, folders: [String]) async throws {
-        let (connections, announced) = state.withLock { ($0.connections, $0.announced) }
-        for (device, connection) in connections where connection.isOpen {
-            let shared = folders.filter { home.config.folder(id: $0)?.devices.contains(device) == true }
-            let theirs = announced[device] ?? [:]
-            try await announcer.send(to: connection, folders: shared.filter { theirs[$0] != nil }, theirView: theirs)
-            let now = announcer.state
-            state.withLock { state in
-                for folder in shared where theirs[folder] != nil { state.announced[device]?[folder] = now[folder] }
-            }
-        }
-    }
-
-    public func close(reason: String = "done") async {
-        let (connections, intakes, subscribers, watchers) = state.withLock { state in
-            state.closed = true
-            defer {
-                state.connections = [:]
-                state.intakes = []
-                state.subscribers = [:]
-                state.watchers = [:]
-            }
-            return (Array(state.connections.values), state.intakes, Array(state.subscribers.values), Array(state.watchers.values))
-        }
-        for watcher in watchers { watcher.finish() }
-        for task in intakes { task.cancel() }
-        for connection in connections { await connection.close(reason: reason) }
-        for continuation in subscribers { continuation.finish() }
-        intakeLogs.withLock { logs in
-            for log in logs.values { log.close() }
-            logs = [:]
-        }
-    }
 }
 
 /// The peers discovery just found, waiting for the redial loop to dial them.
@@ -675,7 +571,7 @@ private final class Rushed: Sendable {
 
 /// Runs async work one piece after another (an actor would interleave them at every await).
 public final class SerialQueue: Sendable {
-    private let tail = Mutex<Task<Void, Never>?>(nil)
+    let tail = Mutex<Task<Void, Never>?>(nil)
 
     public init() {}
 

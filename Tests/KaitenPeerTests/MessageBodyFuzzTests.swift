@@ -150,6 +150,8 @@ import Testing
         }
         #expect(outcomes.other == 0)
         #expect(outcomes.decoded > 2_000 && outcomes.malformed > 2_000, "\(outcomes)")
-        #expect(outcomes.encryptedRefusals > 200 && outcomes.refusedNames > 10, "\(outcomes)")
+        // Coverage, not behaviour: the refusals were reached (names damaged into escapes are
+        // rare, 14 to 34 in 5,000 indexes over 25 seeds; none at all would mean the path is dead).
+        #expect(outcomes.encryptedRefusals > 200 && outcomes.refusedNames > 0, "\(outcomes)")
     }
 }
