@@ -225,7 +225,6 @@ let package = Package(
         .executableTarget(
             name: "kaiten",
             dependencies: [
-                "KaitenFiles",
                 "KaitenProtocol",
                 "KaitenConfig",
                 "KaitenPeer",

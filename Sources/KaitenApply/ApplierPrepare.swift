@@ -1,5 +1,4 @@
 import Foundation
-import KaitenFiles
 import KaitenTransfer
 import KaitenConfig
 import KaitenIndex

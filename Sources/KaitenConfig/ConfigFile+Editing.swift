@@ -1,5 +1,4 @@
 import Foundation
-import KaitenFiles
 import KaitenProtocol
 #if canImport(FoundationXML)
 import FoundationXML

@@ -1,5 +1,4 @@
 import Foundation
-import KaitenFiles
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
@@ -372,8 +371,7 @@ extension Importer {
             if case .added = try selection.select(path) { changed = true }
         }
         guard changed else { return }
-        try FileManager.default.createDirectory(atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try AtomicFile.write(Array(selection.render().utf8), to: file)
+        try Planner.writeSelection(selection, to: file)
     }
 }
 
@@ -401,7 +399,7 @@ extension Importer {
         var (selection, _) = try Planner.readSelection(file)
         var deselected: [String] = []
         for path in held where try selection.deselect(path) { deselected.append(path) }
-        if !deselected.isEmpty { try AtomicFile.write(Array(selection.render().utf8), to: file) }
+        if !deselected.isEmpty { try Planner.writeSelection(selection, to: file) }
         return (deselected, waiting)
     }
 }

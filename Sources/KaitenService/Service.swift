@@ -366,6 +366,12 @@ public final class Service: Sendable {
             guard let view = live[folder] else { return true }
             return paths.contains { !view.unchanged(at: $0) }
         }
+        if !news {
+            // Said at debug level: what a test (or a person with --verbose) waits for to know the
+            // echo was seen and set aside, before it asserts that no round followed.
+            let echoes = woken.diskPaths.flatMap { folder, paths in paths.map { "\(folder)/\($0)" } }.sorted()
+            logger.debug("the echo of this service's own writes, not news: \(echoes.prefix(5).joined(separator: ", "))\(echoes.count > 5 ? " and \(echoes.count - 5) more" : "")")
+        }
         woken.diskPaths = [:]
         // The round runs for what else woke it, and says so.
         if !news { woken.reason = woken.reasonBesidesPaths }

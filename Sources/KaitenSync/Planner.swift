@@ -143,6 +143,13 @@ public enum Planner {
         return (try SelectionFile.parse(text, file: path), [UInt8](data))
     }
 
+    /// Writes a folder's selection file: the one writer (the directory made, the file replaced
+    /// crash-safely), for `select`, `resolve`, renames followed and import.
+    public static func writeSelection(_ selection: SelectionFile, to path: String) throws {
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try AtomicFile.write(Array(selection.render().utf8), to: path)
+    }
+
     /// Makes a plan for the given folders (all when empty).
     /// - Parameter connected: per folder, the peers reached just now (``IndexSync/refreshedPeers(_:)``);
     ///   only they count as holders of a file to delete. Nil for an offline plan.
@@ -205,9 +212,7 @@ public enum Planner {
                 _ = try selection.select(PathRules.escapeGlobCharacters(rename.to))
                 followed.append((folder.id, rename))
             }
-            try FileManager.default.createDirectory(
-                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try AtomicFile.write(Array(selection.render().utf8), to: path)
+            try writeSelection(selection, to: path)
         }
         return followed
     }

@@ -600,7 +600,13 @@ extension RunInteropTests {
     /// scoped round cannot decide alone (a deletion, a new directory's files) still arrives.
     @Test func aPeersChangeIsPlannedByItsPathsAloneAndItsEchoIsNoRound() async throws {
         try await Self.withDocsSelected("kaiten-run-scoped") { world, st, dir in
-            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10", "--rescan-interval", "3600"])
+            // --verbose: the service says when it sets the echo of its own writes aside, which
+            // is what makes "no round followed" mean something (it was seen, and not news).
+            let run = try Running.start(
+                home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10", "--rescan-interval", "3600", "--verbose"])
+            func echoSetAside(_ path: String) -> Bool {
+                run.log.split(separator: "\n").contains { $0.contains("not news:") && $0.contains("\(Self.folder)/\(path)") }
+            }
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
             try await Self.waitFor("the selection pulled", log: run) { Self.content(local + "/docs/a.txt") == "a, first\n" }
@@ -612,8 +618,8 @@ extension RunInteropTests {
             try TestFiles.write(world.peerData + "/docs/a.txt", "a, second\n")
             try await ApplyInteropTests.rescan(st)
             try await Self.waitFor("the change in place", log: run) { Self.content(local + "/docs/a.txt") == "a, second\n" }
-            // Longer than --debounce and a round: the rename the pull made has been seen by now.
-            try await Task.sleep(for: .seconds(2))
+            // The rename the pull made, seen by the watcher and set aside as the service's own.
+            try await Self.waitFor("the pull's echo set aside", log: run) { echoSetAside("docs/a.txt") }
             let round = try #require(Self.lastRound(world))
             #expect(round["paths"] as? Int != nil, "the last round planned the named paths only, not the whole folder: \(round)\n\(run.log)")
             #expect((round["number"] as? Int ?? 0) - before <= 2, "no round for the service's own write: \(round)\n\(run.log)")
@@ -649,9 +655,9 @@ extension RunInteropTests {
                 Issue.record("what the peer needs from Kaiten: \(need)\n\(run.log)")
                 throw error
             }
-            // The service's own deletion, directory and pull are no change from outside: no
-            // round "after a change in" them follows.
-            try await Task.sleep(for: .seconds(2))
+            // The service's own deletion, directory and pull are no change from outside: their
+            // echo is seen and set aside, and no round "after a change in" them follows.
+            try await Self.waitFor("the new file's echo set aside", log: run) { echoSetAside("docs/new/d.txt") }
             let sinceDeletion = String(run.log.dropFirst(logBeforeDeletion))
             #expect(!sinceDeletion.contains("after a change in"), "\(sinceDeletion)")
             let rounds = (Self.lastRound(world)?["number"] as? Int ?? 0) - beforeDeletion

@@ -178,7 +178,7 @@ extension Kaiten {
         func select(_ clean: String, _ opened: KaitenHome) throws {
             let file = opened.home.selectionPath(folderID: folder)
             var (selection, _) = try Planner.readSelection(file)
-            if case .added = try selection.select(clean) { try SelectionStore.save(selection, to: file) }
+            if case .added = try selection.select(clean) { try Planner.writeSelection(selection, to: file) }
         }
     }
 }

@@ -1,6 +1,5 @@
 import ArgumentParser
 import Foundation
-import KaitenFiles
 import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
@@ -98,7 +97,7 @@ extension Kaiten {
                         said.append("\(clean): already selected through \(parent)")
                     }
                 }
-                if added > 0 { try SelectionStore.save(selection, to: file) }
+                if added > 0 { try Planner.writeSelection(selection, to: file) }
                 for line in said { print(line) }
             }
         }
@@ -150,7 +149,7 @@ extension Kaiten {
                         print("\(clean): not selected")
                     }
                 }
-                if removed > 0 { try SelectionStore.save(selection, to: file) }
+                if removed > 0 { try Planner.writeSelection(selection, to: file) }
                 if failed { throw ExitCode(1) }
             }
         }
@@ -209,7 +208,7 @@ extension Kaiten {
                             throw SelectionError(error.code, file: stignorePath, line: line, error.hint)
                         }
                     }
-                    try SelectionStore.save(selection, to: file)
+                    try Planner.writeSelection(selection, to: file)
                     print("adopted \(stignorePath): \(selected.count) selected path(s), \(ignores.count) (?d) line(s); \(added) added to \(file)")
                 }
             }
@@ -217,14 +216,6 @@ extension Kaiten {
     }
 }
 
-/// Writing selection files.
-enum SelectionStore {
-    static func save(_ selection: SelectionFile, to path: String) throws {
-        try FileManager.default.createDirectory(
-            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try AtomicFile.write(Array(selection.render().utf8), to: path)
-    }
-}
 
 /// The files and directories of a folder on disk, by folder-relative path, without
 /// syncthing's own (`.stfolder`, `.stignore`, `.stversions`, temporary files).
