@@ -604,8 +604,9 @@ extension RunInteropTests {
             // is what makes "no round followed" mean something (it was seen, and not news).
             let run = try Running.start(
                 home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "10", "--rescan-interval", "3600", "--verbose"])
-            func echoSetAside(_ path: String) -> Bool {
-                run.log.split(separator: "\n").contains { $0.contains("not news:") && $0.contains("\(Self.folder)/\(path)") }
+            /// Whether the log, past `mark` (its length at some moment), says the echo of `path` was set aside.
+            func echoSetAside(_ path: String, after mark: Int) -> Bool {
+                run.log.dropFirst(mark).split(separator: "\n").contains { $0.contains("not news:") && $0.contains("\(Self.folder)/\(path)") }
             }
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
@@ -615,11 +616,12 @@ extension RunInteropTests {
             // A change on the peer: one round, of the paths the update named.
             try await Task.sleep(for: .seconds(1.5))
             let before = Self.lastRound(world)?["number"] as? Int ?? 0
+            let logBeforeChange = run.log.count
             try TestFiles.write(world.peerData + "/docs/a.txt", "a, second\n")
             try await ApplyInteropTests.rescan(st)
             try await Self.waitFor("the change in place", log: run) { Self.content(local + "/docs/a.txt") == "a, second\n" }
             // The rename the pull made, seen by the watcher and set aside as the service's own.
-            try await Self.waitFor("the pull's echo set aside", log: run) { echoSetAside("docs/a.txt") }
+            try await Self.waitFor("the pull's echo set aside", log: run) { echoSetAside("docs/a.txt", after: logBeforeChange) }
             let round = try #require(Self.lastRound(world))
             #expect(round["paths"] as? Int != nil, "the last round planned the named paths only, not the whole folder: \(round)\n\(run.log)")
             #expect((round["number"] as? Int ?? 0) - before <= 2, "no round for the service's own write: \(round)\n\(run.log)")
@@ -657,7 +659,7 @@ extension RunInteropTests {
             }
             // The service's own deletion, directory and pull are no change from outside: their
             // echo is seen and set aside, and no round "after a change in" them follows.
-            try await Self.waitFor("the new file's echo set aside", log: run) { echoSetAside("docs/new/d.txt") }
+            try await Self.waitFor("the new file's echo set aside", log: run) { echoSetAside("docs/new/d.txt", after: logBeforeDeletion) }
             let sinceDeletion = String(run.log.dropFirst(logBeforeDeletion))
             #expect(!sinceDeletion.contains("after a change in"), "\(sinceDeletion)")
             let rounds = (Self.lastRound(world)?["number"] as? Int ?? 0) - beforeDeletion
