@@ -128,3 +128,28 @@ final class RoundLog: Sendable {
         }
     }
 }
+
+extension Service {
+    enum Trigger: Sendable {
+        /// A peer's index batch, with the names it carries (a full index asks for a whole round).
+        case peers(DeviceID, folder: String, names: [String], full: Bool)
+        /// A change on disk in a folder, at a path.
+        case folder(String, path: String)
+        /// The kernel dropped a folder's change events: only a whole round can tell what changed.
+        case eventsLost(folder: String)
+        case disk(String), timer, config, stop
+
+        /// Why a round runs, for its log line.
+        var reason: String {
+            switch self {
+            case .peers(let device, let folder, _, _): return "an index update from \(device.shortDescription) for \(folder)"
+            case .folder(let id, let path): return "a change in \(id)/\(path)"
+            case .eventsLost(let id): return "changes in \(id) the kernel did not report one by one"
+            case .disk(let what): return what
+            case .timer: return "the periodic rescan"
+            case .config: return "config.xml"
+            case .stop: return "stop"
+            }
+        }
+    }
+}

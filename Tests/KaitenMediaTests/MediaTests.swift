@@ -177,7 +177,8 @@ import Testing
         for _ in 0..<2000 {
             var damaged = Array(bytes.prefix(4096))
             for _ in 0..<3 { damaged[Int(random.next() % 4096)] = UInt8(truncatingIfNeeded: random.next()) }
-            _ = HEIFThumbnail(prefix: damaged)
+            // What is found is safe to use as it is used (HEIFFuzzTests has the wider search).
+            if let found = HEIFThumbnail(prefix: damaged) { HEIFFuzzTests.checkUsable(found, "damaged prefix") }
         }
     }
 
