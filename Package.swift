@@ -261,44 +261,46 @@ let package = Package(
             ],
             path: "Sources/Testing/KaitenTestSupport"
         ),
+        // Runs a test on a thread of its own (a Swift Testing trait): for tests that block.
+        .target(name: "KaitenTestThreads", path: "Sources/Testing/KaitenTestThreads"),
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
             dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenStream"],
             path: "Benchmarks/KaitenBench"
         ),
-        .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenProtocol", "KaitenTestSupport"]),
-        .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenSelection", "KaitenTestSupport"]),
-        .testTarget(name: "KaitenScanTests", dependencies: ["KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenTestThreads", "KaitenProtocol", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenTestThreads", "KaitenSelection", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenScanTests", dependencies: ["KaitenTestThreads", "KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "KaitenApplyTests",
-            dependencies: ["KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
+            dependencies: ["KaitenTestThreads", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
         ),
-        .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenStream", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenTestThreads", "KaitenStream", "KaitenTestSupport"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the
         // terms a peer's connection stands on, the block server's refusals.
         .testTarget(
             name: "KaitenServiceTests",
             dependencies: [
-                "KaitenService", "KaitenProtocol", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio"),
+                "KaitenService", "KaitenProtocol", "KaitenTestSupport", "KaitenTestThreads", .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
-        .testTarget(name: "KaitenTransferTests", dependencies: ["KaitenTransfer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenTestThreads", "KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenTransferTests", dependencies: ["KaitenTestThreads", "KaitenTransfer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenMediaTests",
-            dependencies: ["KaitenMedia", "KaitenTestSupport", "KaitenProtocol", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["KaitenTestThreads", "KaitenMedia", "KaitenTestSupport", "KaitenProtocol", .product(name: "Crypto", package: "swift-crypto")],
             // C built by the tests themselves, with AddressSanitizer.
             exclude: ["AddressSanitizer"]
         ),
-        .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
-        .testTarget(name: "KaitenDiscoveryTests", dependencies: ["KaitenDiscovery", "KaitenProtocol"]),
-        .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenIndex", "CKaitenCRC32", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenReconcileTests", dependencies: ["KaitenTestThreads", "KaitenReconcile", "KaitenIndex", "KaitenScan", "KaitenSelection"]),
+        .testTarget(name: "KaitenDiscoveryTests", dependencies: ["KaitenTestThreads", "KaitenDiscovery", "KaitenProtocol"]),
+        .testTarget(name: "KaitenIndexTests", dependencies: ["KaitenTestThreads", "KaitenIndex", "CKaitenCRC32", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenConfigTests",
             dependencies: [
-                "KaitenConfig", "KaitenTestSupport",
+                "KaitenConfig", "KaitenTestSupport", "KaitenTestThreads",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -308,13 +310,13 @@ let package = Package(
         ),
         .testTarget(
             name: "KaitenPeerTests",
-            dependencies: ["KaitenPeer", "KaitenDiscovery", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
+            dependencies: ["KaitenTestThreads", "KaitenPeer", "KaitenDiscovery", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
-        .testTarget(name: "KaitenCLITests", dependencies: ["kaiten", "KaitenTestSupport", "KaitenIndex", "KaitenConfig", "KaitenProtocol"]),
+        .testTarget(name: "KaitenCLITests", dependencies: ["KaitenTestThreads", "kaiten", "KaitenTestSupport", "KaitenIndex", "KaitenConfig", "KaitenProtocol"]),
         .testTarget(
             name: "InteropTests",
             dependencies: [
-                "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenIndex", "KaitenSync",
+                "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenTestThreads", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream", "KaitenService",
                 "KaitenDiscovery", "KaitenMedia",
                 .product(name: "Crypto", package: "swift-crypto"),

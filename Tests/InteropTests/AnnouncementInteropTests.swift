@@ -1,9 +1,10 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// What Kaiten announces is what is on its disk (issue 36, item 10), as a real syncthing sees it.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct AnnouncementInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

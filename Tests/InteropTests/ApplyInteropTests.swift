@@ -3,10 +3,11 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// `kaiten apply` against real syncthing 1.19.2 peers.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct ApplyInteropTests {
     static let folder = "f"
 

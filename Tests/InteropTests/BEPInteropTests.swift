@@ -4,10 +4,11 @@ import KaitenConfig
 import KaitenPeer
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Kaiten's BEP implementation against the real syncthing 1.19.2.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct BEPInteropTests {
     /// A syncthing peer sharing `folder` with a Kaiten device, started and stopped around `body`.
     struct Setup: Sendable {
@@ -367,7 +368,7 @@ struct BEPInteropTests {
 }
 
 /// Close reasons travel both ways.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct CloseReasonInteropTests {
     /// Waits for the peer's first ClusterConfig on `connection` (or its end).
     static func untilClusterConfig(on connection: PeerConnection) async {

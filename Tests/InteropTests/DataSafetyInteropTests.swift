@@ -2,11 +2,12 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Data safety across peers that go offline or hold older histories, against real syncthing
 /// (issue 19, items 1 and 2): no last copy deleted, no older version written.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct DataSafetyInteropTests {
     static let folder = "f"
     typealias World = ApplyInteropTests.World
@@ -155,7 +156,7 @@ struct DataSafetyInteropTests {
 }
 
 /// Promises of Docs/apply.md that had no test (issue 18, items 3 and 4).
-@Suite(.serialized, .timeLimit(.minutes(5)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(5)))
 struct ApplyPromiseInteropTests {
     static let folder = "f"
     typealias World = ApplyInteropTests.World

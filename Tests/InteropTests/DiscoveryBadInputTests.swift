@@ -2,12 +2,13 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Discovery servers and relays that lie (issue 16, part 5), played by scripted TLS servers on
 /// 127.0.0.1: no crash, a line naming what was wrong, and the peer reached another way or
 /// reported unreachable.
-@Suite(.serialized, .timeLimit(.minutes(3)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(3)))
 struct DiscoveryBadInputTests {
     static func home(_ dir: TemporaryDirectory, options: [(String, String)]) throws -> (path: String, me: DeviceID) {
         let path = dir.file("kaiten")

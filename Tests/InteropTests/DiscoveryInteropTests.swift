@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -13,7 +14,7 @@ import Glibc
 /// makes (a private bridge, 10.x.y.0/24 addresses that exist only inside them), with a real
 /// syncthing in one namespace and Kaiten in another. Nothing reaches beyond those namespaces:
 /// every home here names only the test's own discovery server, or has global discovery off.
-@Suite(.serialized, .timeLimit(.minutes(6)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(6)))
 struct DiscoveryInteropTests {
     static let folder = ApplyInteropTests.folder
 

@@ -3,12 +3,13 @@ import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// "Nothing is written or deleted through a symlink, nothing outside the folder"
 /// (Docs/apply.md; issue 18, item 1). Each test keeps sentinel files outside the folder and
 /// checks them byte for byte at the end.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct EscapeInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

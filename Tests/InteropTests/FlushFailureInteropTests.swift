@@ -1,5 +1,6 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// A flush that fails (issue 42, item 4), injected into a real `kaiten apply` by a preloaded
@@ -7,7 +8,7 @@ import Testing
 /// failed is never put under its name, never reported done, never recorded as synced (the next
 /// plan pulls it again); a directory that cannot be flushed is reported and holds the folder's
 /// deletions back. Against a real peer, both generations.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct FlushFailureInteropTests {
     static let folder = ApplyInteropTests.folder
 

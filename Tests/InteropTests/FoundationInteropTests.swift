@@ -2,11 +2,12 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Kaiten's identity and config.xml against the real syncthing binary (1.19.2, and 2.x when
 /// scripts/test runs the suites again with it).
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct FoundationInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

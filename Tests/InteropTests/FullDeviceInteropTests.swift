@@ -4,10 +4,11 @@ import KaitenIndex
 import KaitenProtocol
 import KaitenStream
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Kaiten as a full device (issue 11): the index it announces, as real syncthing sees it.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct FullDeviceInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -1,10 +1,11 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// `kaiten get` never replaces what is already at its target unless told (issue 36, item 5),
 /// against a real syncthing peer.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct GetOverwriteInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// `kaiten import` and `kaiten offload` against a real syncthing peer (issue 14, part 2): a
@@ -9,7 +10,7 @@ import Testing
 /// a duplicate, content the folder has, a name clash), the peer receiving every imported file,
 /// an import that is idempotent, and offload freeing space only once the peer holds the copies
 /// (with the peer stopped, nothing is removed).
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct ImportInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -4,10 +4,11 @@ import KaitenIndex
 import KaitenProtocol
 import KaitenSync
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// The index log and global view against syncthing itself.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct IndexInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

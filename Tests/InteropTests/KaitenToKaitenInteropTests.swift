@@ -1,12 +1,13 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Kaiten with Kaiten (issue 36, item 11): two homes, each the other's only peer, in the roles
 /// they play with syncthing: one-shot verbs beside a running service, `run` on both sides,
 /// deltas and restarts.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct KaitenToKaitenInteropTests {
     static let folder = "f"
 

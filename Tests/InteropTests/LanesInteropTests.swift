@@ -5,12 +5,13 @@ import KaitenPeer
 import KaitenProtocol
 import KaitenSync
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Several connections to one peer (`num_connections`, syncthing 1.25+): a pulling session asks
 /// for them, syncthing 2.x agrees and they carry block requests; 1.19.2 ignores the field and
 /// one connection does everything.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct LanesInteropTests {
     /// Waits until `count` lanes are open beside `primary`, or `seconds` have passed.
     static func waitForLanes(_ count: Int, beside primary: PeerConnection, seconds: Int) async throws {

@@ -4,13 +4,14 @@ import KaitenConfig
 import KaitenProtocol
 import KaitenStream
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Thumbnails of files that only a real syncthing peer holds (issue 14, part 1): a camera JPEG's
 /// EXIF thumbnail from its first block, a video frame by ranges, an image fetched whole, bad
 /// files with a reason each, the cache in Sushitrain's layout, `/thumb` on `serve`, and the
 /// cache still answering once the peer is gone.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct MediaInteropTests {
     static let folder = ApplyInteropTests.folder
 

@@ -1,10 +1,11 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// `kaiten peer check` against the real syncthing.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct PeerCheckInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

@@ -5,11 +5,12 @@ import KaitenProtocol
 import KaitenReconcile
 import KaitenScan
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Selections and plans against a real syncthing peer, and a second real syncthing as the oracle
 /// for the `.stignore` Kaiten writes.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct PlanInteropTests {
     func kaiten(_ args: [String]) throws -> ProcessResult { try KaitenCLI.run(args) }
 

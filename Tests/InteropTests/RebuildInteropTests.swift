@@ -1,11 +1,12 @@
 import Foundation
 import KaitenIndex
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// `kaiten index rebuild` repairs whatever log it names as damaged (issue 36, item 8), against
 /// a real syncthing peer.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct RebuildInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

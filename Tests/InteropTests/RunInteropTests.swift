@@ -3,6 +3,7 @@ import KaitenConfig
 import KaitenProtocol
 import KaitenReconcile
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -12,7 +13,7 @@ import Glibc
 /// `kaiten run` against a real syncthing (issue 12): the loop converges as the peer and the
 /// selection change, the verbs work beside it, it survives the peer restarting, SIGTERM ends
 /// it cleanly and kill -9 then a restart converges.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct RunInteropTests {
     typealias World = ApplyInteropTests.World
     static let folder = ApplyInteropTests.folder

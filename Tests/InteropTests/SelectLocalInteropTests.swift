@@ -1,11 +1,12 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// In a folder that sends, the selection speaks of files on disk too (issue 36, items 12 and
 /// 13): a pattern line selects a new local file, and `kaiten select` takes a local file by
 /// name, as syncthing would send either under the same `.stignore`. Against a real syncthing.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct SelectLocalInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -2,10 +2,11 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Kaiten sends what changes on this machine (issue 11, item 3), as real syncthing receives it.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct SendInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -4,10 +4,11 @@ import KaitenConfig
 import KaitenProtocol
 import KaitenStream
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// On demand against a real syncthing peer: cat, get, and the signed range server.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct StreamInteropTests {
     static let folder = "media"
 

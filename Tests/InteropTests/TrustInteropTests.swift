@@ -4,10 +4,11 @@ import KaitenPeer
 import KaitenProtocol
 import KaitenStream
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Who may get or change what (issue 42, item 1), each check against a peer that tries.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct TrustInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -1,12 +1,13 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Kaiten as the users it is for run it: not root (issue 19, item 3). When the suite itself
 /// runs as root (CI does), each `kaiten` runs as `nobody` through setpriv, so a socket option
 /// or a path only root may touch fails here as it would for them.
-@Suite(.serialized, .timeLimit(.minutes(5)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(5)))
 struct UnprivilegedInteropTests {
     static let nobody: UInt32 = 65534
 

@@ -2,12 +2,13 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Syncthing's untrusted devices (encrypted sharing), which Kaiten does not support yet: a
 /// device meant to see ciphertext never gets a plain name or byte, and a peer that wants a
 /// folder exchanged encrypted is refused, naming the folder.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct UntrustedDeviceInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// View folders against a real syncthing peer (issue 14, part 3): the peer receives a source
@@ -9,7 +10,7 @@ import Testing
 /// view's files are the source's own inodes); new and edited source files follow, a deleted one
 /// is deleted on the peer; a file someone put in the view is left alone; an emptied source (an
 /// unmounted disk) changes nothing.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct ViewInteropTests {
     static let folder = ApplyInteropTests.folder
     typealias World = ApplyInteropTests.World

@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// On-demand reads from a peer whose files were damaged behind its back (issue 42, item 4): the
@@ -10,7 +11,7 @@ import Testing
 /// way of reading on demand — `cat`, `get`, `serve`, `/thumb`, and `cat` through a running
 /// service's control socket — gets a file of its own (2.x rescans a file once it refused it),
 /// and none of them lets one wrong byte out, nor writes a thumbnail of them.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct WrongBytesInteropTests {
     static let folder = ApplyInteropTests.folder
     static let names = ["cat.bin", "get.bin", "serve.bin", "control.bin", "photo.jpg"]

@@ -4,10 +4,11 @@ import KaitenProtocol
 import KaitenSync
 import KaitenReconcile
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Wrong results a user of several devices met (issue 19, items 5 to 8), against real syncthing.
-@Suite(.serialized, .timeLimit(.minutes(10)))
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
 struct WrongResultsInteropTests {
     static let folder = "f"
     typealias World = ApplyInteropTests.World

@@ -3,10 +3,11 @@ import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// The built `kaiten` binary, run as a user runs it: exit codes, stdout/stderr, --json shapes.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct CLITests {
     static let peer = "LXONAJ2-BUJHTRL-4AZYOG4-5H4JWNG-XA4OJHO-JEGBUIY-D5N2DL5-KCJ33AQ"
 

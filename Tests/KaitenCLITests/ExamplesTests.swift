@@ -1,10 +1,11 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// The files in examples/ are run where they can be: the systemd units pass
 /// `systemd-analyze verify` without a warning, and every kaiten command line in them parses.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct ExamplesTests {
     static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("examples").path

@@ -3,13 +3,14 @@ import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// Issue 13, item 2: the snapshot and its log stay consistent under kill -9. `kaiten index
 /// compact` (a new log, then a new snapshot beside it) is killed at random moments; after each
 /// kill the log opens, the view read with whatever snapshot is there is exactly the view of a
 /// full replay, and the next writer leaves a snapshot that is used again.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct IndexSnapshotCrashTests {
     static let peer = "MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD"
 

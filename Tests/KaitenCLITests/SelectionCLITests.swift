@@ -1,9 +1,10 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 /// select / deselect / adopt / plan / show without peers: the selection file, errors, exit codes.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct SelectionCLITests {
     func kaiten(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args) }
 

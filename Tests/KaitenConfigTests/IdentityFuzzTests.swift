@@ -1,12 +1,13 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenConfig
 
 /// Seeded fuzzing of cert.pem and key.pem (issue 42, item 7): a damaged identity file loads as
 /// the same identity or is refused naming the file, never with a crash or another identity's ID.
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.ownThread, .timeLimit(.minutes(2)))
 struct IdentityFuzzTests {
     @Test(arguments: Identity.KeyType.allCases)
     func damagedIdentityFilesLoadAsTheSameOrAreRefusedNamingTheFile(_ keyType: Identity.KeyType) throws {

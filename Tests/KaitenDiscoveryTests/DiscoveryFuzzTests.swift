@@ -1,6 +1,7 @@
 import Foundation
 import KaitenPeer
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenDiscovery
@@ -8,7 +9,7 @@ import Testing
 /// Seeded fuzzing of what a discovery server and a relay pool answer (issue 42, item 7): JSON
 /// of any shape, nesting and size up to the body limit is read or refused with an error, and
 /// what is read is bounded and well formed. A failure prints its seed (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(2))) struct DiscoveryFuzzTests {
+@Suite(.ownThread, .timeLimit(.minutes(2))) struct DiscoveryFuzzTests {
     /// A random JSON value, biased towards the shapes the readers look for.
     static func value(_ random: inout SplitMix64, depth: Int = 0) -> String {
         let addresses = [

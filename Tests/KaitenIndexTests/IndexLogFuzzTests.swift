@@ -1,6 +1,7 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenIndex
@@ -10,7 +11,7 @@ import Testing
 /// into a view that holds only names inside the folder, or refused naming the file and the
 /// record's offset; never a trap, never unbounded memory. A failure prints its seed
 /// (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(3))) struct IndexLogFuzzTests {
+@Suite(.ownThread, .timeLimit(.minutes(3))) struct IndexLogFuzzTests {
     /// Where each record starts, and its length, after the header.
     static func records(_ bytes: [UInt8], from start: Int) -> [(offset: Int, length: Int)] {
         var result: [(Int, Int)] = []

@@ -1,6 +1,7 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenIndex
@@ -13,7 +14,7 @@ final class NIOLockedDuration: @unchecked Sendable {
     func set(_ value: TimeInterval) { lock.withLock { stored = value } }
 }
 
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct IndexLogTests {
     static let peerA = try! DeviceID(bytes: Array(repeating: 0xA0, count: 32))
     static let peerB = try! DeviceID(bytes: Array(repeating: 0xB0, count: 32))
@@ -365,7 +366,7 @@ struct IndexLogTests {
 }
 
 /// syncthing's global-version rule, one case per row (bep-brief §5.4-5.5).
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct GlobalVersionTests {
     struct Case: CustomTestStringConvertible, Sendable {
         let label: String
@@ -408,7 +409,7 @@ struct GlobalVersionTests {
 
 /// This device's own index (issue 11, item 1): sequences strictly increasing, durable, never
 /// reused; a fresh log comes with a fresh index ID.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct LocalIndexTests {
     static let me = try! DeviceID(bytes: Array(repeating: 0xC0, count: 32))
 

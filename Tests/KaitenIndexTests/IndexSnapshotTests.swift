@@ -1,6 +1,7 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenIndex
@@ -8,7 +9,7 @@ import Testing
 /// The snapshot beside an index log (issue 13, item 2): a view read from it plus the log's tail
 /// is the view a full replay gives, in every state the log can be in; a snapshot that is torn,
 /// damaged or from another generation of the log is never used.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct IndexSnapshotTests {
     static let peerA = IndexLogTests.peerA
     static let peerB = IndexLogTests.peerB

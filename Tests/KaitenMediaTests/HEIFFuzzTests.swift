@@ -1,5 +1,6 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenMedia
@@ -8,7 +9,7 @@ import Testing
 /// where its thumbnail lies is never trusted past the bytes given, and what it answers is safe
 /// to use as it is used (offsets and lengths that add up without overflow, a size to compare).
 /// A failure prints its seed (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(2))) struct HEIFFuzzTests {
+@Suite(.ownThread, .timeLimit(.minutes(2))) struct HEIFFuzzTests {
     /// What a caller may rely on: a positive size, extents that lie in [0, Int64.max] whole,
     /// an `ispe` among the properties, and a standalone HEIF that can be built around its data.
     static func checkUsable(_ found: HEIFThumbnail, _ context: @autoclosure () -> String) {

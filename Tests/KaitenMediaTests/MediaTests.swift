@@ -2,13 +2,14 @@ import Crypto
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenMedia
 
 /// The thumbnail cache's names (Sushitrain's layout), EXIF, and the decoder helper on good and
 /// bad files. The files are made here by ffmpeg and exiftool.
-@Suite(.timeLimit(.minutes(5))) struct ThumbnailCacheTests {
+@Suite(.ownThread, .timeLimit(.minutes(5))) struct ThumbnailCacheTests {
     /// Sushitrain's Docs/thumbnails.md: "a file whose hash is t1337h4x0r will have its
     /// thumbnail stored at t/1/337h4x0r.jpg"; the lower-casing and the filter come first.
     @Test func theExampleOfSushitrainsDocumentation() {
@@ -60,7 +61,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(5))) struct JPEGMetadataTests {
+@Suite(.ownThread, .timeLimit(.minutes(5))) struct JPEGMetadataTests {
     @Test func readsWhatExiftoolWrote() throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-exif")
         defer { dir.remove() }
@@ -110,7 +111,7 @@ import Testing
 
 /// The helper process on real files: the thumbnail's size and orientation, and a clear error
 /// (never a crash of the caller) for each kind of bad file.
-@Suite(.timeLimit(.minutes(5)), .serialized) struct MediaHelperTests {
+@Suite(.ownThread, .timeLimit(.minutes(5)), .serialized) struct MediaHelperTests {
     static func helpers() throws -> MediaHelpers {
         MediaHelpers(executable: try MediaHelpers.locate(), count: 1, timeout: 60)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import NIOCore
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
 /// frames (plain and LZ4), so that every case reaches the message decoder and what a peer may
 /// decide from it, rather than stopping at the frame or the compression. A failure prints its
 /// seed (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(2))) struct MessageBodyFuzzTests {
+@Suite(.ownThread, .timeLimit(.minutes(2))) struct MessageBodyFuzzTests {
     static let me = try! DeviceID(bytes: Array(repeating: 0x11, count: 32))
     static let peer = try! DeviceID(bytes: Array(repeating: 0x22, count: 32))
 

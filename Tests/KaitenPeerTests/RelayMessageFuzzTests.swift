@@ -1,4 +1,5 @@
 import KaitenTestSupport
+import KaitenTestThreads
 import NIOCore
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 /// posing as one may send them: every input is a message, a wait for more bytes, or a named
 /// error; nothing is read past the announced length, and a message read re-encodes to itself.
 /// A failure prints its seed (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(2))) struct RelayMessageFuzzTests {
+@Suite(.ownThread, .timeLimit(.minutes(2))) struct RelayMessageFuzzTests {
     static let samples: [RelayMessage] = [
         .ping, .pong, .relayFull, .joinRelayRequest(token: ""), .joinRelayRequest(token: "tok"),
         .joinSessionRequest(key: Array(repeating: 7, count: 32)), .response(code: 0, message: "success"),

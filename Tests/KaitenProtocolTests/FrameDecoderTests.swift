@@ -1,10 +1,11 @@
+import KaitenTestThreads
 import NIOCore
 import KaitenTestSupport
 import Testing
 
 @testable import KaitenProtocol
 
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct FrameDecoderTests {
     /// Decodes a whole stream, fed in pieces of `chunk` bytes.
     static func decodeAll(_ bytes: [UInt8], chunk: Int = .max, expectHello: Bool = true) throws -> [BEPFrame] {
@@ -190,7 +191,7 @@ struct FrameDecoderTests {
 }
 
 
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct LZ4Tests {
     @Test(arguments: [0, 1, 100, 65536, 300_000])
     func roundTrips(size: Int) throws {
@@ -207,7 +208,7 @@ struct LZ4Tests {
     }
 }
 
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct WireNameTests {
     @Test(arguments: ["a", "a/b", "café.txt", "[x] *!#.txt", "dir/sub/file name", ".hidden", "a..b"])
     func accepts(_ name: String) throws {
@@ -237,7 +238,7 @@ struct WireNameTests {
     }
 }
 
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct VectorTests {
     static func v(_ pairs: [(UInt64, UInt64)]) -> BEPVector {
         var vector = BEPVector()

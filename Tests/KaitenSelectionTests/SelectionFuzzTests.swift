@@ -1,11 +1,12 @@
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSelection
 
 /// Seeded fuzzing of what users and peers write (issue 42, item 7): globs against a reference
 /// matcher, and selection files, mutated. A failure prints its seed (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.ownThread, .timeLimit(.minutes(1)))
 struct SelectionFuzzTests {
     /// The rules as written, by backtracking (exponential: short inputs only).
     static func reference(_ tokens: [Glob.Token], _ t: Int, _ name: [Character], _ n: Int) -> Bool {

@@ -1,11 +1,12 @@
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSelection
 
 /// Seeded fuzzing of `.stignore` adoption (issue 42, item 7): whatever a folder's `.stignore`
 /// holds, reading it never fails, and what Kaiten takes as its own renders back to the same.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.ownThread, .timeLimit(.minutes(1)))
 struct StIgnoreFuzzTests {
     @Test func anyStIgnoreIsReadAndWhatIsAdoptedRendersBackTheSame() {
         var random = SplitMix64.forTest("anyStIgnoreIsReadAndWhatIsAdoptedRendersBackTheSame")

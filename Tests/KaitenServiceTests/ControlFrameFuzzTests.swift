@@ -1,5 +1,6 @@
 import Foundation
 import KaitenTestSupport
+import KaitenTestThreads
 import NIOCore
 import NIOEmbedded
 import Testing
@@ -9,7 +10,7 @@ import Testing
 /// The control socket's framing against what a hostile or broken client sends (issue 42,
 /// item 7): random bytes, truncated and oversized frames, unknown kinds. Every outcome is a
 /// frame read whole or the connection refused; nothing is buffered past the limit.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.ownThread, .timeLimit(.minutes(1)))
 struct ControlFrameFuzzTests {
     /// Feeds `bytes` in chunks; the frames read, or the error that ends the connection.
     static func decode(_ bytes: [UInt8], chunk: Int) throws -> [ControlFrame] {

@@ -1,11 +1,12 @@
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenStream
 
 /// Seeded fuzzing of what an HTTP client sends the on-demand server (issue 42, item 7): Range
 /// headers and signed links. A failure prints its seed (KAITEN_TEST_SEED replays it).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.ownThread, .timeLimit(.minutes(1)))
 struct StreamFuzzTests {
     @Test func anyRangeHeaderResolvesWithinTheFileAndTheRangeCap() {
         var random = SplitMix64.forTest("anyRangeHeaderResolvesWithinTheFileAndTheRangeCap")
