@@ -228,17 +228,20 @@ public enum IndexSync {
             // Only a peer this home has exchanged indexes with before can be in that state; one
             // that never has and closes is one that does not know this device, said at once.
             let metBefore = shared.contains { logs[$0.id]?.checkpoints[device.id] != nil }
-            dialing?.insert(device.id)
-            defer { dialing?.remove(device.id) }
             let wanted = keepOpen ? lanes.count(for: device) : 1
             var hello = hello
             if wanted > 1 { hello.numConnections = Int32(wanted) }
             for delay in [0, 500, 1000, 2000, 3000] {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
+                // Said while an attempt is under way, not between attempts: a peer that does not
+                // listen (a one-shot verb) can only be reached by its own dial.
+                dialing?.attempting(device.id)
+                defer { dialing?.remove(device.id) }
                 do {
                     let connection = try await dial(
                         device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore,
                         directOnly: directOnly)
+                    dialing?.connected(device.id)
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
@@ -454,11 +457,14 @@ public enum IndexSync {
 /// The peers a long-running Kaiten is dialling at the moment, for its listener: when two
 /// devices dial each other at once, each one's dial waits for an answer the other gives only
 /// once its own dial is done (a Kaiten takes one exchange at a time), so one of the two
-/// connections must give way at once (``PeerSessions/accept(_:warn:)``).
+/// connections must give way (``PeerSessions/accept(_:warn:)``), but only to a dial that got
+/// through: a peer that does not listen (a one-shot verb) is reached only by its own.
 public final class DialsInProgress: Sendable {
-    private let devices = Mutex<Set<DeviceID>>([])
+    public enum State: Sendable { case attempting, connected }
+    private let devices = Mutex<[DeviceID: State]>([:])
     public init() {}
-    func insert(_ device: DeviceID) { _ = devices.withLock { $0.insert(device) } }
-    func remove(_ device: DeviceID) { _ = devices.withLock { $0.remove(device) } }
-    public func contains(_ device: DeviceID) -> Bool { devices.withLock { $0.contains(device) } }
+    func attempting(_ device: DeviceID) { devices.withLock { $0[device] = .attempting } }
+    func connected(_ device: DeviceID) { devices.withLock { $0[device] = .connected } }
+    func remove(_ device: DeviceID) { _ = devices.withLock { $0.removeValue(forKey: device) } }
+    public func state(_ device: DeviceID) -> State? { devices.withLock { $0[device] } }
 }

@@ -324,12 +324,20 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// closes it, so that exactly one stays.
     public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
         // Dialled by a peer this device is dialling too (two Kaitens starting together): the
-        // dial of the device with the lower ID is kept, and the other gives way at once, since
-        // each one's dial waits for an answer the other gives only after its own dial.
+        // dial of the device with the lower ID is kept, and the other gives way, since each
+        // one's dial waits for an answer the other gives only after its own dial. Kept only
+        // once it got through: until then it is awaited (a moment, on a network that answers),
+        // and a dial that fails (the peer does not listen: a one-shot verb) keeps nothing.
         let me = home.identity.deviceID
-        if dialing.contains(connection.deviceID), me.bytes.lexicographicallyPrecedes(connection.deviceID.bytes) {
-            await connection.close(reason: "both devices dialled each other; the connection this device dialled is kept")
-            return
+        if me.bytes.lexicographicallyPrecedes(connection.deviceID.bytes) {
+            let patience = ContinuousClock.now + .seconds(15)
+            while dialing.state(connection.deviceID) == .attempting, ContinuousClock.now < patience {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            if dialing.state(connection.deviceID) == .connected {
+                await connection.close(reason: "both devices dialled each other; the connection this device dialled is kept")
+                return
+            }
         }
         await exchanges.run {
             // One connection per peer, as syncthing keeps: a second one is closed, unless it

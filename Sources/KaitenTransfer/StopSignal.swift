@@ -25,8 +25,10 @@ public final class StopSignal: @unchecked Sendable {
 
     public var isSet: Bool { signal != nil }
 
-    /// Catches SIGINT and SIGTERM for the life of this value (instead of dying at once).
+    /// Catches SIGINT and SIGTERM for the life of this value (instead of dying at once). Once:
+    /// a second call keeps the sources already catching them.
     public func install() {
+        guard lock.withLock({ sources.isEmpty }) else { return }
         var installed: [DispatchSourceSignal] = []
         for number in [SIGINT, SIGTERM] {
             Glibc.signal(number, SIG_IGN)

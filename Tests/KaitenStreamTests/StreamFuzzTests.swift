@@ -2,6 +2,10 @@ import KaitenTestSupport
 import KaitenTestThreads
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @testable import KaitenStream
 
 /// Seeded fuzzing of what an HTTP client sends the on-demand server (issue 42, item 7): Range
@@ -43,11 +47,18 @@ struct StreamFuzzTests {
 
     @Test func aHeaderOfManyRangesIsCappedInBoundedTime() {
         let header = "bytes=" + (0..<100_000).map { "\($0)-\($0)" }.joined(separator: ",")
-        let clock = ContinuousClock()
-        var resolved: HTTPRange.Resolved = .full
-        let took = clock.measure { resolved = HTTPRange.resolve(header, size: 1 << 30) }
+        // The time this thread computed, not the wall clock: the bound is on the work (a
+        // quadratic resolver takes minutes), and the whole suite runs beside it on two cores.
+        func cpuSeconds() -> Double {
+            var now = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        }
+        let start = cpuSeconds()
+        let resolved = HTTPRange.resolve(header, size: 1 << 30)
+        let took = cpuSeconds() - start
         if case .ranges(let ranges) = resolved { #expect(ranges.count <= 32) }
-        #expect(took < .seconds(2), "\(took)")
+        #expect(took < 2, "\(took) s of CPU")
     }
 
     @Test func noAlteredLinkVerifies() {
