@@ -221,10 +221,20 @@ let package = Package(
             dependencies: [
                 "KaitenFiles", "KaitenStream", "KaitenIndex", "KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTransfer"]
         ),
+        // The use-case layer and composition root: one call per verb for every front-end.
+        .target(
+            name: "KaitenApp",
+            dependencies: [
+                "KaitenProtocol", "KaitenConfig", "KaitenFiles", "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenSync",
+                "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenTransfer", "KaitenApply", "KaitenStream",
+                "KaitenService", "KaitenMedia", .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
             dependencies: [
+                "KaitenApp",
                 "KaitenProtocol",
                 "KaitenConfig",
                 "KaitenPeer",

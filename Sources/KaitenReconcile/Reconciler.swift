@@ -36,6 +36,8 @@ public struct FolderInput: Sendable {
     /// away) as sends apply waits on (``Action/Cause/notYetHeld``): for one-shot verbs, whose
     /// connections end with them. A service stays connected and serves, and leaves it out.
     public var pendingSends = false
+    /// The peers' indexes were just asked for and some could not be had (said above the plan).
+    public var indexRefreshFailed = false
     /// False for `sendonly`: nothing the peers change is pulled or deleted here.
     public var receives = true
     /// This device's short ID (the counter a send bumps).
@@ -110,7 +112,11 @@ public enum Reconciler {
             if !input.selection.paths.isEmpty || !input.selection.patterns.isEmpty { notApplied = reason }
         }
         if input.checkpoints.isEmpty {
-            warnings.append("no peer's index is known yet (run `kaiten index sync \(input.id)`): nothing can be pulled or deleted")
+            // After a refresh that failed, suggesting that refresh again helps nobody.
+            warnings.append(
+                input.indexRefreshFailed
+                    ? "no peer's index is known yet: nothing can be pulled or deleted until the problem above is fixed"
+                    : "no peer's index is known yet (run `kaiten index sync \(input.id)`): nothing can be pulled or deleted")
         }
 
         var builder = Builder(input: input, selection: selection)

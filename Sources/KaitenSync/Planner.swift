@@ -157,11 +157,11 @@ public enum Planner {
     ///   (``ReconcileInput/pendingSends``): one-shot verbs, whose connections end with them.
     public static func plan(
         home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
-        pendingSends: Bool = false, warn: (String) -> Void = { _ in }
+        pendingSends: Bool = false, refreshFailed: Set<String> = [], warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState]) {
         let (plan, states, _) = try plan(
             home: home, folders: requested, requirePeers: requirePeers, connected: connected, pendingSends: pendingSends,
-            skipUnscannable: false, warn: warn)
+            refreshFailed: refreshFailed, skipUnscannable: false, warn: warn)
         return (plan, states)
     }
 
@@ -171,7 +171,8 @@ public enum Planner {
     /// - Parameter logs: folders' global logs already open and current, by folder (a service's).
     public static func plan(
         home: KaitenHome, folders requested: [String], requirePeers: Int = 1, connected: [String: Set<DeviceID>]? = nil,
-        pendingSends: Bool = false, skipUnscannable: Bool, logs: [String: IndexLog] = [:], warn: (String) -> Void = { _ in }
+        pendingSends: Bool = false, refreshFailed: Set<String> = [], skipUnscannable: Bool, logs: [String: IndexLog] = [:],
+        warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState], skipped: [(folder: String, reason: String)]) {
         let configured = home.config.folders
         for id in requested where !configured.contains(where: { $0.id == id }) {
@@ -185,6 +186,7 @@ public enum Planner {
                 var state = try loadFolder(folder, home: home, requirePeers: requirePeers, log: logs[folder.id], warn: warn)
                 state.input.connectedPeers = connected.map { $0[folder.id] ?? [] }
                 state.input.pendingSends = pendingSends
+                state.input.indexRefreshFailed = refreshFailed.contains(folder.id)
                 states.append(state)
             } catch let error as ScanError where skipUnscannable {
                 skipped.append((folder.id, error.description))

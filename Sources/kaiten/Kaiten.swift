@@ -2,6 +2,7 @@ import ArgumentParser
 import KaitenProtocol
 import Foundation
 import KaitenConfig
+import KaitenApp
 import KaitenService
 import Logging
 
@@ -94,29 +95,14 @@ struct GlobalOptions: ParsableArguments {
         Home.resolve(explicit: home, environment: ProcessInfo.processInfo.environment)
     }
 
-    /// Opens the home, saying on stderr what config.xml asks that Kaiten refuses to do (a
-    /// folder shared with an untrusted device).
-    func openHome() throws -> KaitenHome {
-        let opened = try KaitenHome.open(resolvedHome)
-        for refusal in opened.config.sharingRefusals { Terminal.warning(refusal) }
-        return opened
+    /// The use-case layer for this invocation: its home, its logger, remarks on stderr.
+    var app: App {
+        App(home: resolvedHome, logger: logger, diagnostics: Terminal.diagnostics)
     }
 
-    /// For verbs that only read (`status`, `ls`, `conflicts`): while an edit of config.xml does
-    /// not load and a service runs on its last good configuration, that configuration, with
-    /// the error said. Verbs that write never fall back (they would write over the edit).
-    func openHomeForReading() throws -> KaitenHome {
-        do {
-            return try openHome()
-        } catch let error as ConfigError where error.file == resolvedHome.configPath {
-            guard let service = ServiceRecord.running(resolvedHome),
-                let running = try? KaitenHome.open(resolvedHome, configPath: resolvedHome.runningConfigPath)
-            else { throw error }
-            Terminal.error("\(error)")
-            Terminal.error("note: the service (pid \(service.pid)) runs on the last good configuration; shown here until config.xml loads again")
-            return running
-        }
-    }
+    func openHome() throws -> KaitenHome { try app.open() }
+
+    func openHomeForReading() throws -> KaitenHome { try app.openForReading() }
 }
 
 /// Runs a command body, turning library errors into one line on stderr and exit code 1.
@@ -131,28 +117,19 @@ func reportingErrors(_ body: () async throws -> Void) async throws {
         throw error
     } catch let error as ValidationError {
         throw error
-    } catch let error as DeviceIDError {
-        // Device IDs reach a command only as arguments (config.xml is checked as it loads):
-        // a malformed one is a usage error, exit 64, in one line.
-        Terminal.error("\(error)")
-        throw ExitCode(64)
-    } catch let error as ArgumentError {
-        Terminal.error(error.message)
-        throw ExitCode(64)
+    } catch let ended as VerbEnded {
+        if let message = ended.message { Terminal.error(message) }
+        throw ExitCode(ended.status.code)
     } catch {
         Terminal.error("\(error)")
-        throw ExitCode(1)
+        throw ExitCode(ExitStatus(for: error).code)
     }
-}
-
-/// A malformed argument found while a command runs: one line naming it, exit 64.
-struct ArgumentError: Error {
-    let message: String
-    init(_ message: String) { self.message = message }
 }
 
 /// Output helpers: results on stdout, diagnostics on stderr.
 enum Terminal {
+    static let diagnostics = Diagnostics(error: { error($0) }, warning: { warning($0) }, note: { note($0) })
+
     static func error(_ message: String) {
         FileHandle.standardError.write(Data("kaiten: \(message)\n".utf8))
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenApply
 import KaitenTransfer
@@ -103,15 +104,16 @@ extension Kaiten {
                 try await ApplyVerb(
                     planFile: planFile, folders: folders, yes: yes, json: json, maxDelete: maxDelete, requirePeers: requirePeers,
                     sendTimeout: sendTimeout, followRenames: followRenames, failOnConflict: failOnConflict, timeout: timeout,
-                    logger: global.logger
-                ).run(try global.openHome())
+                    app: global.app
+                ).run()
             }
         }
     }
 }
 
-/// `kaiten apply` as values: what the verb's options say, and the verb itself. `import` and
-/// `offload` end with an apply of their own and call it as it is, not through argv.
+/// `kaiten apply` as the command line runs it: the request, the plan shown and the question
+/// asked, the events rendered, the outcome's exit code. `import`, `offload` and `view sync` end
+/// with one and call it as it is, not through argv.
 struct ApplyVerb {
     var planFile: String?
     var folders: [String] = []
@@ -123,128 +125,33 @@ struct ApplyVerb {
     var followRenames = false
     var failOnConflict = false
     var timeout: Double = 120
-    var logger: Logger
+    var app: App
 
-    /// Deselected files the plan keeps because too few of the peers holding them are connected.
-    static func keptForOfflineHolders(_ plan: Plan) -> Int {
-        plan.folders.reduce(0) { $0 + $1.conflicts.filter { $0.kind == .holdersOffline }.count }
-    }
-
-    /// The whole verb: through the running service when one holds the peers' connections,
-    /// else here. Output and exit codes (thrown as ExitCode) are the verb's.
-    func run(_ opened: KaitenHome) async throws {
-        do {
-            let saved = try planFile.map { try PlanFile.read($0) }
-            // Beside a running service, which holds the peers' connections, the service applies.
-            if let service = ControlClient.running(opened.home) {
-                try applyThroughService(service, opened: opened, saved: saved)
-                return
-            }
-            try ServiceGuard.refuse("apply", home: opened)
-            let output = ApplyOutput(json: json)
-            if let saved { try checkOrigin(saved, opened) }
-            let requested = saved.map { $0.folders.map(\.id) } ?? folders
-            let requirePeers = max(requirePeers, saved?.requirePeers ?? 1)
-            let pipeline = ApplyPipeline(
-                home: opened, maxDelete: DeleteLimit(maxDelete)!, brakes: .refuse, requirePeers: requirePeers, sendTimeout: sendTimeout)
-            let stop = StopSignal()
-            let outcome = try await pipeline.run(
-                lock: .refuse,
-                prepare: {
-                    var prepared = try await Applier.prepare(
-                        home: opened, folders: requested, requirePeers: requirePeers, timeout: timeout, logger: logger,
-                        warn: { Terminal.error($0) })
-                    if followRenames && saved == nil, try follow(prepared.plan, opened) {
-                        prepared = try Applier.replan(prepared, home: opened, folders: requested, requirePeers: requirePeers)
-                    }
-                    for warning in prepared.warnings { Terminal.error(warning) }
-                    for (folder, reason) in prepared.skipped { Terminal.error("\(folder): skipped: \(reason)") }
-                    return prepared
-                },
-                choice: saved.map { .given($0, saved: true) } ?? .fresh(decide: { prepared in
-                    try confirmed(prepared.plan, output: output) ? prepared.plan : nil
-                }),
-                stop: stop,
+    func run() async throws {
+        var request = ApplyRequest()
+        request.planFile = planFile
+        request.folders = folders
+        request.maxDelete = DeleteLimit(maxDelete)!
+        request.requirePeers = requirePeers
+        request.sendTimeout = sendTimeout
+        request.followRenames = followRenames
+        request.timeout = timeout
+        let output = ApplyOutput(json: json)
+        let stop = StopSignal()
+        let outcome = try await app.apply(
+            request,
+            ApplyFrontEnd(
+                confirm: { try confirmed($0, output: output) },
                 events: { event in
                     // From the first change on, SIGINT and SIGTERM stop the apply between
                     // blocks; until then they end the process at once.
                     if case .start = event { stop.install() }
                     output.handle(event)
-                })
-            let skipped = !(outcome.prepared?.skipped.isEmpty ?? true)
-            switch outcome.ending {
-            case .refused(.cannotPlan(let why)):
-                Terminal.error(why)
-                throw ExitCode(1)
-            case .refused(let refusal):
-                Terminal.error("\(refusal)")
-                throw ExitCode(refusal.exitCode)
-            case .nothingToApply:
-                try exitWithNothingToApply(outcome.prepared!.plan, skipped: skipped)
-            case .applied(let plan, let report, _):
-                output.summary(report, plan: plan)
-                try exit(after: report, plan: plan, skipped: skipped)
-            }
-        }
-    }
-
-    /// Beside `kaiten run` (or `serve`): the service plans on its live connections, this
-    /// shows the plan and asks, and the service applies it after checking it again like a
-    /// saved plan (exit 3 if its own round or a peer moved things meanwhile). The output
-    /// and exit codes are those of an apply run here.
-    func applyThroughService(_ service: ControlClient, opened: KaitenHome, saved: Plan?) throws {
-        let output = ApplyOutput(json: json)
-        Terminal.note("kaiten \(service.role) (pid \(service.pid)) holds the peers' connections: it applies, this shows")
-        var skipped = false
-        do {
-            let plan: Plan
-            if let saved {
-                try checkOrigin(saved, opened)
-                plan = saved
-            } else {
-                var answer = try service.plan(folders: folders, requirePeers: requirePeers)
-                if followRenames, try follow(answer.plan, opened) {
-                    answer = try service.plan(folders: folders, requirePeers: requirePeers)
-                }
-                for warning in answer.warnings { Terminal.error(warning) }
-                for (folder, reason) in answer.skipped { Terminal.error("\(folder): skipped: \(reason)") }
-                skipped = !answer.skipped.isEmpty
-                guard try confirmed(answer.plan, output: output) else {
-                    try exitWithNothingToApply(answer.plan, skipped: skipped)
-                    return
-                }
-                plan = answer.plan
-            }
-            let stop = StopSignal()
-            stop.install()
-            let report = try service.apply(
-                plan, saved: saved != nil, maxDelete: maxDelete, requirePeers: requirePeers, sendTimeout: sendTimeout, stop: stop,
-                note: { Terminal.note($0) }, events: output.handle)
-            output.summary(report, plan: plan)
-            try exit(after: report, plan: plan, skipped: skipped)
-        } catch let failure as ControlFailure {
-            Terminal.error(failure.message)
-            throw ExitCode(failure.code)
-        }
-    }
-
-    /// A saved plan another home made, or one already applied: exit 3 before anything else.
-    func checkOrigin(_ saved: Plan, _ opened: KaitenHome) throws {
-        do {
-            try Applier.checkOrigin(saved, home: opened.home)
-        } catch {
-            Terminal.error("\(error)")
-            throw ExitCode(3)
-        }
-    }
-
-    /// `--follow-renames`: selects the new names in the selection files; true when any was.
-    func follow(_ plan: Plan, _ opened: KaitenHome) throws -> Bool {
-        let followed = try Planner.followRenames(plan, home: opened)
-        for (folder, rename) in followed {
-            Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
-        }
-        return !followed.isEmpty
+                },
+                stop: stop))
+        if let report = outcome.report { output.summary(report, plan: outcome.plan) }
+        let status = outcome.status(failOnConflict: failOnConflict)
+        if status != .success { throw VerbEnded(status) }
     }
 
     /// Shows a fresh plan and asks for confirmation (on a terminal, unless --yes). False
@@ -258,35 +165,16 @@ struct ApplyVerb {
         }
         if !yes {
             guard isatty(0) == 1 else {
-                Terminal.error("not a terminal: pass --yes to apply without confirmation (a timer must say so)")
-                throw ExitCode(1)
+                throw VerbEnded(.failure, "not a terminal: pass --yes to apply without confirmation (a timer must say so)")
             }
             print("\nApply this plan? Only 'yes' is accepted: ", terminator: "")
             fflush(nil)
             guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
                 print("Apply cancelled; nothing was changed.")
-                throw ExitCode(1)
+                throw VerbEnded(.failure)
             }
         }
         return true
-    }
-
-    func exitWithNothingToApply(_ plan: Plan, skipped: Bool) throws {
-        if skipped || Self.keptForOfflineHolders(plan) > 0 || plan.summary.notApplied > 0 { throw ExitCode(4) }
-        if failOnConflict && plan.summary.conflicts > 0 { throw ExitCode(2) }
-    }
-
-    /// The exit code an apply's outcome calls for (none: 0).
-    func exit(after report: ApplyReport, plan: Plan, skipped: Bool) throws {
-        // 128 + the signal, as a shell reports a command a signal stopped.
-        if let signal = report.interruptedBy { throw ExitCode(128 + signal) }
-        if !report.failed.isEmpty || !report.notHeld.isEmpty { throw ExitCode(5) }
-        // A folder left alone for safety (no marker), or a deselected file kept because
-        // its holders are offline, is a brake, even if everything else went through.
-        if skipped || !report.keptForSafety.isEmpty || Self.keptForOfflineHolders(plan) > 0 || plan.summary.notApplied > 0 {
-            throw ExitCode(4)
-        }
-        if failOnConflict && report.conflicts > 0 { throw ExitCode(2) }
     }
 }
 

@@ -1,18 +1,7 @@
 import ArgumentParser
 import Foundation
-import KaitenApply
-import KaitenTransfer
-import KaitenConfig
-import KaitenProtocol
+import KaitenApp
 import KaitenReconcile
-import KaitenScan
-import KaitenSelection
-import KaitenService
-import KaitenSync
-
-#if canImport(Glibc)
-import Glibc
-#endif
 
 extension Kaiten {
     struct Conflicts: AsyncParsableCommand {
@@ -42,34 +31,9 @@ extension Kaiten {
         @Option(help: "As for plan and apply: how many peers must hold a deselected file before it may go (default: the running service's, else 1).")
         var requirePeers: Int?
 
-        struct Row: Encodable {
-            let folder: String
-            let kind: String
-            let path: String
-            let reason: String
-            let choices: [Conflict.Choice]
-        }
-
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHomeForReading()
-                let plan: Plan
-                // Beside a running service, the conflicts it sees: on its live connections, with
-                // its --require-peers (what `kaiten status` counts).
-                if let service = ControlClient.running(opened.home) {
-                    let record = ServiceRecord.running(opened.home)
-                    do {
-                        plan = try service.plan(folders: folders, requirePeers: max(1, requirePeers ?? record?.requirePeers ?? 1)).plan
-                    } catch let failure as ControlFailure {
-                        Terminal.error(failure.message)
-                        throw ExitCode(failure.code)
-                    }
-                } else {
-                    (plan, _) = try Planner.plan(home: opened, folders: folders, requirePeers: max(1, requirePeers ?? 1), warn: { Terminal.error($0) })
-                }
-                let rows = plan.folders.flatMap { folder in
-                    folder.conflicts.map { Row(folder: folder.id, kind: $0.kind.rawValue, path: $0.path, reason: $0.reason, choices: $0.choices) }
-                }
+                let rows = try global.app.conflicts(folders: folders, requirePeers: requirePeers)
                 if json {
                     try Terminal.json(rows)
                     return
@@ -129,56 +93,15 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHomeForReading()
-                let (plan, states) = try Planner.plan(home: opened, folders: [folder], warn: { Terminal.error($0) })
-                let clean = try SelectionFile.normalizeArgument(path)
-                guard let conflict = plan.folders.first?.conflicts.first(where: { $0.path == clean }), let state = states.first else {
-                    throw ApplyError(.changedLocally, path: clean, "no open conflict in \(folder) (see `kaiten conflicts \(folder)`)")
-                }
-                guard conflict.choices.contains(choice.settles) else {
-                    throw ApplyError(.changedLocally, path: clean, "--\(choice.settles) does not apply to a \(conflict.kind.rawValue) conflict; choose one of: " + conflict.choices.map { "--\($0)" }.joined(separator: ", "))
-                }
-                let root = state.input.path
-                let local = state.input.local[clean]
-                try SafePath.validate(clean)
-                switch choice {
-                case .select:
-                    try select(clean, opened)
-                    if let local, let hash = Reconciler.contentHash(of: local) { try KeptFiles.add(opened.home, folderID: folder, path: clean, hash: hash) }
-                    print("\(clean): selected and kept")
-                case .keep:
-                    guard let local, let hash = Reconciler.contentHash(of: local) else {
-                        throw ApplyError(.changedLocally, path: clean, "there is no local file to keep")
-                    }
-                    try KeptFiles.add(opened.home, folderID: folder, path: clean, hash: hash)
-                    print("\(clean): kept as it is (reported again if it changes)")
-                case .deleteLocal:
-                    var info = stat()
-                    guard lstat(root + "/" + clean, &info) == 0, info.st_mode & S_IFMT != S_IFDIR else {
-                        throw ApplyError(.changedLocally, path: clean, "not a local file")
-                    }
-                    guard unlink(root + "/" + clean) == 0 else {
-                        throw ApplyError(.io, path: clean, "cannot delete: \(String(cString: strerror(errno)))")
-                    }
-                    print("\(clean): deleted locally")
-                case .useGlobal:
-                    guard let g = state.input.global.global(clean), !g.file.isDeleted else {
-                        throw ApplyError(.changedGlobally, path: clean, "the global index has no live version to use")
-                    }
-                    let copy = SafePath.conflictName(for: clean, shortID: DeviceID.shortIDString(g.file.modifiedBy))
-                    guard rename(root + "/" + clean, root + "/" + copy) == 0 else {
-                        throw ApplyError(.io, path: clean, "cannot keep the local copy: \(String(cString: strerror(errno)))")
-                    }
-                    try select(clean, opened)
-                    print("\(clean): local content kept as \(copy); selected — `kaiten apply` fetches the global version")
+                let (path, settled) = try global.app.resolve(folder, path: path, choice: choice.settles)
+                switch settled {
+                case .selectedAndKept: print("\(path): selected and kept")
+                case .keptAsItIs: print("\(path): kept as it is (reported again if it changes)")
+                case .deletedLocally: print("\(path): deleted locally")
+                case .localKeptAs(let copy):
+                    print("\(path): local content kept as \(copy); selected — `kaiten apply` fetches the global version")
                 }
             }
-        }
-
-        func select(_ clean: String, _ opened: KaitenHome) throws {
-            let file = opened.home.selectionPath(folderID: folder)
-            var (selection, _) = try Planner.readSelection(file)
-            if case .added = try selection.select(clean) { try Planner.writeSelection(selection, to: file) }
         }
     }
 }

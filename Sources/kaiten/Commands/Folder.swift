@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenConfig
 import KaitenProtocol

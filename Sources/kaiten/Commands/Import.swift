@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenConfig
 import KaitenIndex
@@ -129,8 +130,8 @@ extension Kaiten {
                     return
                 }
                 let peers = max(requirePeers, offloadAfter ?? 1)
-                try await ApplyVerb(folders: [folder.id], yes: true, json: json, requirePeers: peers, sendTimeout: sendTimeout, logger: global.logger)
-                    .run(opened)
+                try await ApplyVerb(folders: [folder.id], yes: true, json: json, requirePeers: peers, sendTimeout: sendTimeout, app: global.app)
+                    .run()
                 if let offloadAfter {
                     let offloaded = try await Offload.run(
                         folder: folder.id, paths: imported.map(\.destination), peers: offloadAfter, opened: opened, global: global, json: json)
@@ -268,7 +269,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
+                _ = try App.folders([folder], in: opened)
                 let record = ImportRecord(home: opened.home, folder: folder)
                 _ = try await Offload.run(folder: folder, paths: record.entries.map(\.path), peers: peers, opened: opened, global: global, json: json)
             }
@@ -293,7 +294,7 @@ enum Offload {
             print("offload: \(deselected.count) held by \(peers) peer\(peers == 1 ? "" : "s") and deselected; \(waiting) not yet held, kept")
         }
         guard !deselected.isEmpty else { return [] }
-        try await ApplyVerb(folders: [folder], yes: true, json: json, maxDelete: "100%", requirePeers: peers, logger: global.logger).run(opened)
+        try await ApplyVerb(folders: [folder], yes: true, json: json, maxDelete: "100%", requirePeers: peers, app: global.app).run()
         return deselected
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenConfig
 import KaitenIndex
@@ -48,7 +49,7 @@ extension Kaiten.Index {
                 // A running service holds the peers' connections (syncthing accepts one per
                 // device) and takes every update in as it comes: nothing to fetch.
                 if let service = ServiceRecord.running(opened.home) {
-                    _ = try FolderSelection.resolve(folders, in: opened)
+                    _ = try App.folders(folders, in: opened)
                     if json {
                         try Terminal.json([IndexSync.Report]())
                     } else {
@@ -58,7 +59,7 @@ extension Kaiten.Index {
                 }
                 // So does `kaiten serve`, whose sessions take the updates in as well.
                 if let server = ControlClient.running(opened.home) {
-                    _ = try FolderSelection.resolve(folders, in: opened)
+                    _ = try App.folders(folders, in: opened)
                     if json {
                         try Terminal.json([IndexSync.Report]())
                     } else {
@@ -114,7 +115,7 @@ extension Kaiten.Index {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                let ids = try FolderSelection.resolve(folders, in: opened)
+                let ids = try App.folders(folders, in: opened)
                 let logs = try IndexSync.openLogs(home: opened, folders: ids, warn: { Terminal.error($0) })
                 for id in ids {
                     guard let log = logs[id] else { continue }
@@ -151,7 +152,7 @@ extension Kaiten.Index {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
+                _ = try App.folders([folder], in: opened)
                 let path = opened.home.indexLogPath(folderID: folder)
                 let localPath = opened.home.localIndexPath(folderID: folder)
                 // Known before anything is removed: a local index that cannot be read for
@@ -184,21 +185,5 @@ extension Kaiten.Index {
             log.close()
             return nil
         }
-    }
-}
-
-/// Folder arguments: the named ones (each must be configured), or all.
-enum FolderSelection {
-    static func resolve(_ requested: [String], in home: KaitenHome) throws -> [String] {
-        let configured = home.config.folders.map(\.id)
-        for id in requested where !configured.contains(id) {
-            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
-        }
-        return requested.isEmpty ? configured : requested
-    }
-
-    static func openLog(_ folder: String, in home: KaitenHome) throws -> IndexLog {
-        _ = try resolve([folder], in: home)
-        return try PeerGenerations.openLog(home: home, folder: folder, readOnly: true, warn: { Terminal.error($0) })
     }
 }

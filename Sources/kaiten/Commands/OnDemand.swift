@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenApply
 import KaitenTransfer
@@ -336,7 +337,7 @@ extension Kaiten {
                     throw ArgumentError("\(path): \(error.hint)")
                 }
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
+                _ = try App.folders([folder], in: opened)
                 guard let record = ServerRecord.load(opened.home) else {
                     throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
                 }
@@ -372,7 +373,7 @@ extension RemoteFiles {
     /// connections (its control socket), else over this process's own connections.
     static func opened(_ home: KaitenHome, verb: String, folder: String, logger: Logger) async throws -> RemoteFiles {
         if let service = ControlClient.running(home.home) {
-            _ = try FolderSelection.resolve([folder], in: home)
+            _ = try App.folders([folder], in: home)
             return RemoteFiles(home: home, logger: logger, relay: service.relay)
         }
         try ServiceGuard.refuse(verb, home: home)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import KaitenConfig
 import KaitenDiscovery
 import KaitenPeer

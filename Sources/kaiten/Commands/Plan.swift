@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import KaitenApply
 import KaitenTransfer
 import Foundation
@@ -75,104 +76,22 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                var refreshProblems: [String: [String]] = [:]
-                var connected: [String: Set<DeviceID>]?
-                // A running service keeps the index current and holds the peers' connections
-                // (syncthing takes one per device): it plans on them, as its apply would.
-                if !offline, let service = ControlClient.running(opened.home) {
-                    try planThroughService(service, opened: opened)
-                    return
+                var request = PlanRequest()
+                request.folders = folders
+                request.offline = offline
+                request.requirePeers = requirePeers
+                request.timeout = timeout
+                request.maxDelete = DeleteLimit(maxDelete)!
+                request.followRenames = followRenames
+                request.saveTo = out
+                let plan = try await global.app.plan(request)
+                if json {
+                    try Terminal.json(plan)
+                } else {
+                    PlanRenderer.print(plan)
+                    if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
                 }
-                // While an apply runs it holds the index: plan from the last complete index
-                // rather than fail, and say so (deletions are re-checked live by apply anyway).
-                let applying = offline ? nil : Applier.runningApply(opened.home)
-                if let pid = applying {
-                    Terminal.error(
-                        "note: an apply is running on this home (pid \(pid)); this plan uses the last complete index, "
-                            + "as `plan --offline` would")
-                }
-                // One without a control socket: its logs are the fresh index.
-                let service = offline || applying != nil ? nil : ServiceRecord.running(opened.home)
-                if let service {
-                    Terminal.error("note: kaiten run (pid \(service.pid)) keeps the index current; this plan reads it, as `plan --offline` would")
-                }
-                if !offline && applying == nil && service == nil {
-                    let reports = try await IndexSync.run(
-                        home: opened, folders: folders, timeout: timeout, logger: global.logger,
-                        warn: { Terminal.error($0) })
-                    for r in reports where !r.ok {
-                        let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name
-                        refreshProblems[r.folder, default: []].append(
-                            "could not refresh the index from \(who): \(r.problem ?? "unknown error"); its last known index is used, "
-                                + "and it counts as no holder of a file to delete")
-                    }
-                    connected = IndexSync.refreshedPeers(reports)
-                }
-                var (plan, states) = try Planner.plan(
-                    home: opened, folders: folders, requirePeers: requirePeers, connected: connected, pendingSends: connected != nil,
-                    warn: { Terminal.error($0) })
-                if followRenames {
-                    let followed = try Planner.followRenames(plan, home: opened)
-                    for (folder, rename) in followed {
-                        Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
-                    }
-                    if !followed.isEmpty {
-                        (plan, states) = try Planner.plan(
-                            home: opened, folders: folders, requirePeers: requirePeers, connected: connected,
-                            pendingSends: connected != nil, warn: { _ in })
-                    }
-                }
-                Applier.noteBrakes(&plan, states: states, maxDelete: DeleteLimit(maxDelete)!)
-                for i in plan.folders.indices {
-                    let problems = refreshProblems[plan.folders[i].id] ?? []
-                    var warnings = plan.folders[i].warnings
-                    // Suggesting the sync that just failed helps nobody: point at its problem.
-                    if !problems.isEmpty {
-                        warnings = warnings.map {
-                            $0.hasPrefix("no peer's index is known yet")
-                                ? "no peer's index is known yet: nothing can be pulled or deleted until the problem above is fixed" : $0
-                        }
-                    }
-                    plan.folders[i].warnings = problems + warnings
-                }
-                try show(plan)
-            }
-        }
-
-        /// Saves, prints and exits as the flags say.
-        func show(_ plan: Plan) throws {
-            if let out {
-                try PlanFile.write(plan, to: out)
-            }
-            if json {
-                try Terminal.json(plan)
-            } else {
-                PlanRenderer.print(plan)
-                if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
-            }
-            if detailedExitcode && plan.summary.isPending { throw ExitCode(2) }
-        }
-
-        /// Beside `kaiten run` (or `serve`): the plan the service would apply, made on its live
-        /// connections and current index.
-        func planThroughService(_ service: ControlClient, opened: KaitenHome) throws {
-            Terminal.error("note: kaiten \(service.role) (pid \(service.pid)) keeps the index current; this is its plan, on its live connections")
-            do {
-                var answer = try service.plan(folders: folders, requirePeers: requirePeers, maxDelete: maxDelete)
-                if followRenames {
-                    let followed = try Planner.followRenames(answer.plan, home: opened)
-                    for (folder, rename) in followed {
-                        Terminal.note("\(folder): following \(rename.from) → \(rename.to) (selection file updated)")
-                    }
-                    if !followed.isEmpty { answer = try service.plan(folders: folders, requirePeers: requirePeers, maxDelete: maxDelete) }
-                }
-                for warning in answer.warnings { Terminal.error(warning) }
-                for (folder, reason) in answer.skipped { Terminal.error("\(folder): skipped: \(reason)") }
-                try show(answer.plan)
-            } catch let failure as ControlFailure {
-                Terminal.error(failure.message)
-                throw ExitCode(failure.code)
+                if detailedExitcode && plan.summary.isPending { throw VerbEnded(.pending) }
             }
         }
     }
@@ -195,7 +114,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let plan = try PlanFile.read(file)
+                let plan = try global.app.savedPlan(file)
                 if json {
                     try Terminal.json(plan)
                 } else {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenApply
 import KaitenConfig
@@ -178,7 +179,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve(folders, in: opened)
+                _ = try App.folders(folders, in: opened)
                 var options = Service.Options()
                 options.folders = folders
                 options.mode = apply

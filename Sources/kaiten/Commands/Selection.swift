@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenConfig
 import KaitenIndex
@@ -43,7 +44,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                let log = try FolderSelection.openLog(folder, in: opened)
+                let log = try global.app.openLog(folder, in: opened)
                 let file = opened.home.selectionPath(folderID: folder)
                 var (selection, _) = try Planner.readSelection(file)
                 // In a folder that sends, a file on disk is selected as one of the index is: that
@@ -126,7 +127,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
+                _ = try App.folders([folder], in: opened)
                 let file = opened.home.selectionPath(folderID: folder)
                 var (selection, _) = try Planner.readSelection(file)
                 var removed = 0
@@ -177,7 +178,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
+                _ = try App.folders([folder], in: opened)
                 let config = opened.config.folders.first { $0.id == folder }!
                 let stignorePath = (config.path as NSString).appendingPathComponent(".stignore")
                 guard let data = FileManager.default.contents(atPath: stignorePath) else {

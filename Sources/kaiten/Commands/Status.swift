@@ -1,9 +1,6 @@
 import ArgumentParser
 import Foundation
-import KaitenConfig
-import KaitenService
-import KaitenIndex
-import KaitenSync
+import KaitenApp
 
 extension Kaiten {
     struct Status: AsyncParsableCommand {
@@ -26,74 +23,11 @@ extension Kaiten {
         @Flag(help: "Print JSON.")
         var json = false
 
-        struct PeerRow: Encodable {
-            let device_id: String
-            let name: String
-            let index_id: String
-            let sequence: Int64
-        }
-
-        struct AnnouncedRow: Encodable {
-            let index_id: String
-            let sequence: Int64
-            /// Entries peers may request (files, directories, symlinks held here).
-            let held: Int
-            /// Entries announced as not wanted here (invalid) or withdrawn.
-            let not_held: Int
-            let deleted: Int
-        }
-
-        struct FolderRow: Encodable {
-            let id: String
-            let path: String
-            let global_files: Int
-            let global_directories: Int
-            let global_symlinks: Int
-            let global_bytes: Int64
-            let peers: [PeerRow]
-            /// What this device announces for the folder (its local index); nil before the first sync.
-            let announced: AnnouncedRow?
-            let log_bytes: Int64
-            let log_live_fraction: Double
-            /// The `kaiten run` serving this home, when one runs (the same for every folder).
-            let service: ServiceRecord?
-        }
-
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHomeForReading()
-                let ids = try FolderSelection.resolve(folder.map { [$0] } ?? [], in: opened)
-                var rows: [FolderRow] = []
-                let service = ServiceRecord.running(opened.home)
-                for id in ids {
-                    let log = try FolderSelection.openLog(id, in: opened)
-                    for warning in IndexCompleteness.warnings(opened, folder: id, log: log) { Terminal.error("warning: \(warning)") }
-                    let totals = log.index.totals()
-                    let peers = log.checkpoints.sorted { $0.key < $1.key }.map { device, checkpoint in
-                        PeerRow(
-                            device_id: device.description, name: opened.config.device(id: device)?.name ?? "",
-                            index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence)
-                    }
-                    var announced: AnnouncedRow?
-                    let localPath = opened.home.localIndexPath(folderID: id)
-                    if FileManager.default.fileExists(atPath: localPath),
-                        let local = try? IndexLog.open(path: localPath, folderID: id, readOnly: true),
-                        let checkpoint = local.checkpoints[opened.identity.deviceID]
-                    {
-                        let mine = local.index.entries(from: opened.identity.deviceID)
-                        announced = AnnouncedRow(
-                            index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence,
-                            held: mine.filter { !$0.isInvalid && !$0.isDeleted }.count, not_held: mine.filter(\.isInvalid).count,
-                            deleted: mine.filter { $0.isDeleted && !$0.isInvalid }.count)
-                        local.close()
-                    }
-                    rows.append(
-                        FolderRow(
-                            id: id, path: opened.config.folder(id: id)?.path ?? "", global_files: totals.files,
-                            global_directories: totals.directories, global_symlinks: totals.symlinks,
-                            global_bytes: totals.bytes, peers: peers, announced: announced, log_bytes: log.fileSize,
-                            log_live_fraction: (log.liveFraction * 1000).rounded() / 1000, service: service))
-                }
+                let report = try global.app.status(folders: folder.map { [$0] } ?? [])
+                let rows = report.folders
+                let service = report.service
                 if json {
                     try Terminal.json(rows)
                     return

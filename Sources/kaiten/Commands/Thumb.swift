@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import KaitenConfig
 import KaitenMedia
@@ -92,7 +93,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let opened = try global.openHome()
-                _ = try FolderSelection.resolve([folder], in: opened)
+                _ = try App.folders([folder], in: opened)
                 // Files made here since the last plan are seen (issue 36, item 17): the folder's
                 // scan is brought up to date first (only new or changed files are read). A running
                 // service keeps it current itself.

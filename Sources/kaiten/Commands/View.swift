@@ -1,4 +1,5 @@
 import ArgumentParser
+import KaitenApp
 import Foundation
 import Logging
 import KaitenConfig
@@ -84,7 +85,7 @@ extension Kaiten {
                     }
                     try ViewDefinition(source: sourcePath, layout: layout).save(opened.home, folder: folder)
                     print("\(folder) is now the view of \(sourcePath) (\(layout))")
-                    try await View.syncAndSend(folder, opened: opened, send: !noSend, logger: global.logger)
+                    try await View.syncAndSend(folder, opened: opened, send: !noSend, app: global.app)
                 }
             }
         }
@@ -114,7 +115,7 @@ extension Kaiten {
                         print("no view folders (kaiten view add FOLDER --source DIR makes one)")
                         return
                     }
-                    for id in ids { try await View.syncAndSend(id, opened: opened, send: !noSend, logger: global.logger) }
+                    for id in ids { try await View.syncAndSend(id, opened: opened, send: !noSend, app: global.app) }
                 }
             }
         }
@@ -144,7 +145,7 @@ extension Kaiten {
         }
 
         /// Links the view, selects its top-level entries (so that all of it is sent), and applies.
-        static func syncAndSend(_ folder: String, opened: KaitenHome, send: Bool, logger: Logger) async throws {
+        static func syncAndSend(_ folder: String, opened: KaitenHome, send: Bool, app: App) async throws {
             let report = try await sync(folder, opened: opened)
             for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
             print(
@@ -153,7 +154,7 @@ extension Kaiten {
             if !report.foreign.isEmpty {
                 Terminal.error("\(folder): \(report.foreign.count) file\(report.foreign.count == 1 ? "" : "s") in the view that Kaiten did not link, left alone (\(report.foreign.prefix(3).joined(separator: ", ")))")
             }
-            if send { try await ApplyVerb(folders: [folder], yes: true, logger: logger).run(opened) }
+            if send { try await ApplyVerb(folders: [folder], yes: true, app: app).run() }
             if !report.failed.isEmpty { throw ExitCode(1) }
         }
 
