@@ -322,6 +322,14 @@ let package = Package(
             name: "KaitenPeerTests",
             dependencies: ["KaitenTestThreads", "KaitenPeer", "KaitenDiscovery", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
+        // The use-case layer without a process or a peer: outcomes and exit codes, verbs on a home.
+        .testTarget(
+            name: "KaitenAppTests",
+            dependencies: [
+                "KaitenApp", "KaitenApply", "KaitenConfig", "KaitenProtocol", "KaitenReconcile", "KaitenService", "KaitenTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(name: "KaitenCLITests", dependencies: ["KaitenTestThreads", "kaiten", "KaitenTestSupport", "KaitenIndex", "KaitenConfig", "KaitenProtocol"]),
         .testTarget(
             name: "InteropTests",

@@ -1,8 +1,8 @@
 import ArgumentParser
-import KaitenProtocol
 import Foundation
-import KaitenConfig
 import KaitenApp
+import KaitenProtocol
+import KaitenConfig
 import KaitenService
 import Logging
 

@@ -1,12 +1,6 @@
 import ArgumentParser
 import KaitenApp
 import Foundation
-import KaitenApply
-import KaitenTransfer
-import KaitenConfig
-import KaitenService
-import KaitenReconcile
-import KaitenSync
 import Logging
 
 #if canImport(Glibc)

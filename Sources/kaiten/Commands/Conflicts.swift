@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
-import KaitenReconcile
 
 extension Kaiten {
     struct Conflicts: AsyncParsableCommand {

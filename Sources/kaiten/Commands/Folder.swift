@@ -1,9 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import Foundation
-import KaitenConfig
-import KaitenProtocol
-import KaitenSync
 
 extension Kaiten {
     struct Folder: AsyncParsableCommand {
@@ -12,12 +8,6 @@ extension Kaiten {
             subcommands: [Add.self, Share.self, Unshare.self, Remove.self, List.self])
 
         /// The folder `id` of config.xml, or the error that says it is not configured.
-        static func configured(_ id: String, in config: ConfigFile) throws -> FolderConfiguration {
-            guard let folder = config.folder(id: id) else {
-                throw ConfigError(.unknownFolder, file: config.path, "folder \"\(id)\" is not configured")
-            }
-            return folder
-        }
     }
 }
 
@@ -63,25 +53,7 @@ extension Kaiten.Folder {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
-                    // A mistake in the argument, not in config.xml: a usage error, exit 64.
-                    throw ArgumentError("--type \(type): not a folder type Kaiten adds (receiveonly, sendreceive or sendonly)")
-                }
-                var devices = [opened.identity.deviceID]
-                for text in shares { devices.append(try opened.config.resolveDevice(text)) }
-                let absolutePath = Home(path: path).path
-                let folder = FolderConfiguration(
-                    id: folderID, label: label ?? folderID, path: absolutePath, type: folderType, devices: devices)
-                try opened.config.addFolder(folder)
-                let created = try FolderDirectory.prepare(path: absolutePath, markerName: folder.markerName)
-                do {
-                    try opened.config.write()
-                } catch {
-                    if created { try? FileManager.default.removeItem(atPath: absolutePath) }
-                    throw error
-                }
-                Terminal.note("added folder \(folderID) at \(absolutePath)\(created ? " (created, with .stfolder)" : "")")
+                try say(global.app.addFolder(folderID, path: path, label: label, type: type, shares: shares), folderID)
             }
         }
     }
@@ -105,13 +77,7 @@ extension Kaiten.Folder {
         var peer: String
 
         func run() async throws {
-            try await reportingErrors {
-                let opened = try global.openHome()
-                let id = try opened.config.resolveDevice(peer)
-                try opened.config.shareFolder(id: folderID, with: id)
-                try opened.config.write()
-                Terminal.note("shared folder \(folderID) with \(Kaiten.Peer.label(id, in: opened.config))")
-            }
+            try await reportingErrors { try say(global.app.shareFolder(folderID, with: peer), folderID) }
         }
     }
 
@@ -135,20 +101,7 @@ extension Kaiten.Folder {
         var peer: String
 
         func run() async throws {
-            try await reportingErrors {
-                let opened = try global.openHome()
-                let id = try opened.config.resolveDevice(peer)
-                let folder = try Kaiten.Folder.configured(folderID, in: opened.config)
-                guard folder.devices.contains(id) else {
-                    Terminal.note("folder \(folderID) is not shared with \(Kaiten.Peer.label(id, in: opened.config)); nothing to do")
-                    return
-                }
-                try Membership.forgetPeer(id, folders: [folderID], home: opened) {
-                    try opened.config.unshareFolder(id: folderID, from: id)
-                    try opened.config.write()
-                }
-                Terminal.note("folder \(folderID) is no longer shared with \(Kaiten.Peer.label(id, in: opened.config)); its index of the folder is dropped")
-            }
+            try await reportingErrors { try say(global.app.unshareFolder(folderID, from: peer), folderID) }
         }
     }
 
@@ -171,17 +124,7 @@ extension Kaiten.Folder {
         var folderID: String
 
         func run() async throws {
-            try await reportingErrors {
-                let opened = try global.openHome()
-                let folder = try Kaiten.Folder.configured(folderID, in: opened.config)
-                try Membership.forgetFolder(folderID, home: opened) {
-                    try opened.config.removeFolder(id: folderID)
-                    try opened.config.write()
-                }
-                let selection = opened.home.selectionPath(folderID: folderID)
-                let kept = FileManager.default.fileExists(atPath: selection) ? "; kept \(selection)" : ""
-                Terminal.note("removed folder \(folderID); its files in \(folder.path) are untouched\(kept)")
-            }
+            try await reportingErrors { try say(global.app.removeFolder(folderID), folderID) }
         }
     }
 
@@ -200,48 +143,35 @@ extension Kaiten.Folder {
         @Flag(help: "Print a JSON array of folders instead of a table.")
         var json = false
 
-        struct Row: Encodable {
-            let id: String
-            let label: String
-            let path: String
-            let type: String
-            let devices: [String]
-            let rescan_interval_s: Int
-            let ignore_perms: Bool
-            let versioning: String
-            let max_conflicts: Int
-            let marker_name: String
-            let paused: Bool
-        }
-
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let rows = opened.config.folders.map {
-                    Row(
-                        id: $0.id, label: $0.label, path: $0.path, type: $0.type.rawValue,
-                        devices: $0.devices.map(\.description), rescan_interval_s: $0.rescanIntervalS,
-                        ignore_perms: $0.ignorePerms, versioning: $0.versioningType, max_conflicts: $0.maxConflicts,
-                        marker_name: $0.markerName, paused: $0.isPaused)
-                }
+                let (rows, names, me) = try global.app.folderList()
                 if json {
                     try Terminal.json(rows)
                 } else {
-                    let me = opened.identity.deviceID
-                    let names = Dictionary(
-                        opened.config.devices.map { ($0.id.description, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
-                        uniquingKeysWith: { a, _ in a })
                     Terminal.table(
                         ["ID", "TYPE", "PATH", "SHARED WITH"],
                         rows.map { row in
                             [
                                 row.id + (row.paused ? " (paused)" : ""), row.type, row.path,
-                                row.devices.filter { $0 != me.description }.map { names[$0] ?? String($0.prefix(7)) }
+                                row.devices.filter { $0 != me }.map { names[$0] ?? String($0.prefix(7)) }
                                     .joined(separator: ","),
                             ]
                         })
                 }
             }
         }
+    }
+}
+
+/// What a folder verb did, said on stderr (stdout stays for results).
+private func say(_ change: FolderChange, _ folder: String) {
+    switch change {
+    case .added(let path, let created): Terminal.note("added folder \(folder) at \(path)\(created ? " (created, with .stfolder)" : "")")
+    case .shared(let peer): Terminal.note("shared folder \(folder) with \(peer)")
+    case .notShared(let peer): Terminal.note("folder \(folder) is not shared with \(peer); nothing to do")
+    case .unshared(let peer): Terminal.note("folder \(folder) is no longer shared with \(peer); its index of the folder is dropped")
+    case .removed(let path, let selection):
+        Terminal.note("removed folder \(folder); its files in \(path) are untouched\(selection.map { "; kept \($0)" } ?? "")")
     }
 }

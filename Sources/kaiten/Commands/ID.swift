@@ -1,6 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import KaitenConfig
 
 extension Kaiten {
     struct ID: AsyncParsableCommand {
@@ -23,11 +22,11 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
+                let id = try global.app.deviceID()
                 if json {
-                    try Terminal.json(["device_id": opened.identity.deviceID.description])
+                    try Terminal.json(["device_id": id.description])
                 } else {
-                    print(opened.identity.deviceID.description)
+                    print(id.description)
                 }
             }
         }

@@ -1,6 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import Foundation
 import KaitenConfig
 import KaitenIndex
 import KaitenMedia
@@ -10,6 +9,7 @@ import KaitenSelection
 import KaitenService
 import KaitenSync
 import KaitenTransfer
+import Foundation
 
 #if canImport(Glibc)
 import Glibc

@@ -1,10 +1,6 @@
 import ArgumentParser
-import KaitenApp
 import Foundation
-import KaitenConfig
-import KaitenIndex
-import KaitenService
-import KaitenSync
+import KaitenApp
 
 extension Kaiten {
     struct Index: AsyncParsableCommand {
@@ -45,37 +41,21 @@ extension Kaiten.Index {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                // A running service holds the peers' connections (syncthing accepts one per
-                // device) and takes every update in as it comes: nothing to fetch.
-                if let service = ServiceRecord.running(opened.home) {
-                    _ = try App.folders(folders, in: opened)
+                switch try await global.app.syncIndex(folders: folders, timeout: timeout) {
+                case .keptCurrent(let service, let lastUpdate):
                     if json {
-                        try Terminal.json([IndexSync.Report]())
+                        try Terminal.json([IndexReport]())
                     } else {
-                        print("kaiten run (pid \(service.pid)) keeps the index current (last update: \(service.lastIndexUpdate ?? "none yet")); nothing to do")
+                        print("\(service) keeps the index current\(lastUpdate.map { " (last update: \($0))" } ?? ""); nothing to do")
                     }
-                    return
+                case .synced(let reports):
+                    try Self.render(reports, json: json)
+                    if reports.contains(where: { !$0.ok }) { throw VerbEnded(.failure) }
                 }
-                // So does `kaiten serve`, whose sessions take the updates in as well.
-                if let server = ControlClient.running(opened.home) {
-                    _ = try App.folders(folders, in: opened)
-                    if json {
-                        try Terminal.json([IndexSync.Report]())
-                    } else {
-                        print("kaiten \(server.role) (pid \(server.pid)) keeps the index current; nothing to do")
-                    }
-                    return
-                }
-                let reports = try await IndexSync.run(
-                    home: opened, folders: folders, timeout: timeout, logger: global.logger,
-                    warn: { Terminal.error($0) })
-                try Self.render(reports, json: json)
-                if reports.contains(where: { !$0.ok }) { throw ExitCode(1) }
             }
         }
 
-        static func render(_ reports: [IndexSync.Report], json: Bool) throws {
+        static func render(_ reports: [IndexReport], json: Bool) throws {
             if json {
                 try Terminal.json(reports)
                 return
@@ -114,15 +94,7 @@ extension Kaiten.Index {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let ids = try App.folders(folders, in: opened)
-                let logs = try IndexSync.openLogs(home: opened, folders: ids, warn: { Terminal.error($0) })
-                for id in ids {
-                    guard let log = logs[id] else { continue }
-                    let before = log.fileSize
-                    try log.compact(warn: { Terminal.error($0) })
-                    print("\(id): \(before) → \(log.fileSize) bytes")
-                }
+                for (id, before, after) in try global.app.compactIndex(folders: folders) { print("\(id): \(before) → \(after) bytes") }
             }
         }
     }
@@ -151,39 +123,10 @@ extension Kaiten.Index {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                _ = try App.folders([folder], in: opened)
-                let path = opened.home.indexLogPath(folderID: folder)
-                let localPath = opened.home.localIndexPath(folderID: folder)
-                // Known before anything is removed: a local index that cannot be read for
-                // another reason (permissions, a newer format) stops the rebuild untouched.
-                let localDamage = try Self.damage(of: localPath, folder: folder)
-                IndexLog.remove(path: path)
-                if let localDamage {
-                    Membership.forgetLocalIndex(folder, home: opened)
-                    Terminal.warning(
-                        "\(localDamage.description); removed: this device's index of \(folder) starts again under a new index ID, which peers take in full")
-                }
-                let reports = try await IndexSync.run(
-                    home: opened, folders: [folder], timeout: timeout, logger: global.logger, warn: { Terminal.error($0) })
+                let reports = try await global.app.rebuildIndex(folder, timeout: timeout)
                 try Sync.render(reports, json: false)
-                if reports.contains(where: { !$0.ok }) { throw ExitCode(1) }
+                if reports.contains(where: { !$0.ok }) { throw VerbEnded(.failure) }
             }
-        }
-
-        /// The damage in a log (a bad checksum, a foreign or broken header), or nil when it reads.
-        static func damage(of path: String, folder: String) throws -> IndexLogError? {
-            let log: IndexLog
-            do {
-                log = try IndexLog.open(path: path, folderID: folder, readOnly: true)
-            } catch {
-                switch error.code {
-                case .corruptRecord, .notAnIndexLog, .wrongFolder: return error
-                default: throw error
-                }
-            }
-            log.close()
-            return nil
         }
     }
 }

@@ -1,6 +1,6 @@
 import ArgumentParser
+import Foundation
 import KaitenApp
-import KaitenConfig
 
 extension Kaiten {
     struct Init: AsyncParsableCommand {
@@ -68,14 +68,14 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let created = try KaitenHome.initialize(
-                    global.resolvedHome, name: name, listenAddress: listen, keyType: Identity.KeyType(rawValue: keyType.rawValue)!,
-                    discovery: discovery == .on, relays: relays == .on)
+                let created = try global.app.initialize(
+                    name: name, listenAddress: listen, keyType: KeyType(rawValue: keyType.rawValue)!, discovery: discovery == .on,
+                    relays: relays == .on)
                 if json {
-                    try Terminal.json(["device_id": created.deviceID.description, "home": created.home.path])
+                    try Terminal.json(["device_id": created.deviceID.description, "home": created.home])
                 } else {
                     print(created.deviceID.description)
-                    Terminal.note("created \(created.home.path)")
+                    Terminal.note("created \(created.home)")
                 }
             }
         }

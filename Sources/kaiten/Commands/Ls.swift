@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
-import KaitenProtocol
 
 extension Kaiten {
     struct Ls: AsyncParsableCommand {

@@ -1,17 +1,6 @@
 import ArgumentParser
 import KaitenApp
 import Foundation
-import KaitenApply
-import KaitenTransfer
-import KaitenConfig
-import KaitenProtocol
-import KaitenDiscovery
-import KaitenService
-import KaitenIndex
-import KaitenMedia
-import KaitenScan
-import KaitenStream
-import KaitenSync
 import Logging
 
 #if canImport(Glibc)
@@ -41,25 +30,8 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let files = try await RemoteFiles.opened(opened, verb: "cat", folder: folder, logger: global.logger)
-                do {
-                    let entry = try files.entry(folder: folder, path: Self.clean(path))
-                    if entry.size > 0 {
-                        try await files.read(entry, range: 0...(entry.size - 1), window: 32) { data in
-                            try FileHandle.standardOutput.write(contentsOf: data)
-                        }
-                    }
-                    await files.close()
-                } catch {
-                    await files.close()
-                    throw error
-                }
+                try await global.app.cat(folder, path: path) { try FileHandle.standardOutput.write(contentsOf: $0) }
             }
-        }
-
-        static func clean(_ path: String) -> String {
-            path.trimmingCharacters(in: CharacterSet(charactersIn: "/")).precomposedStringWithCanonicalMapping
         }
     }
 
@@ -94,42 +66,16 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let clean = Cat.clean(path)
-                let files = try await RemoteFiles.opened(opened, verb: "get", folder: folder, logger: global.logger)
-                do {
-                    try await fetch(clean, opened: opened, files: files)
-                    await files.close()
-                } catch {
-                    await files.close()
-                    throw error
-                }
+                let fetched = try await global.app.get(folder, path: path, output: output, force: force) { print("fetched \($0)") }
+                let report = fetched.report
+                for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
+                let place = fetched.isDirectory ? "under \(fetched.target)" : "to \(fetched.target)"
+                let total = report.written + report.failed.count
+                print(
+                    "\(report.written) of \(total) written \(place) (\(Kaiten.Ls.human(report.bytes)); blocks: \(report.blocksFetched) fetched from peers, \(report.blocksReadLocally) read from local files)"
+                )
+                if !report.failed.isEmpty { throw VerbEnded(.failure) }
             }
-        }
-
-        func fetch(_ clean: String, opened: KaitenHome, files: RemoteFiles) async throws {
-            let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
-            let isDirectory = log.index.global(clean)?.file.type == .directory
-            log.close()
-            let target = (output ?? (clean as NSString).lastPathComponent) as NSString
-            var absolute = target.isAbsolutePath ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
-            // Like cp: a file given an existing directory (or a path ending in '/') goes into it
-            // under its own name.
-            var existingDirectory: ObjCBool = false
-            if !isDirectory,
-                output?.hasSuffix("/") == true
-                    || (FileManager.default.fileExists(atPath: absolute, isDirectory: &existingDirectory) && existingDirectory.boolValue)
-            {
-                absolute = (absolute as NSString).appendingPathComponent((clean as NSString).lastPathComponent)
-            }
-            let report = try await files.fetch(folder: folder, path: clean, to: absolute, replace: force) { print("fetched \($0)") }
-            for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
-            let place = isDirectory ? "under \(absolute)" : "to \(absolute)"
-            let total = report.written + report.failed.count
-            print(
-                "\(report.written) of \(total) written \(place) (\(Kaiten.Ls.human(report.bytes)); blocks: \(report.blocksFetched) fetched from peers, \(report.blocksReadLocally) read from local files)"
-            )
-            if !report.failed.isEmpty { throw ExitCode(1) }
         }
     }
 
@@ -187,49 +133,11 @@ extension Kaiten {
                 guard loopback || allowRemote else {
                     throw ValidationError("\(host) is not a loopback address; pass --allow-remote to listen there (links still need signatures)")
                 }
-                let opened = try global.openHome()
-                let lock = try ServiceRecord.lock(opened.home, role: "serve")
-                defer { withExtendedLifetime(lock) {} }
-                let signer = try URLSigner.load(home: opened.home)
                 let stamps = LockedISO8601()
                 let log: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("\(stamps.now()) \(line)\n".utf8)) }
-                // Discovery as config.xml says, for as long as it serves (announcing this device).
-                let discovery = await Discovery.start(home: opened, listens: true, logger: global.logger, warn: log)
-                let sessions = PeerSessions(
-                    home: opened, logger: global.logger, serve: BlockServer(home: opened).answer, addresses: discovery)
-                sessions.sayConnections(to: log)
-                let files = RemoteFiles(home: opened, cacheBytes: cacheMib << 20, logger: global.logger, sessions: sessions)
-                try await files.connect(warn: { Terminal.error($0) })
-                // Peers may dial this device while it serves (the config's listen addresses).
-                let (listeners, peerAddresses) = await files.sessions.listen(warn: log)
-                if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
-                discovery.setListenAddresses(peerAddresses)
-                // A peer that goes away (restarted, a cut connection) is dialled again.
-                let redial = files.sessions.keepConnected(found: discovery.local?.discoveries(), warn: log)
-                defer { redial.cancel() }
-                // The verbs that need the peers (plan, apply, cat, get) go through this process
-                // while it holds their connections.
-                let stopped = StopSignal()
-                let control = ControlServer(
-                    home: opened, sessions: files.sessions, files: files, folders: opened.config.folders.map(\.id), role: "serve",
-                    stop: stopped, log: log)
-                let controlTask = Task {
-                    do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
-                }
-                let thumbnails = await Kaiten.thumbnailMaker(files: files, cacheRoot: opened.home.thumbnailsDirectory, log: log)
-                let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: log)
-                try await server.run(host: host, port: port) { stop in
-                    SignalStop.install {
-                        stopped.raise(SIGTERM)
-                        stop()
-                    }
-                }
-                await thumbnails?.close()
-                control.close()
-                _ = await controlTask.result
-                for listener in listeners { await listener.close() }
-                await files.close()
-                await discovery.close()
+                var request = ServeRequest(host: host, port: port)
+                request.cacheMiB = cacheMib
+                try await global.app.serve(request, log: log, onStop: { stop in SignalStop.install(stop) })
                 FileHandle.standardError.write(Data("stopped\n".utf8))
             }
         }
@@ -237,56 +145,6 @@ extension Kaiten {
 
     /// `/thumb` for `serve`: thumbnails from the home's cache, made on the spot when missing (a
     /// remote video read by its decoder through a range server of its own). nil without the helper.
-    final class ServedThumbnails: Sendable {
-        let helpers: MediaHelpers
-        let ranges: RangeServer
-        let make: StreamServer.ThumbnailMaker
-
-        init(helpers: MediaHelpers, ranges: RangeServer, make: @escaping StreamServer.ThumbnailMaker) {
-            self.helpers = helpers
-            self.ranges = ranges
-            self.make = make
-        }
-
-        func close() async {
-            helpers.close()
-            await ranges.stop()
-        }
-    }
-
-    static func thumbnailMaker(files: RemoteFiles, cacheRoot: String, log: @escaping @Sendable (String) -> Void) async -> ServedThumbnails? {
-        guard let helper = try? MediaHelpers.locate() else {
-            log("no thumbnails: the media helper kaiten-media is not installed")
-            return nil
-        }
-        let ranges = RangeServer()
-        let signer = URLSigner.ephemeral()
-        let base: String
-        do {
-            base = try await ranges.start(files: files, signer: signer)
-        } catch {
-            log("no thumbnails: \(error)")
-            return nil
-        }
-        let helpers = MediaHelpers(executable: helper)
-        let cache = ThumbnailCache(root: cacheRoot)
-        let make: StreamServer.ThumbnailMaker = { folder, path, size in
-            var options = Thumbnails.Options()
-            options.size = size
-            let thumbnails = Thumbnails(
-                files: files, cache: cache, helpers: helpers, options: options,
-                rangeURL: { folder, path in signer.url(base: base, folder: folder, path: path, expires: Int64(Date().timeIntervalSince1970) + 3600) })
-            let outcome = await thumbnails.make(folder: folder, path: path)
-            if let unreadable = outcome.unreadable { throw unreadable }
-            guard let file = outcome.thumbnail, outcome.status != .failed,
-                let jpeg = FileManager.default.contents(atPath: file)
-            else {
-                throw MediaError(outcome.error ?? "no thumbnail")
-            }
-            return ([UInt8](jpeg), "\"thumb-\((file as NSString).lastPathComponent.prefix(24))-\(size)\"")
-        }
-        return ServedThumbnails(helpers: helpers, ranges: ranges, make: make)
-    }
 }
 
 extension Kaiten {
@@ -329,33 +187,7 @@ extension Kaiten {
                 if size != nil && !thumb { throw ArgumentError("--size is for thumbnail links: add --thumb, or leave --size out") }
                 let size = size ?? ThumbnailLimits.largest
                 guard (16...ThumbnailLimits.largest).contains(size) else { throw ArgumentError("--size \(size): 16 to \(ThumbnailLimits.largest)") }
-                // Sign only what the server will serve: a clean name of a live file in the index.
-                let clean = Cat.clean(path)
-                do {
-                    try SafePath.validate(clean)
-                } catch let error as ApplyError {
-                    throw ArgumentError("\(path): \(error.hint)")
-                }
-                let opened = try global.openHome()
-                _ = try App.folders([folder], in: opened)
-                guard let record = ServerRecord.load(opened.home) else {
-                    throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
-                }
-                let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
-                defer { log.close() }
-                guard let global = log.index.global(clean), !global.file.isDeleted else {
-                    throw StreamError(.notFound, "\(clean) is not in the global index of \(folder) (see `kaiten ls \(folder)`)")
-                }
-                guard global.file.type == .file else {
-                    throw StreamError(.notFound, "\(clean) is a \(global.file.type == .directory ? "directory" : "symlink"), not a file; links are made for files")
-                }
-                let signer = try URLSigner.load(home: opened.home)
-                let expires = Int64(Date().timeIntervalSince1970) + seconds
-                if thumb {
-                    print(signer.thumbnailURL(base: record.baseURL, folder: folder, path: clean, size: size, expires: expires))
-                } else {
-                    print(signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires))
-                }
+                print(try global.app.link(folder, path: path, seconds: seconds, thumbnailSize: thumb ? size : nil))
             }
         }
 
@@ -365,21 +197,6 @@ extension Kaiten {
             guard let unit = text.last.flatMap({ units[$0] }), let value = Int64(text.dropLast()), value > 0 else { return nil }
             return value * unit
         }
-    }
-}
-
-extension RemoteFiles {
-    /// Files to read for `cat` and `get`: through a running service when one holds the peers'
-    /// connections (its control socket), else over this process's own connections.
-    static func opened(_ home: KaitenHome, verb: String, folder: String, logger: Logger) async throws -> RemoteFiles {
-        if let service = ControlClient.running(home.home) {
-            _ = try App.folders([folder], in: home)
-            return RemoteFiles(home: home, logger: logger, relay: service.relay)
-        }
-        try ServiceGuard.refuse(verb, home: home)
-        let files = RemoteFiles(home: home, logger: logger)
-        try await files.connect(folders: [folder], warn: { Terminal.error($0) })
-        return files
     }
 }
 

@@ -1,11 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import KaitenConfig
-import KaitenDiscovery
-import KaitenPeer
-import KaitenProtocol
-import KaitenService
-import KaitenSync
 
 extension Kaiten {
     struct Peer: AsyncParsableCommand {
@@ -15,28 +9,6 @@ extension Kaiten {
 
         /// `--address` values: each `tcp://HOST:PORT`, a relay URI or `dynamic`. An argument,
         /// not config.xml, is wrong: it says which, and exits 64.
-        static func checkAddresses(_ addresses: [String], config: ConfigFile) throws {
-            for address in addresses where address != "dynamic" {
-                if address.hasPrefix("relay://") {
-                    guard PeerAddress(address) != nil else {
-                        throw ArgumentError("--address \"\(address)\": want relay://HOST:PORT/?id=RELAY-DEVICE-ID")
-                    }
-                    continue
-                }
-                do {
-                    try KaitenHome.validateListenAddress(address, file: config.path)
-                } catch {
-                    throw ArgumentError(
-                        "--address \"\(address)\": want tcp://HOST:PORT, relay://HOST:PORT/?id=RELAY-ID or dynamic, e.g. tcp://nas.local:22000")
-                }
-            }
-        }
-
-        /// "nas (MFZWI3D)" or just the short ID, for messages.
-        static func label(_ id: DeviceID, in config: ConfigFile) -> String {
-            let name = config.device(id: id)?.name ?? ""
-            return name.isEmpty ? id.shortDescription : "\(name) (\(id.shortDescription))"
-        }
     }
 }
 
@@ -79,20 +51,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let id = try DeviceID(deviceID)
-                guard id != opened.identity.deviceID else {
-                    throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself")
-                }
-                guard let compressionValue = Compression(configValue: compression) else {
-                    throw ValidationError("--compression must be metadata, never or always")
-                }
-                try Kaiten.Peer.checkAddresses(addresses, config: opened.config)
-                try opened.config.addDevice(
-                    DeviceConfiguration(
-                        id: id, name: name, addresses: addresses.isEmpty ? ["dynamic"] : addresses,
-                        compression: compressionValue))
-                try opened.config.write()
+                let id = try global.app.addPeer(deviceID, name: name, addresses: addresses, compression: compression)
                 Terminal.note("added peer \(id)\(name.isEmpty ? "" : " (\(name))")")
             }
         }
@@ -130,23 +89,12 @@ extension Kaiten.Peer {
             guard name != nil || !addresses.isEmpty || compression != nil else {
                 throw ValidationError("nothing to change: give --name, --address or --compression")
             }
-            if let compression, Compression(configValue: compression) == nil {
-                throw ValidationError("--compression must be metadata, never or always")
-            }
         }
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let id = try opened.config.resolveDevice(peer)
-                guard id != opened.identity.deviceID else {
-                    throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; see `kaiten init` for its name")
-                }
-                try Kaiten.Peer.checkAddresses(addresses, config: opened.config)
-                try opened.config.editDevice(
-                    id, name: name, addresses: addresses.isEmpty ? nil : addresses, compression: compression.flatMap(Compression.init(configValue:)))
-                try opened.config.write()
-                Terminal.note("changed peer \(Kaiten.Peer.label(id, in: opened.config))")
+                let label = try global.app.editPeer(peer, name: name, addresses: addresses.isEmpty ? nil : addresses, compression: compression)
+                Terminal.note("changed peer \(label)")
             }
         }
     }
@@ -170,18 +118,7 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let id = try opened.config.resolveDevice(peer)
-                guard id != opened.identity.deviceID else {
-                    throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; it cannot be removed")
-                }
-                let label = Kaiten.Peer.label(id, in: opened.config)
-                let shared = opened.config.folders.filter { $0.devices.contains(id) }.map(\.id)
-                try Membership.forgetPeer(id, folders: shared, home: opened) {
-                    try opened.config.removeDevice(id)
-                    try opened.config.write()
-                }
-                Terminal.note("removed peer \(label)")
+                Terminal.note("removed peer \(try global.app.removePeer(peer))")
             }
         }
     }
@@ -203,41 +140,13 @@ extension Kaiten.Peer {
         @Flag(help: "Print a JSON array of peers instead of a table.")
         var json = false
 
-        struct Row: Encodable {
-            let device_id: String
-            let name: String
-            let addresses: [String]
-            let compression: String
-            let introducer: Bool
-            let paused: Bool
-            let is_self: Bool
-            let folders: [String]
-            /// While `kaiten run` or `serve` runs: whether it is connected to the peer, where,
-            /// and how it reached it (`static`, `lan`, `global`, `relay`, `incoming`).
-            let connected: Bool?
-            let address: String?
-            let reached_via: String?
-        }
-
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let folders = opened.config.folders
-                let service = ServiceRecord.running(opened.home)
-                let rows = opened.config.devices.map { device in
-                    let live = service?.peers.first { $0.id == device.id.description }
-                    return Row(
-                        device_id: device.id.description, name: device.name, addresses: device.addresses,
-                        compression: device.compression.rawValue, introducer: device.isIntroducer,
-                        paused: device.isPaused, is_self: device.id == opened.identity.deviceID,
-                        folders: folders.filter { $0.devices.contains(device.id) }.map(\.id),
-                        connected: live?.connected, address: live?.address, reached_via: live?.via)
-                }
+                let (rows, live) = try global.app.peers()
                 if json {
                     try Terminal.json(rows)
                 } else {
                     // The CONNECTED column only while the service runs (it holds the connections).
-                    let live = service != nil
                     Terminal.table(
                         ["DEVICE ID", "NAME", "ADDRESSES", "FOLDERS"] + (live ? ["CONNECTED"] : []),
                         rows.map { row in
@@ -288,22 +197,18 @@ extension Kaiten.Peer {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let only = try deviceID.map { text throws(ConfigError) in try opened.config.resolveDevice(text) }
-                let results = try await Discovery.using(home: opened, logger: global.logger) { addresses in
-                    try await PeerCheck.run(home: opened, only: only, timeout: timeout, addresses: addresses, logger: global.logger)
-                }
+                let results = try await global.app.checkPeers(only: deviceID, timeout: timeout)
                 if json {
                     try Terminal.json(results)
                 } else {
                     for result in results { print(Self.render(result)) }
                     if results.isEmpty { Terminal.note("no peers configured; add one with `kaiten peer add`") }
                 }
-                if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
+                if results.contains(where: { !$0.ok }) { throw VerbEnded(.failure) }
             }
         }
 
-        static func render(_ r: PeerCheck.Result) -> String {
+        static func render(_ r: PeerCheckResult) -> String {
             let who = (r.name.isEmpty ? "" : r.name + " ") + "(" + String(r.deviceID.prefix(7)) + ")"
             let at = r.address.map { " at \($0)" + (r.reachedVia.map { " (\($0))" } ?? "") } ?? ""
             var lines: [String] = []

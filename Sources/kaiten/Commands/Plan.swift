@@ -1,13 +1,6 @@
 import ArgumentParser
 import KaitenApp
-import KaitenApply
-import KaitenTransfer
 import Foundation
-import KaitenConfig
-import KaitenService
-import KaitenProtocol
-import KaitenReconcile
-import KaitenSync
 
 extension Kaiten {
     struct PlanCommand: AsyncParsableCommand {

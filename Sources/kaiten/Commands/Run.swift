@@ -1,6 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import Foundation
 import KaitenApply
 import KaitenConfig
 import KaitenProtocol
@@ -8,6 +7,7 @@ import KaitenReconcile
 import KaitenMedia
 import KaitenService
 import KaitenTransfer
+import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -191,7 +191,7 @@ extension Kaiten {
                 options.imports = try imports.map { try Self.importWatch($0, opened: opened, offloadAfter: offloadAfter) } + Self.viewWatches(opened)
                 let thumbnailCache = opened.home.thumbnailsDirectory
                 options.thumbnails = { files in
-                    guard let served = await Kaiten.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
+                    guard let served = await App.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
                         return nil
                     }
                     return (served.make, { await served.close() })

@@ -1,11 +1,6 @@
 import ArgumentParser
-import KaitenApp
 import Foundation
-import KaitenConfig
-import KaitenIndex
-import KaitenProtocol
-import KaitenSelection
-import KaitenSync
+import KaitenApp
 
 extension Kaiten {
     struct Select: AsyncParsableCommand {
@@ -43,63 +38,14 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let log = try global.app.openLog(folder, in: opened)
-                let file = opened.home.selectionPath(folderID: folder)
-                var (selection, _) = try Planner.readSelection(file)
-                // In a folder that sends, a file on disk is selected as one of the index is: that
-                // is how a new file is shared.
-                let sendsFrom = opened.config.folder(id: folder).flatMap { $0.type == .sendreceive || $0.type == .sendonly ? $0.path : nil }
-                let onDisk = sendsFrom.map { LocalPaths(root: $0) }
-                var added = 0
-                // Said once the file is written: a selection that could not be saved selected nothing.
-                var said: [String] = []
-                for path in paths {
-                    // Written in the selection file's escaped spelling (`\[`, `\*`, `\\`), an
-                    // argument names that file literally; otherwise it is taken as it is.
-                    let unescaped = Glob.unescape(path)
-                    let spelledEscaped = !Glob.hasMetacharacters(path) && unescaped != path
-                        && PathRules.escapeGlobCharacters(unescaped) == path
-                    let clean = try SelectionFile.normalizeArgument(spelledEscaped ? unescaped : path)
-                    let literal = (log.index.global(clean).map { !$0.file.isDeleted } ?? false) || onDisk?.exists(clean) == true
-                    // A glob that names no file literally is a pattern line, kept as written and
-                    // expanded at every plan, if it matches something now.
-                    if !literal, Glob.hasMetacharacters(path), let glob = try? Glob(SelectionFile.normalizePattern(path)) {
-                        var matched = 0
-                        log.index.forEachGlobal { entry in if !entry.file.isDeleted && glob.matches(entry.path) { matched += 1 } }
-                        for local in onDisk?.all() ?? [] where glob.matches(local) {
-                            if log.index.global(local).map({ !$0.file.isDeleted }) != true { matched += 1 }
-                        }
-                        if matched > 0 || force {
-                            if try selection.addPattern(path) {
-                                added += 1
-                                said.append("selected the pattern \(glob.pattern) (\(matched) path\(matched == 1 ? "" : "s") now)")
-                            } else {
-                                said.append("\(glob.pattern): already selected")
-                            }
-                            continue
-                        }
-                        throw SelectionError(
-                            .badPattern, file: "argument", line: 0,
-                            "the pattern \"\(glob.pattern)\" matches nothing in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (--force adds it anyway)")
-                    }
-                    if !force, !literal {
-                        throw SelectionError(
-                            .badPattern, file: "argument", line: 0,
-                            "\"\(clean)\" is not in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)")
-                    }
-                    switch try selection.select(clean) {
-                    case .added:
-                        added += 1
-                        said.append("selected \(clean)")
-                    case .alreadySelected:
-                        said.append("\(clean): already selected")
-                    case .coveredBy(let parent):
-                        said.append("\(clean): already selected through \(parent)")
+                for result in try global.app.select(folder, paths, force: force) {
+                    switch result {
+                    case .path(let path): print("selected \(path)")
+                    case .pattern(let pattern, let matched): print("selected the pattern \(pattern) (\(matched) path\(matched == 1 ? "" : "s") now)")
+                    case .alreadySelected(let path): print("\(path): already selected")
+                    case .coveredBy(let path, let parent): print("\(path): already selected through \(parent)")
                     }
                 }
-                if added > 0 { try Planner.writeSelection(selection, to: file) }
-                for line in said { print(line) }
             }
         }
     }
@@ -126,32 +72,19 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                _ = try App.folders([folder], in: opened)
-                let file = opened.home.selectionPath(folderID: folder)
-                var (selection, _) = try Planner.readSelection(file)
-                var removed = 0
-                var failed = false
-                for path in paths {
-                    let clean = try SelectionFile.normalizeArgument(path)
-                    if try selection.deselect(clean) {
-                        removed += 1
-                        print("deselected \(clean)")
-                    } else if Glob.hasMetacharacters(path), selection.removePattern(path) {
-                        removed += 1
-                        print("deselected the pattern \(path)")
-                    } else if let parent = selection.paths.first(where: { PathRules.isAncestor($0, of: clean) }) {
-                        Terminal.error("\(clean) is selected through \(parent); deselect \(parent) and select what to keep")
-                        failed = true
-                    } else if let pattern = selection.patterns.first(where: { $0.matches(clean) }) {
-                        Terminal.error("\(clean) is selected by the pattern \"\(pattern.pattern)\"; edit \(file)")
-                        failed = true
-                    } else {
-                        print("\(clean): not selected")
+                let results = try global.app.deselect(folder, paths)
+                for result in results {
+                    switch result {
+                    case .path(let path): print("deselected \(path)")
+                    case .pattern(let pattern): print("deselected the pattern \(pattern)")
+                    case .notSelected(let path): print("\(path): not selected")
+                    case .selectedThrough(let path, let parent):
+                        Terminal.error("\(path) is selected through \(parent); deselect \(parent) and select what to keep")
+                    case .selectedByPattern(let path, let pattern, let file):
+                        Terminal.error("\(path) is selected by the pattern \"\(pattern)\"; edit \(file)")
                     }
                 }
-                if removed > 0 { try Planner.writeSelection(selection, to: file) }
-                if failed { throw ExitCode(1) }
+                if results.contains(where: \.refused) { throw VerbEnded(.failure) }
             }
         }
     }
@@ -177,68 +110,11 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                _ = try App.folders([folder], in: opened)
-                let config = opened.config.folders.first { $0.id == folder }!
-                let stignorePath = (config.path as NSString).appendingPathComponent(".stignore")
-                guard let data = FileManager.default.contents(atPath: stignorePath) else {
-                    throw ConfigError(.invalidValue, file: stignorePath, "there is no .stignore to adopt")
-                }
-                let text = String(decoding: data, as: UTF8.self)
-                switch StIgnore.parse(text) {
-                case .unmanaged(let lines):
-                    throw ConfigError(
-                        .invalidValue, file: stignorePath,
-                        "not in the selective grammar; Kaiten cannot represent: "
-                            + lines.map { "\"\($0)\"" }.joined(separator: ", "))
-                case .managed(let ignores, let selected):
-                    let file = opened.home.selectionPath(folderID: folder)
-                    var (selection, _) = try Planner.readSelection(file)
-                    var added = 0
-                    for name in ignores where !selection.globalIgnores.contains(name) {
-                        selection.addGlobalIgnore(name)
-                        added += 1
-                    }
-                    for path in selected {
-                        do {
-                            if case .added = try selection.select(path) { added += 1 }
-                        } catch let error as SelectionError {
-                            // Name the .stignore line, not the argument the path became.
-                            let rows = TextLines.split(text)
-                            let line = (rows.firstIndex { $0.trimmingCharacters(in: .whitespaces) == StIgnore.line(forSelecting: path) } ?? -1) + 1
-                            throw SelectionError(error.code, file: stignorePath, line: line, error.hint)
-                        }
-                    }
-                    try Planner.writeSelection(selection, to: file)
-                    print("adopted \(stignorePath): \(selected.count) selected path(s), \(ignores.count) (?d) line(s); \(added) added to \(file)")
-                }
+                let adopted = try global.app.adopt(folder)
+                print(
+                    "adopted \(adopted.stignore): \(adopted.selected) selected path(s), \(adopted.ignores) (?d) line(s); \(adopted.added) added to \(adopted.selectionFile)"
+                )
             }
         }
-    }
-}
-
-
-/// The files and directories of a folder on disk, by folder-relative path, without
-/// syncthing's own (`.stfolder`, `.stignore`, `.stversions`, temporary files).
-struct LocalPaths {
-    let root: String
-
-    func exists(_ path: String) -> Bool {
-        var info = stat()
-        return lstat((root as NSString).appendingPathComponent(path), &info) == 0
-    }
-
-    func all() -> [String] {
-        guard let walker = FileManager.default.enumerator(atPath: root) else { return [] }
-        var found: [String] = []
-        while let path = walker.nextObject() as? String {
-            let name = (path as NSString).lastPathComponent
-            if [".stfolder", ".stignore", ".stversions"].contains(path) || name.hasPrefix(".syncthing.") {
-                walker.skipDescendants()
-                continue
-            }
-            found.append(path)
-        }
-        return found
     }
 }

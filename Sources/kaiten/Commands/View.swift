@@ -1,10 +1,10 @@
 import ArgumentParser
 import KaitenApp
-import Foundation
-import Logging
 import KaitenConfig
 import KaitenMedia
 import KaitenSync
+import Foundation
+import Logging
 
 #if canImport(Glibc)
 import Glibc

@@ -1,0 +1,107 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenSync
+
+/// A configured folder as `folder ls --json` prints it.
+public struct FolderEntry: Encodable, Sendable {
+    public let id: String
+    public let label: String
+    public let path: String
+    public let type: String
+    public let devices: [String]
+    public let rescan_interval_s: Int
+    public let ignore_perms: Bool
+    public let versioning: String
+    public let max_conflicts: Int
+    public let marker_name: String
+    public let paused: Bool
+}
+
+/// The change a folder verb made, for the front-end to say.
+public enum FolderChange: Sendable {
+    case added(path: String, created: Bool)
+    case shared(with: String)
+    case notShared(with: String)
+    case unshared(from: String)
+    case removed(path: String, selectionKept: String?)
+}
+
+extension App {
+    /// Adds a folder (its directory and marker made when missing), shared with `shares`.
+    public func addFolder(_ id: String, path: String, label: String?, type: String, shares: [String]) throws -> FolderChange {
+        let opened = try open()
+        guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
+            throw ArgumentError("--type \(type): not a folder type Kaiten adds (receiveonly, sendreceive or sendonly)")
+        }
+        var devices = [opened.identity.deviceID]
+        for text in shares { devices.append(try opened.config.resolveDevice(text)) }
+        let absolutePath = Home(path: path).path
+        let folder = FolderConfiguration(id: id, label: label ?? id, path: absolutePath, type: folderType, devices: devices)
+        try opened.config.addFolder(folder)
+        let created = try FolderDirectory.prepare(path: absolutePath, markerName: folder.markerName)
+        do {
+            try opened.config.write()
+        } catch {
+            if created { try? FileManager.default.removeItem(atPath: absolutePath) }
+            throw error
+        }
+        return .added(path: absolutePath, created: created)
+    }
+
+    public func shareFolder(_ id: String, with peer: String) throws -> FolderChange {
+        let opened = try open()
+        let device = try opened.config.resolveDevice(peer)
+        try opened.config.shareFolder(id: id, with: device)
+        try opened.config.write()
+        return .shared(with: Self.label(device, in: opened.config))
+    }
+
+    /// Stops sharing a folder with a peer; its part of the folder's index is dropped.
+    public func unshareFolder(_ id: String, from peer: String) throws -> FolderChange {
+        let opened = try open()
+        let device = try opened.config.resolveDevice(peer)
+        let folder = try Self.configured(id, in: opened.config)
+        guard folder.devices.contains(device) else { return .notShared(with: Self.label(device, in: opened.config)) }
+        try Membership.forgetPeer(device, folders: [id], home: opened) {
+            try opened.config.unshareFolder(id: id, from: device)
+            try opened.config.write()
+        }
+        return .unshared(from: Self.label(device, in: opened.config))
+    }
+
+    /// Removes a folder from config.xml with its index; its files and selection file stay.
+    public func removeFolder(_ id: String) throws -> FolderChange {
+        let opened = try open()
+        let folder = try Self.configured(id, in: opened.config)
+        try Membership.forgetFolder(id, home: opened) {
+            try opened.config.removeFolder(id: id)
+            try opened.config.write()
+        }
+        let selection = opened.home.selectionPath(folderID: id)
+        return .removed(path: folder.path, selectionKept: FileManager.default.fileExists(atPath: selection) ? selection : nil)
+    }
+
+    /// The configured folders, and the names of the devices they are shared with (by ID, this
+    /// device left out).
+    public func folderList() throws -> (entries: [FolderEntry], peerNames: [String: String], me: String) {
+        let opened = try open()
+        let entries = opened.config.folders.map {
+            FolderEntry(
+                id: $0.id, label: $0.label, path: $0.path, type: $0.type.rawValue, devices: $0.devices.map(\.description),
+                rescan_interval_s: $0.rescanIntervalS, ignore_perms: $0.ignorePerms, versioning: $0.versioningType,
+                max_conflicts: $0.maxConflicts, marker_name: $0.markerName, paused: $0.isPaused)
+        }
+        let names = Dictionary(
+            opened.config.devices.map { ($0.id.description, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
+            uniquingKeysWith: { a, _ in a })
+        return (entries, names, opened.identity.deviceID.description)
+    }
+
+    static func configured(_ id: String, in config: ConfigFile) throws -> FolderConfiguration {
+        guard let folder = config.folder(id: id) else {
+            throw ConfigError(.unknownFolder, file: config.path, "folder \"\(id)\" is not configured")
+        }
+        return folder
+    }
+}

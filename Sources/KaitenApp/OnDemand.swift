@@ -1,0 +1,242 @@
+import Foundation
+import KaitenApply
+import KaitenConfig
+import KaitenDiscovery
+import KaitenIndex
+import KaitenMedia
+import KaitenService
+import KaitenStream
+import KaitenSync
+import KaitenTransfer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What `get` wrote.
+public struct Fetched: Sendable {
+    public let report: FetchReport
+    /// Where it went: the file, or the directory the subtree went under.
+    public let target: String
+    public let isDirectory: Bool
+}
+
+/// What `kaiten serve` listens on.
+public struct ServeRequest: Sendable {
+    public var host: String
+    public var port: Int
+    /// MiB of verified blocks to keep in memory.
+    public var cacheMiB = 16
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+}
+
+extension App {
+    /// A folder-relative path as a user types it: without slashes at its ends, in NFC.
+    public static func clean(_ path: String) -> String {
+        path.trimmingCharacters(in: CharacterSet(charactersIn: "/")).precomposedStringWithCanonicalMapping
+    }
+
+    /// Files to read for `cat` and `get`: through a running service when one holds the peers'
+    /// connections (its control socket), else over this process's own connections.
+    func remoteFiles(_ opened: KaitenHome, verb: String, folder: String) async throws -> RemoteFiles {
+        switch try route(verb, .dialsThroughService, in: opened) {
+        case .service(let service):
+            _ = try Self.folders([folder], in: opened)
+            return RemoteFiles(home: opened, logger: logger, relay: service.relay)
+        case .here:
+            let files = RemoteFiles(home: opened, logger: logger)
+            try await files.connect(folders: [folder], warn: diagnostics.error)
+            return files
+        }
+    }
+
+    /// Reads a file's global version from the peers, block by block, each verified, handing
+    /// the blocks to `write` in order. Nothing is selected.
+    public func cat(_ folder: String, path: String, write: (Data) throws -> Void) async throws {
+        let opened = try open()
+        let files = try await remoteFiles(opened, verb: "cat", folder: folder)
+        do {
+            let entry = try files.entry(folder: folder, path: Self.clean(path))
+            if entry.size > 0 { try await files.read(entry, range: 0...(entry.size - 1), window: 32, write) }
+            await files.close()
+        } catch {
+            await files.close()
+            throw error
+        }
+    }
+
+    /// Fetches a file (or a directory's subtree) from the peers to `output` (by default its
+    /// own name here). Like cp: a file given an existing directory (or a path ending in '/')
+    /// goes into it. Existing files are replaced only with `force`.
+    public func get(
+        _ folder: String, path: String, output: String?, force: Bool, fetched: @escaping @Sendable (String) -> Void
+    ) async throws -> Fetched {
+        let opened = try open()
+        let clean = Self.clean(path)
+        let files = try await remoteFiles(opened, verb: "get", folder: folder)
+        do {
+            let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+            let isDirectory = log.index.global(clean)?.file.type == .directory
+            log.close()
+            let target = (output ?? (clean as NSString).lastPathComponent) as NSString
+            var absolute =
+                target.isAbsolutePath
+                ? target.standardizingPath : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(target as String)
+            var existingDirectory: ObjCBool = false
+            if !isDirectory,
+                output?.hasSuffix("/") == true
+                    || (FileManager.default.fileExists(atPath: absolute, isDirectory: &existingDirectory) && existingDirectory.boolValue)
+            {
+                absolute = (absolute as NSString).appendingPathComponent((clean as NSString).lastPathComponent)
+            }
+            let report = try await files.fetch(folder: folder, path: clean, to: absolute, replace: force, onFile: fetched)
+            await files.close()
+            return Fetched(report: report, target: absolute, isDirectory: isDirectory)
+        } catch {
+            await files.close()
+            throw error
+        }
+    }
+
+    /// A signed link, valid `seconds`, to a live file of the global index on the running
+    /// `kaiten serve` (to its thumbnail with `thumbnailSize`).
+    public func link(_ folder: String, path: String, seconds: Int64, thumbnailSize: Int?) throws -> String {
+        // Sign only what the server will serve: a clean name of a live file in the index.
+        let clean = Self.clean(path)
+        do {
+            try SafePath.validate(clean)
+        } catch let error as ApplyError {
+            throw ArgumentError("\(path): \(error.hint)")
+        }
+        let opened = try open()
+        _ = try Self.folders([folder], in: opened)
+        guard let record = ServerRecord.load(opened.home) else {
+            throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
+        }
+        let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+        defer { log.close() }
+        guard let global = log.index.global(clean), !global.file.isDeleted else {
+            throw StreamError(.notFound, "\(clean) is not in the global index of \(folder) (see `kaiten ls \(folder)`)")
+        }
+        guard global.file.type == .file else {
+            throw StreamError(
+                .notFound, "\(clean) is a \(global.file.type == .directory ? "directory" : "symlink"), not a file; links are made for files")
+        }
+        let signer = try URLSigner.load(home: opened.home)
+        let expires = Int64(Date().timeIntervalSince1970) + seconds
+        if let thumbnailSize {
+            return signer.thumbnailURL(base: record.baseURL, folder: folder, path: clean, size: thumbnailSize, expires: expires)
+        }
+        return signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires)
+    }
+
+    /// `kaiten serve`: holds the peers' connections (dialling, listening, redialling), serves
+    /// the global index over HTTP with signed links and ranges, and answers the verbs that go
+    /// through a service, until `onStop` is given the function that stops it is called.
+    public func serve(
+        _ request: ServeRequest, log: @escaping @Sendable (String) -> Void,
+        onStop: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
+    ) async throws {
+        let opened = try open()
+        let lock = try ServiceRecord.lock(opened.home, role: "serve")
+        defer { withExtendedLifetime(lock) {} }
+        let signer = try URLSigner.load(home: opened.home)
+        // Discovery as config.xml says, for as long as it serves (announcing this device).
+        let discovery = await Discovery.start(home: opened, listens: true, logger: logger, warn: log)
+        let sessions = PeerSessions(home: opened, logger: logger, serve: BlockServer(home: opened).answer, addresses: discovery)
+        sessions.sayConnections(to: log)
+        let files = RemoteFiles(home: opened, cacheBytes: request.cacheMiB << 20, logger: logger, sessions: sessions)
+        try await files.connect(warn: diagnostics.error)
+        // Peers may dial this device while it serves (the config's listen addresses).
+        let (listeners, peerAddresses) = await files.sessions.listen(warn: log)
+        if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
+        discovery.setListenAddresses(peerAddresses)
+        // A peer that goes away (restarted, a cut connection) is dialled again.
+        let redial = files.sessions.keepConnected(found: discovery.local?.discoveries(), warn: log)
+        defer { redial.cancel() }
+        // The verbs that need the peers (plan, apply, cat, get) go through this process while
+        // it holds their connections.
+        let stopped = StopSignal()
+        let control = ControlServer(
+            home: opened, sessions: files.sessions, files: files, folders: opened.config.folders.map(\.id), role: "serve",
+            stop: stopped, log: log)
+        let controlTask = Task {
+            do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
+        }
+        let thumbnails = await Self.thumbnailMaker(files: files, cacheRoot: opened.home.thumbnailsDirectory, log: log)
+        let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: log)
+        try await server.run(host: request.host, port: request.port) { stop in
+            onStop {
+                stopped.raise(SIGTERM)
+                stop()
+            }
+        }
+        await thumbnails?.close()
+        control.close()
+        _ = await controlTask.result
+        for listener in listeners { await listener.close() }
+        await files.close()
+        await discovery.close()
+    }
+
+    /// Thumbnails for the HTTP server's `/thumb` (serve, and run with --serve): made by the
+    /// media helper from ranges of the file served to it on a loopback port. Nil, said, when
+    /// the helper is not installed or the port cannot be had.
+    public static func thumbnailMaker(
+        files: RemoteFiles, cacheRoot: String, log: @escaping @Sendable (String) -> Void
+    ) async -> ServedThumbnails? {
+        guard let helper = try? MediaHelpers.locate() else {
+            log("no thumbnails: the media helper kaiten-media is not installed")
+            return nil
+        }
+        let ranges = RangeServer()
+        let signer = URLSigner.ephemeral()
+        let base: String
+        do {
+            base = try await ranges.start(files: files, signer: signer)
+        } catch {
+            log("no thumbnails: \(error)")
+            return nil
+        }
+        let helpers = MediaHelpers(executable: helper)
+        let cache = ThumbnailCache(root: cacheRoot)
+        let make: StreamServer.ThumbnailMaker = { folder, path, size in
+            var options = Thumbnails.Options()
+            options.size = size
+            let thumbnails = Thumbnails(
+                files: files, cache: cache, helpers: helpers, options: options,
+                rangeURL: { folder, path in
+                    signer.url(base: base, folder: folder, path: path, expires: Int64(Date().timeIntervalSince1970) + 3600)
+                })
+            let outcome = await thumbnails.make(folder: folder, path: path)
+            if let unreadable = outcome.unreadable { throw unreadable }
+            guard let file = outcome.thumbnail, outcome.status != .failed, let jpeg = FileManager.default.contents(atPath: file) else {
+                throw MediaError(outcome.error ?? "no thumbnail")
+            }
+            return ([UInt8](jpeg), "\"thumb-\((file as NSString).lastPathComponent.prefix(24))-\(size)\"")
+        }
+        return ServedThumbnails(helpers: helpers, ranges: ranges, make: make)
+    }
+}
+
+/// The thumbnail maker of an HTTP server and what it holds open.
+public final class ServedThumbnails: Sendable {
+    let helpers: MediaHelpers
+    let ranges: RangeServer
+    public let make: StreamServer.ThumbnailMaker
+
+    init(helpers: MediaHelpers, ranges: RangeServer, make: @escaping StreamServer.ThumbnailMaker) {
+        self.helpers = helpers
+        self.ranges = ranges
+        self.make = make
+    }
+
+    public func close() async {
+        helpers.close()
+        await ranges.stop()
+    }
+}
