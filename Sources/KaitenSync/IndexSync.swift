@@ -280,6 +280,7 @@ public enum IndexSync {
         serve: RequestHandler?, perFolder: inout [String: Report]
     ) async throws -> [String: RemoteIndexState] {
         let me = home.identity.deviceID
+        defer { IndexCompleteness.exchangeEnded(home.home, folders: shared.map(\.id), device: device.id) }
         if let serve {
             let peer = device.id
             await connection.setBlockingRequestHandler { request in serve(request, peer) }

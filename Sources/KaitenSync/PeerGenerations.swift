@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import KaitenFiles
 import KaitenConfig
 import KaitenIndex
@@ -79,8 +80,18 @@ public enum IndexCompleteness {
         return (home.stateDirectory as NSString).appendingPathComponent("index-expected/\(name)")
     }
 
-    /// Records the target of a sync before the first batch arrives.
+    /// The exchanges under way in this process: a peer whose index is still coming in is not
+    /// partial, not yet (a service's round may look while a peer's exchange runs).
+    private static let exchanging = Mutex<Set<String>>([])
+
+    private static func key(_ home: Home, _ folder: String, _ device: DeviceID) -> String {
+        "\(home.path)\u{0}\(folder)\u{0}\(device)"
+    }
+
+    /// Records the target of a sync before the first batch arrives; the sync is under way until
+    /// `exchangeEnded`.
     public static func expect(_ home: Home, folder: String, device: DeviceID, indexID: UInt64, maxSequence: Int64) {
+        _ = exchanging.withLock { $0.insert(key(home, folder, device)) }
         var all = load(home, folder: folder)
         guard all[device]?.indexID != indexID || all[device]?.maxSequence != maxSequence else { return }
         all[device] = (indexID, maxSequence)
@@ -103,9 +114,19 @@ public enum IndexCompleteness {
         return all
     }
 
-    /// Peers whose index in the log is behind what they announced when a sync began.
+    /// The exchange with `device` ended (complete or not): from now on its log is judged.
+    public static func exchangeEnded(_ home: Home, folders: [String], device: DeviceID) {
+        exchanging.withLock { keys in
+            for folder in folders { keys.remove(key(home, folder, device)) }
+        }
+    }
+
+    /// Peers whose index in the log is behind what they announced when a sync began, and whose
+    /// exchange in this process has ended.
     public static func partial(_ home: Home, folder: String, log: IndexLog) -> [(device: DeviceID, have: Int64, expected: Int64)] {
-        load(home, folder: folder).compactMap { device, target in
+        let underWay = exchanging.withLock { $0 }
+        return load(home, folder: folder).compactMap { device, target in
+            guard !underWay.contains(key(home, folder, device)) else { return nil }
             let have = log.checkpoints[device]
             guard have?.indexID != target.indexID || (have?.maxSequence ?? 0) < target.maxSequence else { return nil }
             // A new index ID with nothing of it yet is partial too (zero of the target).

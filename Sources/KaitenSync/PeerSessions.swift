@@ -419,6 +419,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             }
         }
         let reason = await connection.waitUntilClosed()
+        // A share the peer took up on this connection is judged complete or not from now on.
+        IndexCompleteness.exchangeEnded(home.home, folders: home.config.folders.map(\.id), device: device)
         let wasHeld = state.withLock { state in
             guard state.connections[device] === connection else { return false }
             state.connections[device] = nil
