@@ -20,6 +20,12 @@ public struct App: Sendable {
         self.diagnostics = diagnostics
     }
 
+    /// The home a user names: `--home DIR`, else $KAITEN_HOME, else
+    /// ${XDG_CONFIG_HOME:-~/.config}/kaiten.
+    public init(homeArgument: String?, environment: [String: String], logger: Logger, diagnostics: Diagnostics) {
+        self.init(home: Home.resolve(explicit: homeArgument, environment: environment), logger: logger, diagnostics: diagnostics)
+    }
+
     /// Opens the home, saying what config.xml asks that Kaiten refuses to do (a folder shared
     /// with an untrusted device).
     public func open() throws -> KaitenHome {

@@ -1,9 +1,6 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
-import KaitenProtocol
-import KaitenConfig
-import KaitenService
 import Logging
 
 /// The `kaiten` command: selective sync and on-demand access for Syncthing.
@@ -90,19 +87,10 @@ struct GlobalOptions: ParsableArguments {
         return logger
     }
 
-    /// The home this invocation works on.
-    var resolvedHome: Home {
-        Home.resolve(explicit: home, environment: ProcessInfo.processInfo.environment)
-    }
-
     /// The use-case layer for this invocation: its home, its logger, remarks on stderr.
     var app: App {
-        App(home: resolvedHome, logger: logger, diagnostics: Terminal.diagnostics)
+        App(homeArgument: home, environment: ProcessInfo.processInfo.environment, logger: logger, diagnostics: Terminal.diagnostics)
     }
-
-    func openHome() throws -> KaitenHome { try app.open() }
-
-    func openHomeForReading() throws -> KaitenHome { try app.openForReading() }
 }
 
 /// Runs a command body, turning library errors into one line on stderr and exit code 1.

@@ -95,11 +95,15 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                try await ApplyVerb(
-                    planFile: planFile, folders: folders, yes: yes, json: json, maxDelete: maxDelete, requirePeers: requirePeers,
-                    sendTimeout: sendTimeout, followRenames: followRenames, failOnConflict: failOnConflict, timeout: timeout,
-                    app: global.app
-                ).run()
+                var request = ApplyRequest()
+                request.planFile = planFile
+                request.folders = folders
+                request.maxDelete = DeleteLimit(maxDelete)!
+                request.requirePeers = requirePeers
+                request.sendTimeout = sendTimeout
+                request.followRenames = followRenames
+                request.timeout = timeout
+                try await ApplyVerb(request: request, yes: yes, json: json, failOnConflict: failOnConflict, app: global.app).run()
             }
         }
     }
@@ -109,27 +113,13 @@ extension Kaiten {
 /// asked, the events rendered, the outcome's exit code. `import`, `offload` and `view sync` end
 /// with one and call it as it is, not through argv.
 struct ApplyVerb {
-    var planFile: String?
-    var folders: [String] = []
+    var request: ApplyRequest
     var yes = false
     var json = false
-    var maxDelete = "50%"
-    var requirePeers = 1
-    var sendTimeout: Double = 300
-    var followRenames = false
     var failOnConflict = false
-    var timeout: Double = 120
     var app: App
 
     func run() async throws {
-        var request = ApplyRequest()
-        request.planFile = planFile
-        request.folders = folders
-        request.maxDelete = DeleteLimit(maxDelete)!
-        request.requirePeers = requirePeers
-        request.sendTimeout = sendTimeout
-        request.followRenames = followRenames
-        request.timeout = timeout
         let output = ApplyOutput(json: json)
         let stop = StopSignal()
         let outcome = try await app.apply(

@@ -1,14 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import KaitenConfig
-import KaitenIndex
-import KaitenMedia
-import KaitenProtocol
-import KaitenScan
-import KaitenSelection
-import KaitenService
-import KaitenSync
-import KaitenTransfer
 import Foundation
 
 #if canImport(Glibc)
@@ -96,90 +87,33 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                let (folder, subdirectory) = try Self.split(destination, in: opened)
-                guard folder.type == .sendreceive || folder.type == .sendonly else {
-                    throw ArgumentError("\(folder.id) is a \(folder.type.rawValue) folder: what is imported would never reach the peers (import into a sendreceive or sendonly folder)")
-                }
-                let sourceRoot = try Self.checkedSource(source, folder: folder)
-                let layout = try ImportLayout(layout)
-                let helpers = (try? MediaHelpers.locate()).map { MediaHelpers(executable: $0, count: 1) }
-                if helpers == nil { Terminal.error("kaiten-media is not installed: videos are dated by their modification time") }
-                let done = try await Importer.run(
-                    source: sourceRoot, folder: folder, subdirectory: subdirectory, layout: layout, home: opened, dryRun: dryRun,
-                    helpers: helpers)
-                helpers?.close()
-                let items = done.items
-                let imported = done.imported
-                let failed = done.failed
-                let rows = items.map(Self.row)
-                if !json { for item in items { Self.print(item, dryRun: dryRun) } }
-                if json { try Terminal.json(["items": rows]) }
-                let copies = items.filter { $0.decision == .copy }.count
-                if !json {
-                    Swift.print(
-                        "\(dryRun ? "would import" : "imported") \(dryRun ? copies : imported.count) of \(items.count) files (\(items.count - copies - failed) already in \(folder.id) or repeated, \(failed) failed)"
-                    )
-                }
-                if dryRun || imported.isEmpty {
-                    if failed > 0 { throw ExitCode(1) }
-                    return
-                }
-                if noSend {
-                    if failed > 0 { throw ExitCode(1) }
-                    return
-                }
-                let peers = max(requirePeers, offloadAfter ?? 1)
-                try await ApplyVerb(folders: [folder.id], yes: true, json: json, requirePeers: peers, sendTimeout: sendTimeout, app: global.app)
-                    .run()
-                if let offloadAfter {
-                    let offloaded = try await Offload.run(
-                        folder: folder.id, paths: imported.map(\.destination), peers: offloadAfter, opened: opened, global: global, json: json)
-                    if purgeSource {
-                        let purged = Self.purge(imported.filter { offloaded.contains($0.destination) })
-                        if !json { Swift.print("removed \(purged) original\(purged == 1 ? "" : "s") from \(sourceRoot)") }
-                    }
-                }
-                if failed > 0 { throw ExitCode(1) }
+                var request = ImportRequest(source: source, destination: destination)
+                request.layout = layout
+                request.dryRun = dryRun
+                request.send = !noSend
+                request.requirePeers = requirePeers
+                request.sendTimeout = sendTimeout
+                request.offloadAfter = offloadAfter
+                request.purgeSource = purgeSource
+                var sourceRoot = source
+                let purged = try await global.app.importMedia(
+                    request,
+                    copied: { copy in
+                        sourceRoot = copy.sourceRoot
+                        if json {
+                            try? Terminal.json(["items": copy.items.map(Self.row)])
+                            return
+                        }
+                        for item in copy.items { Self.print(item, dryRun: dryRun) }
+                        let copies = copy.items.filter { $0.decision == .copy }.count
+                        Swift.print(
+                            "\(dryRun ? "would import" : "imported") \(dryRun ? copies : copy.imported) of \(copy.items.count) files (\(copy.items.count - copies - copy.failed) already in \(copy.folder) or repeated, \(copy.failed) failed)"
+                        )
+                    },
+                    applying: { try await ApplyVerb(request: $0, yes: true, json: json, app: global.app).run() },
+                    offloaded: { OffloadCommand.say($0, json: json) })
+                if let purged, !json { Swift.print("removed \(purged) original\(purged == 1 ? "" : "s") from \(sourceRoot)") }
             }
-        }
-
-        /// `photos/camera` → the folder `photos` and `camera`; the longest configured folder ID
-        /// that the argument starts with wins (IDs may hold a '/').
-        static func split(_ argument: String, in home: KaitenHome) throws -> (FolderConfiguration, String) {
-            let trimmed = argument.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-            let candidates = home.config.folders.filter { trimmed == $0.id || trimmed.hasPrefix($0.id + "/") }
-            guard let folder = candidates.max(by: { $0.id.count < $1.id.count }) else {
-                throw ArgumentError("\(argument): no configured folder (see `kaiten folder ls`)")
-            }
-            let subdirectory = String(trimmed.dropFirst(folder.id.count)).trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-            if !subdirectory.isEmpty, let problem = Self.problem(subdirectory) {
-                throw ArgumentError("\(argument): \(problem)")
-            }
-            return (folder, subdirectory.precomposedStringWithCanonicalMapping)
-        }
-
-        static func problem(_ path: String) -> String? {
-            do {
-                try SafePath.validate(path)
-                return nil
-            } catch {
-                return error.hint
-            }
-        }
-
-        /// The source, absolute: a directory that is neither inside the folder nor holds it.
-        static func checkedSource(_ source: String, folder: FolderConfiguration) throws -> String {
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory), isDirectory.boolValue else {
-                throw ArgumentError("\(source): not a directory")
-            }
-            let real = URL(fileURLWithPath: source).resolvingSymlinksInPath().path
-            let folderReal = URL(fileURLWithPath: folder.path).resolvingSymlinksInPath().path
-            if real == folderReal || real.hasPrefix(folderReal + "/") || folderReal.hasPrefix(real + "/") {
-                throw ArgumentError("\(source) and the folder \(folder.id) (\(folder.path)) overlap: import from outside the folder")
-            }
-            return real
         }
 
         static func row(_ item: ImportItem) -> Row {
@@ -214,24 +148,6 @@ extension Kaiten {
             case .failed(let why):
                 Terminal.error("\(item.source): \(why)")
             }
-        }
-
-        /// Removes originals whose copies the peers hold, each only if it is still the content
-        /// that was imported. The count removed.
-        static func purge(_ items: [ImportItem]) -> Int {
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
-            defer { buffer.deallocate() }
-            var removed = 0
-            for item in items {
-                guard let (_, hash) = try? FolderScanner.hashFile(item.source, blockSize: Int(BlockSize.forFileSize(item.size)), buffer: buffer),
-                    hash == item.hash
-                else {
-                    Terminal.error("\(item.source): changed since it was imported; kept")
-                    continue
-                }
-                if unlink(item.source) == 0 { removed += 1 } else { Terminal.error("\(item.source): \(String(cString: strerror(errno)))") }
-            }
-            return removed
         }
     }
 
@@ -268,33 +184,24 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                _ = try App.folders([folder], in: opened)
-                let record = ImportRecord(home: opened.home, folder: folder)
-                _ = try await Offload.run(folder: folder, paths: record.entries.map(\.path), peers: peers, opened: opened, global: global, json: json)
+                _ = try await global.app.offload(
+                    folder, peers: peers, applying: { try await ApplyVerb(request: $0, yes: true, json: json, app: global.app).run() },
+                    step: { Self.say($0, json: json) })
             }
         }
-    }
-}
 
-/// Deselect what K peers hold, then apply: the offload shared by `import --offload-after` and `offload`.
-enum Offload {
-    /// The paths deselected and applied.
-    static func run(folder: String, paths: [String], peers: Int, opened: KaitenHome, global: GlobalOptions, json: Bool) async throws -> Set<String> {
-        if ControlClient.running(opened.home) == nil {
-            let reports = try await IndexSync.run(home: opened, folders: [folder], logger: global.logger, warn: { Terminal.error($0) })
-            if reports.contains(where: { !$0.ok }) && !json { Terminal.error("some peers did not answer; their copies do not count") }
+        /// An offload's step: one JSON event (said even when nothing is to be done: a script
+        /// reads one either way), or a line.
+        static func say(_ step: OffloadStep, json: Bool) {
+            if json {
+                ApplyOutput(json: true).emit([
+                    "type": "offload", "folder": step.folder, "deselected": step.deselected, "waiting": step.waiting, "peers": step.peers,
+                ])
+            } else {
+                print(
+                    "offload: \(step.deselected) held by \(step.peers) peer\(step.peers == 1 ? "" : "s") and deselected; \(step.waiting) not yet held, kept"
+                )
+            }
         }
-        let (deselectedPaths, waiting) = try Importer.deselectHeld(home: opened, folder: folder, paths: paths, peers: peers)
-        let deselected = Set(deselectedPaths)
-        if json {
-            // Said even when nothing is to be done: a script reads one event either way.
-            ApplyOutput(json: true).emit(["type": "offload", "folder": folder, "deselected": deselected.count, "waiting": waiting, "peers": peers])
-        } else {
-            print("offload: \(deselected.count) held by \(peers) peer\(peers == 1 ? "" : "s") and deselected; \(waiting) not yet held, kept")
-        }
-        guard !deselected.isEmpty else { return [] }
-        try await ApplyVerb(folders: [folder], yes: true, json: json, maxDelete: "100%", requirePeers: peers, app: global.app).run()
-        return deselected
     }
 }

@@ -1,12 +1,5 @@
 import ArgumentParser
 import KaitenApp
-import KaitenApply
-import KaitenConfig
-import KaitenProtocol
-import KaitenReconcile
-import KaitenMedia
-import KaitenService
-import KaitenTransfer
 import Foundation
 
 #if canImport(Glibc)
@@ -113,89 +106,18 @@ extension Kaiten {
             return (host, port)
         }
 
-        /// `SRC:FOLDER[/SUBDIR]` (split at the last ':' whose right side names a folder).
-        static func importWatch(_ argument: String, opened: KaitenHome, offloadAfter: Int? = nil) throws -> ImportWatch {
-            guard let colon = argument.lastIndex(of: ":") else { throw ValidationError("--import takes SRC:FOLDER, e.g. /media/card/DCIM:photos") }
-            let source = String(argument[..<colon])
-            let (folder, subdirectory) = try Import.split(String(argument[argument.index(after: colon)...]), in: opened)
-            guard folder.type == .sendreceive || folder.type == .sendonly else {
-                throw ArgumentError("--import \(argument): \(folder.id) is a \(folder.type.rawValue) folder; import into a sendreceive or sendonly one")
-            }
-            let absolute = URL(fileURLWithPath: source).standardizedFileURL.path
-            let folderPath = URL(fileURLWithPath: folder.path).standardizedFileURL.path
-            if absolute == folderPath || absolute.hasPrefix(folderPath + "/") || folderPath.hasPrefix(absolute + "/") {
-                throw ArgumentError("--import \(argument): the source and the folder \(folder.id) overlap")
-            }
-            let homePath = opened.home
-            return ImportWatch(source: absolute, folder: folder.id) {
-                do {
-                    let home = try KaitenHome.open(homePath)
-                    let helpers = (try? MediaHelpers.locate()).map { MediaHelpers(executable: $0, count: 1) }
-                    defer { helpers?.close() }
-                    let done = try await Importer.run(
-                        source: URL(fileURLWithPath: absolute).resolvingSymlinksInPath().path, folder: folder, subdirectory: subdirectory,
-                        layout: try ImportLayout(ImportLayout.standard), home: home, dryRun: false, helpers: helpers)
-                    let failures = done.items.compactMap { item -> String? in
-                        if case .failed(let why) = item.decision { return "\((item.source as NSString).lastPathComponent): \(why)" }
-                        return nil
-                    }
-                    return "imported \(done.imported.count) of \(done.items.count) files from \(absolute)"
-                        + (failures.isEmpty ? "" : "; failed: " + failures.joined(separator: "; "))
-                } catch {
-                    return "import from \(absolute) failed: \(error)"
-                }
-            } tick: {
-                guard let offloadAfter else { return nil }
-                do {
-                    let home = try KaitenHome.open(homePath)
-                    let record = ImportRecord(home: homePath, folder: folder.id)
-                    let (deselected, _) = try Importer.deselectHeld(home: home, folder: folder.id, paths: record.entries.map(\.path), peers: offloadAfter)
-                    guard !deselected.isEmpty else { return nil }
-                    return "\(deselected.count) imported file\(deselected.count == 1 ? "" : "s") held by \(offloadAfter) peer\(offloadAfter == 1 ? "" : "s"): deselected, freed by the next round"
-                } catch {
-                    return "offload: \(error)"
-                }
-            }
-        }
-
-        /// Every view folder's source, watched like an import source: a change re-links the view.
-        static func viewWatches(_ opened: KaitenHome) -> [ImportWatch] {
-            let homePath = opened.home
-            return opened.config.folders.compactMap { folder -> ImportWatch? in
-                guard let definition = try? ViewDefinition.load(opened.home, folder: folder.id) else { return nil }
-                let id = folder.id
-                return ImportWatch(source: definition.source, folder: id) {
-                    do {
-                        let report = try await View.sync(id, opened: try KaitenHome.open(homePath))
-                        return "view of \(definition.source): \(report.linked.count) linked, \(report.relinked.count) linked again, \(report.removed.count) removed"
-                            + (report.failed.isEmpty ? "" : "; failed: " + report.failed.map { "\($0.path): \($0.why)" }.joined(separator: "; "))
-                    } catch {
-                        return "view of \(definition.source): \(error)"
-                    }
-                }
-            }
-        }
-
         func run() async throws {
             try await reportingErrors {
-                let opened = try global.openHome()
-                _ = try App.folders(folders, in: opened)
-                var options = Service.Options()
-                options.folders = folders
-                options.mode = apply
-                options.rescanInterval = rescanInterval
-                options.debounce = debounce
-                options.maxDelete = DeleteLimit(maxDelete)!
-                options.requirePeers = requirePeers
-                options.serve = try serve.map(Self.loopback)
-                options.imports = try imports.map { try Self.importWatch($0, opened: opened, offloadAfter: offloadAfter) } + Self.viewWatches(opened)
-                let thumbnailCache = opened.home.thumbnailsDirectory
-                options.thumbnails = { files in
-                    guard let served = await App.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: { Terminal.error($0) }) else {
-                        return nil
-                    }
-                    return (served.make, { await served.close() })
-                }
+                var request = RunRequest()
+                request.service.folders = folders
+                request.service.mode = apply
+                request.service.rescanInterval = rescanInterval
+                request.service.debounce = debounce
+                request.service.maxDelete = DeleteLimit(maxDelete)!
+                request.service.requirePeers = requirePeers
+                request.service.serve = try serve.map(Self.loopback)
+                request.imports = imports
+                request.offloadAfter = offloadAfter
                 let stop = StopSignal()
                 stop.install()
                 let (reloads, reload) = AsyncStream<Void>.makeStream()
@@ -204,9 +126,7 @@ extension Kaiten {
                 hangup.setEventHandler { reload.yield() }
                 hangup.resume()
                 defer { hangup.cancel() }
-                let log = ServiceLog(json: json)
-                let service = Service(home: global.resolvedHome, options: options, logger: global.logger, events: log.write)
-                try await service.run(stop: stop, reload: reloads)
+                try await global.app.run(request, events: ServiceLog(json: json).write, stop: stop, reloads: reloads)
             }
         }
     }
@@ -229,20 +149,5 @@ struct ServiceLog: Sendable {
             line = "\(stamp) \(event.kind)\(subject.isEmpty ? "" : " " + subject): \(event.message)"
         }
         FileHandle.standardError.write(Data((line + "\n").utf8))
-    }
-}
-
-/// The verbs that dial the peers themselves stand back while a service holds the connections:
-/// syncthing keeps one connection per device, so a second one would take the service's away
-/// (and the service would take it back mid-transfer). Said plainly, exit 1, nothing done.
-enum ServiceGuard {
-    static func refuse(_ verb: String, home: KaitenHome) throws {
-        guard let service = ServiceRecord.running(home.home) else { return }
-        var remedy = "stop it (e.g. `systemctl --user stop kaiten-run`), run `kaiten \(verb)`, and start it again"
-        if verb == "apply" { remedy = "it applies what its --apply \(service.applyMode) admits by itself; for the rest, " + remedy }
-        if verb == "cat" || verb == "get", let url = service.serveURL {
-            remedy = "it serves on demand at \(url): `kaiten url FOLDER PATH` gives a link for curl or a player; or " + remedy
-        }
-        throw ServiceError("kaiten run (pid \(service.pid)) holds the peers' connections (syncthing takes one per device); \(remedy)")
     }
 }
