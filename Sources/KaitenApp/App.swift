@@ -53,11 +53,8 @@ public struct App: Sendable {
 
     /// The folders a verb names (each must be configured), or all of them.
     public static func folders(_ requested: [String], in home: KaitenHome) throws -> [String] {
-        let configured = home.config.folders.map(\.id)
-        for id in requested where !configured.contains(id) {
-            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
-        }
-        return requested.isEmpty ? configured : requested
+        let named = try home.config.folders(named: requested)
+        return requested.isEmpty ? named.map(\.id) : requested
     }
 
     /// A configured folder's global index log, read-only.

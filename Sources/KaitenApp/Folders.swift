@@ -61,7 +61,7 @@ extension App {
     public func unshareFolder(_ id: String, from peer: String) throws -> FolderChange {
         let opened = try open()
         let device = try opened.config.resolveDevice(peer)
-        let folder = try Self.configured(id, in: opened.config)
+        let folder = try opened.config.folders(named: [id])[0]
         guard folder.devices.contains(device) else { return .notShared(with: Self.label(device, in: opened.config)) }
         try Membership.forgetPeer(device, folders: [id], home: opened) {
             try opened.config.unshareFolder(id: id, from: device)
@@ -73,7 +73,7 @@ extension App {
     /// Removes a folder from config.xml with its index; its files and selection file stay.
     public func removeFolder(_ id: String) throws -> FolderChange {
         let opened = try open()
-        let folder = try Self.configured(id, in: opened.config)
+        let folder = try opened.config.folders(named: [id])[0]
         try Membership.forgetFolder(id, home: opened) {
             try opened.config.removeFolder(id: id)
             try opened.config.write()
@@ -96,12 +96,5 @@ extension App {
             opened.config.devices.map { ($0.id.description, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
             uniquingKeysWith: { a, _ in a })
         return (entries, names, opened.identity.deviceID.description)
-    }
-
-    static func configured(_ id: String, in config: ConfigFile) throws -> FolderConfiguration {
-        guard let folder = config.folder(id: id) else {
-            throw ConfigError(.unknownFolder, file: config.path, "folder \"\(id)\" is not configured")
-        }
-        return folder
     }
 }

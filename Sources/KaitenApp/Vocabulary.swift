@@ -32,5 +32,5 @@ public typealias LoopbackHost = KaitenProtocol.LoopbackHost
 public typealias ServiceEvent = KaitenService.ServiceEvent
 /// The thumbnail cache in Sushitrain's layout, and the size phones share.
 public typealias ThumbnailCache = KaitenMedia.ThumbnailCache
-/// The options of `kaiten run`'s service.
+/// `kaiten run`'s service (a run's options are `Service.Options`).
 public typealias Service = KaitenService.Service

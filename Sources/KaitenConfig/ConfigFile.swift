@@ -210,6 +210,15 @@ public final class ConfigFile {
     /// One folder by ID.
     public func folder(id: String) -> FolderConfiguration? { folders.first { $0.id == id } }
 
+    /// The folders a verb names, in config.xml's order; all of them when none is named. Each one
+    /// named must be configured.
+    public func folders(named requested: [String]) throws(ConfigError) -> [FolderConfiguration] {
+        for id in requested where folder(id: id) == nil {
+            throw ConfigError(.unknownFolder, file: path, "folder \"\(id)\" is not configured")
+        }
+        return folders.filter { requested.isEmpty || requested.contains($0.id) }
+    }
+
     /// One device by ID.
     public func device(id: DeviceID) -> DeviceConfiguration? { devices.first { $0.id == id } }
 

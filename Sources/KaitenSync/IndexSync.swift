@@ -197,18 +197,14 @@ public enum IndexSync {
         warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
-        let configured = home.config.folders
-        for id in requested where !configured.contains(where: { $0.id == id }) {
-            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
-        }
-        let folders = configured.filter { requested.isEmpty || requested.contains($0.id) }
+        let folders = try home.config.folders(named: requested)
         let me = home.identity.deviceID
         let logs = try openLogs(home: home, folders: folders.map(\.id), warn: warn)
         // This device's own index of each folder, brought up to date before any peer hears of it.
         let announcer = try LocalAnnouncer(home: home, folders: folders.map(\.id), warn: warn)
         defer { announcer.close() }
         try announcer.refresh(logs: logs)
-        let indexIDs = try announcer.indexIDs(for: configured.map(\.id))
+        let indexIDs = try announcer.indexIDs(for: home.config.folders.map(\.id))
         var announced: [DeviceID: [String: RemoteIndexState]] = [:]
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
 

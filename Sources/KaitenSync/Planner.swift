@@ -174,11 +174,7 @@ public enum Planner {
         pendingSends: Bool = false, refreshFailed: Set<String> = [], skipUnscannable: Bool, logs: [String: IndexLog] = [:],
         warn: (String) -> Void = { _ in }
     ) throws -> (plan: Plan, states: [FolderState], skipped: [(folder: String, reason: String)]) {
-        let configured = home.config.folders
-        for id in requested where !configured.contains(where: { $0.id == id }) {
-            throw ConfigError(.unknownFolder, file: home.config.path, "folder \"\(id)\" is not configured")
-        }
-        let folders = configured.filter { requested.isEmpty || requested.contains($0.id) }
+        let folders = try home.config.folders(named: requested)
         var states: [FolderState] = []
         var skipped: [(folder: String, reason: String)] = []
         for folder in folders {

@@ -6,8 +6,6 @@ extension Kaiten {
         static let configuration = CommandConfiguration(
             abstract: "Add, share, unshare, remove and list folders.",
             subcommands: [Add.self, Share.self, Unshare.self, Remove.self, List.self])
-
-        /// The folder `id` of config.xml, or the error that says it is not configured.
     }
 }
 
