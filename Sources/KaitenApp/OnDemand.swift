@@ -109,7 +109,7 @@ extension App {
         let clean = Self.clean(path)
         do {
             try SafePath.validate(clean)
-        } catch let error as ApplyError {
+        } catch {
             throw ArgumentError("\(path): \(error.hint)")
         }
         let opened = try open()

@@ -103,7 +103,7 @@ public enum PeerCheck {
                     lastError = "\(error)"
                 }
             }
-            pending = connection == nil ? await Self.routesAfterRefuting(refuted, tried: pending, device: device, book: book) : []
+            pending = connection == nil ? await book.routes(afterRefuting: refuted, tried: pending, device: device) : []
         }
         guard let connection else {
             result.problem = lastError
@@ -142,18 +142,6 @@ public enum PeerCheck {
     }
 
     private struct Failure: Error { let reason: String }
-
-    /// After a round of dials in which a LAN sender turned out not to be the device (an
-    /// impostor, or a stale claim), the routes heard since from other senders, within the
-    /// book's patience; empty when none is new. Without this a one-shot dial gave up on the
-    /// first sender heard, and an impostor announcing often enough hid the real device.
-    public static func routesAfterRefuting(
-        _ refuted: Set<PeerAddress>, tried: [PeerRoute], device: DeviceConfiguration, book: PeerAddressBook
-    ) async -> [PeerRoute] {
-        guard !refuted.isEmpty else { return [] }
-        let triedAddresses = Set(tried.map(\.address))
-        return await book.routes(for: device).filter { $0.source == .lan && !triedAddresses.contains($0.address) && !refuted.contains($0.address) }
-    }
 
     private static func firstClusterConfig(from connection: PeerConnection, timeout: Double) async -> Swift.Result<
         BEPClusterConfig, Failure

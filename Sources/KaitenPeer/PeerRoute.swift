@@ -80,3 +80,15 @@ public struct ConfiguredAddresses: PeerAddressBook {
         return "no tcp:// address configured (\(device.addresses.joined(separator: ", ")))"
     }
 }
+
+extension PeerAddressBook {
+    /// After a round of dials in which a LAN sender turned out not to be the device (an
+    /// impostor, or a stale claim), the routes heard since from other senders, within the
+    /// book's patience; empty when none is new. So that an impostor announcing often enough
+    /// cannot hide the real device from a dial that would otherwise stop at the first sender.
+    public func routes(afterRefuting refuted: Set<PeerAddress>, tried: [PeerRoute], device: DeviceConfiguration) async -> [PeerRoute] {
+        guard !refuted.isEmpty else { return [] }
+        let triedAddresses = Set(tried.map(\.address))
+        return await routes(for: device).filter { $0.source == .lan && !triedAddresses.contains($0.address) && !refuted.contains($0.address) }
+    }
+}

@@ -442,7 +442,7 @@ public enum IndexSync {
                     }
                 }
                 // Others heard since an impostor was found out: dialled too, in this attempt.
-                pending = await PeerCheck.routesAfterRefuting(refuted, tried: routes, device: device, book: book)
+                pending = await book.routes(afterRefuting: refuted, tried: routes, device: device)
                 routes += pending
             }
             if !closedDuringHello || !retryClosed { break }

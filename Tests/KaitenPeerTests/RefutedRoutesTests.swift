@@ -29,9 +29,9 @@ import Testing
         let book = LateBook()
         let device = DeviceConfiguration(id: try DeviceID(bytes: Array(repeating: 7, count: 32)), name: "a")
         let first = await book.routes(for: device)
-        let none = await PeerCheck.routesAfterRefuting([], tried: first, device: device, book: book)
+        let none = await book.routes(afterRefuting: [], tried: first, device: device)
         #expect(none.isEmpty, "nothing refuted: nothing more to wait for")
-        let more = await PeerCheck.routesAfterRefuting([LateBook.impostor.address], tried: first, device: device, book: book)
+        let more = await book.routes(afterRefuting: [LateBook.impostor.address], tried: first, device: device)
         #expect(more == [LateBook.real])
     }
 }

@@ -177,6 +177,21 @@ static void restrict_input(AVDictionary **options) {
     av_dict_set(options, "protocol_whitelist", "file,http,tcp", 0);
 }
 
+// Opens a video with the restrictions above and the caller's options (taken and freed); says
+// why when it cannot: 0, or -1 with `error` set.
+static int open_restricted(const char *url, AVDictionary *options, AVFormatContext **format, char *error, size_t error_size) {
+    restrict_input(&options);
+    int status = avformat_open_input(format, url, NULL, &options);
+    av_dict_free(&options);
+    if (status < 0) {
+        char reason[256];
+        av_strerror(status, reason, sizeof(reason));
+        fail(error, error_size, "not a video this decoder reads (%s)", reason);
+        return -1;
+    }
+    return 0;
+}
+
 // The stream's display matrix as a clockwise turn of 0, 90, 180 or 270 degrees.
 static int display_rotation(AVStream *stream) {
     size_t size = 0;
@@ -208,14 +223,8 @@ int km_video_thumbnail(const char *url, int size, long long max_pixels, double a
     av_dict_set(&options, "analyzeduration", "1000000", 0);
     // A small socket buffer: what the server sends ahead of a seek is fetched for nothing.
     av_dict_set(&options, "recv_buffer_size", "32768", 0);
-    restrict_input(&options);
-    int status = avformat_open_input(&format, url, NULL, &options);
-    av_dict_free(&options);
-    if (status < 0) {
-        av_strerror(status, reason, sizeof(reason));
-        fail(error, error_size, "not a video this decoder reads (%s)", reason);
-        goto done;
-    }
+    if (open_restricted(url, options, &format, error, error_size) != 0) goto done;
+    int status;
     if ((status = avformat_find_stream_info(format, NULL)) < 0) {
         av_strerror(status, reason, sizeof(reason));
         fail(error, error_size, "cannot read the streams (%s)", reason);
@@ -312,16 +321,7 @@ done:
 
 int km_video_creation_time(const char *url, char *out, size_t out_size, char *error, size_t error_size) {
     AVFormatContext *format = NULL;
-    char reason[256];
-    AVDictionary *options = NULL;
-    restrict_input(&options);
-    int status = avformat_open_input(&format, url, NULL, &options);
-    av_dict_free(&options);
-    if (status < 0) {
-        av_strerror(status, reason, sizeof(reason));
-        fail(error, error_size, "not a video this decoder reads (%s)", reason);
-        return -1;
-    }
+    if (open_restricted(url, NULL, &format, error, error_size) != 0) return -1;
     const AVDictionaryEntry *entry = av_dict_get(format->metadata, "creation_time", NULL, 0);
     for (unsigned i = 0; !entry && i < format->nb_streams; i++) {
         entry = av_dict_get(format->streams[i]->metadata, "creation_time", NULL, 0);

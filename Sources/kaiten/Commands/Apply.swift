@@ -162,7 +162,8 @@ struct ApplyVerb {
     }
 }
 
-/// How apply reports: a progress line on a terminal, one line per action otherwise, or JSON events.
+/// How apply reports: a progress line on a terminal, one line per action otherwise, or JSON
+/// events (`ApplyEventJSON`, the schema every front-end streams).
 final class ApplyOutput: @unchecked Sendable {
     let json: Bool
     let progressOnTerminal: Bool
@@ -171,172 +172,89 @@ final class ApplyOutput: @unchecked Sendable {
     /// ETA count from here, not from the index sync before.
     var transfersStarted: Date?
     var lastProgress = Date.distantPast
+    private let lines = ApplyEventJSON.Lines()
 
     init(json: Bool) {
         self.json = json
         progressOnTerminal = !json && isatty(2) == 1
     }
 
-    /// One formatter for every event: making one costs more than a small pull.
-    let timestamps = ISO8601DateFormatter()
-    /// The last timestamp written and its second: the format has whole seconds, and formatting
-    /// each of a large deselect's 100,000 events cost more than its checks.
-    private var stamp: (second: Int, text: String) = (-1, "")
-
-    private func timestamp() -> String {
-        let second = time(nil)
-        if second != stamp.second { stamp = (second, timestamps.string(from: Date(timeIntervalSince1970: TimeInterval(second)))) }
-        return stamp.text
-    }
-
-    /// One event as one line of JSON, keys sorted. Events are flat (strings and numbers), so
-    /// this writes them directly: JSONSerialization cost more than pulling a small file.
-    func emit(_ object: [String: Any]) {
-        var event = object
-        event["v"] = ServiceEvent.schemaVersion
-        event["time"] = timestamp()
-        var line = "{"
-        for (i, key) in event.keys.sorted().enumerated() {
-            if i > 0 { line += "," }
-            line += Self.quote(key) + ":"
-            switch event[key]! {
-            case let text as String: line += Self.quote(text)
-            case let number as Int: line += String(number)
-            case let number as Int64: line += String(number)
-            case let number as Double: line += number.isFinite ? String(number) : "null"
-            case let flag as Bool: line += flag ? "true" : "false"
-            default: line += "null"
-            }
-        }
-        line += "}\n"
-        FileHandle.standardOutput.write(Data(line.utf8))
-    }
-
-    static func quote(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    out += String(format: "\\u%04x", scalar.value)
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
+    func emit(_ fields: [String: Any]) {
+        FileHandle.standardOutput.write(Data(lines.line(fields).utf8))
     }
 
     func handle(_ event: ApplyEvent) {
-        switch event {
-        case .start(let actions, let bytes):
-            transfersStarted = Date()
-            if json { emit(["type": "apply_start", "actions": actions, "pull_bytes": bytes]) }
-        case .progress(let done, let total, let bytesDone, let bytesTotal, let current):
-            if json {
-                // At most a few progress events a second; the last one always.
+        if case .start = event { transfersStarted = Date() }
+        if json {
+            // At most a few progress events a second; the last one always.
+            if case .progress(let done, let total, _, _, _) = event {
                 guard Date().timeIntervalSince(lastProgress) > 0.25 || done == total else { return }
                 lastProgress = Date()
-                emit(["type": "progress", "files_done": done, "files_total": total, "bytes_done": bytesDone, "bytes_total": bytesTotal])
-            } else if progressOnTerminal, Date().timeIntervalSince(lastProgress) > 0.2 || done == total {
-                lastProgress = Date()
-                let elapsed = max(0.001, Date().timeIntervalSince(transfersStarted ?? started))
-                let rate = Double(bytesDone) / elapsed
-                // Under a second of data says little about the rate: no ETA until then.
-                let eta = rate > 0 && elapsed >= 1 ? "ETA \(Int((Double(bytesTotal - bytesDone) / rate).rounded(.up)))s" : "ETA –"
-                let percent = bytesTotal > 0 ? Int(Double(bytesDone) * 100 / Double(bytesTotal)) : 100
-                let line = "\(done)/\(total) files, \(Kaiten.Ls.human(bytesDone)) of \(Kaiten.Ls.human(bytesTotal)) (\(percent) %), \(Kaiten.Ls.human(Int64(rate)))/s, \(eta)  \(current)"
-                FileHandle.standardError.write(Data(("\r\u{1B}[K" + String(line.prefix(120))).utf8))
-                if done == total { FileHandle.standardError.write(Data("\n".utf8)) }
             }
+            emit(ApplyEventJSON.fields(event))
+            return
+        }
+        switch event {
+        case .start, .removedTemporary:
+            break
+        case .progress(let done, let total, let bytesDone, let bytesTotal, let current):
+            guard progressOnTerminal, Date().timeIntervalSince(lastProgress) > 0.2 || done == total else { return }
+            lastProgress = Date()
+            let elapsed = max(0.001, Date().timeIntervalSince(transfersStarted ?? started))
+            let rate = Double(bytesDone) / elapsed
+            // Under a second of data says little about the rate: no ETA until then.
+            let eta = rate > 0 && elapsed >= 1 ? "ETA \(Int((Double(bytesTotal - bytesDone) / rate).rounded(.up)))s" : "ETA –"
+            let percent = bytesTotal > 0 ? Int(Double(bytesDone) * 100 / Double(bytesTotal)) : 100
+            let line = "\(done)/\(total) files, \(human(bytesDone)) of \(human(bytesTotal)) (\(percent) %), \(human(Int64(rate)))/s, \(eta)  \(current)"
+            FileHandle.standardError.write(Data(("\r\u{1B}[K" + String(line.prefix(120))).utf8))
+            if done == total { FileHandle.standardError.write(Data("\n".utf8)) }
         case .done(let folder, let action, let note):
-            if json {
-                var object: [String: Any] = ["type": "action_done", "folder": folder, "action": action.action.rawValue, "path": action.path, "size": action.size]
-                if let note { object["note"] = note }
-                emit(object)
-            } else if !progressOnTerminal || action.action != .pull || note != nil {
-                let verb: String
-                switch action.action {
-                case .writeStIgnore: verb = "wrote"
-                case .pull: verb = "pulled"
-                case .delete: verb = "deleted"
-                case .mkdir: verb = "created"
-                case .rmdir: verb = "removed"
-                case .chmod: verb = "set permissions of"
-                case .send: verb = "sent"
-                case .sendDelete: verb = "sent the deletion of"
-                }
-                let size = action.action == .pull || action.action == .delete || (action.action == .send && action.type == .file) ? " (\(Kaiten.Ls.human(action.size)))" : ""
-                clearProgress()
-                print("\(folder): \(verb) \(action.path)\(size)\(note.map { " — \($0)" } ?? "")")
+            guard !progressOnTerminal || action.action != .pull || note != nil else { return }
+            let verb: String
+            switch action.action {
+            case .writeStIgnore: verb = "wrote"
+            case .pull: verb = "pulled"
+            case .delete: verb = "deleted"
+            case .mkdir: verb = "created"
+            case .rmdir: verb = "removed"
+            case .chmod: verb = "set permissions of"
+            case .send: verb = "sent"
+            case .sendDelete: verb = "sent the deletion of"
             }
+            let sized = action.action == .pull || action.action == .delete || (action.action == .send && action.type == .file)
+            clearProgress()
+            print("\(folder): \(verb) \(action.path)\(sized ? " (\(human(action.size)))" : "")\(note.map { " — \($0)" } ?? "")")
         case .failed(let folder, let action, let reason):
-            if json {
-                emit(["type": "action_failed", "folder": folder, "action": action.action.rawValue, "path": action.path, "reason": reason])
-            } else {
-                clearProgress()
-                Terminal.error("\(folder): \(action.action.rawValue) \(action.path) FAILED: \(reason)")
-            }
+            clearProgress()
+            Terminal.error("\(folder): \(action.action.rawValue) \(action.path) FAILED: \(reason)")
         case .kept(let folder, let action, let reason):
-            if json {
-                emit(["type": "action_kept", "folder": folder, "action": action.action.rawValue, "path": action.path, "reason": reason])
-            } else {
-                clearProgress()
-                Terminal.error("\(folder): \(action.action.rawValue) \(action.path) NOT DONE: \(reason)")
-            }
+            clearProgress()
+            Terminal.error("\(folder): \(action.action.rawValue) \(action.path) NOT DONE: \(reason)")
         case .conflictCopy(let folder, let path, let copy):
-            if json {
-                emit(["type": "conflict_copy", "folder": folder, "path": path, "copy": copy])
-            } else {
-                clearProgress()
-                print("\(folder): \(path) changed here and on the peers; theirs is newer: the local copy is now \(copy)")
-            }
+            clearProgress()
+            print("\(folder): \(path) changed here and on the peers; theirs is newer: the local copy is now \(copy)")
         case .sendHeld(let folder, let path, let peers):
-            if json {
-                emit(["type": "send_held", "folder": folder, "path": path, "peers": peers.joined(separator: ",")])
-            } else {
-                clearProgress()
-                print("\(folder): \(path) is held by \(peers.map { String($0.prefix(7)) }.joined(separator: ", "))")
-            }
+            clearProgress()
+            print("\(folder): \(path) is held by \(peers.map { String($0.prefix(7)) }.joined(separator: ", "))")
         case .sendNotHeld(let folder, let path, let reason):
-            if json {
-                emit(["type": "send_not_held", "folder": folder, "path": path, "reason": reason])
-            } else {
-                clearProgress()
-                Terminal.error("\(folder): \(path) NOT YET HELD: \(reason)")
-            }
+            clearProgress()
+            Terminal.error("\(folder): \(path) NOT YET HELD: \(reason)")
         case .awaitingPeers(let held, let total):
-            if json {
-                emit(["type": "awaiting_peers", "held": held, "total": total])
-            } else if progressOnTerminal && held < total {
+            if progressOnTerminal && held < total {
                 FileHandle.standardError.write(Data("\r\u{1B}[Kwaiting for the peers to take what was sent: \(held)/\(total)".utf8))
             }
-        case .removedTemporary(let folder, let path):
-            if json { emit(["type": "action_done", "folder": folder, "action": "remove_temporary", "path": path]) }
         }
     }
+
+    private func human(_ bytes: Int64) -> String { TextFacts.human(bytes) }
 
     func clearProgress() {
         if progressOnTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
     }
 
     func summary(_ report: ApplyReport, plan: Plan) {
-        let seconds = Date().timeIntervalSince(started)
         if json {
-            emit([
-                "type": "summary", "done": report.done, "failed": report.failed.count, "conflicts": report.conflicts,
-                "pulled_bytes": report.pulledBytes, "freed_bytes": report.freedBytes, "seconds": seconds,
-                "blocks_fetched": report.blocksFetched, "blocks_copied_locally": report.blocksCopiedLocally,
-                "blocks_rejected": report.blocksRejected, "blocks_refused": report.blocksRefused, "blocks_lost": report.blocksLost,
-                "not_applied": plan.summary.notApplied, "plan_id": plan.planID, "not_done": report.notDone,
-                "interrupted_by": report.interruptedBy.map { Int($0) } ?? 0, "kept_for_safety": report.keptForSafety.count,
-                "sent": report.sent.count, "not_held": report.notHeld.count, "conflict_copies": report.conflictCopies.count,
-            ])
+            emit(ApplyEventJSON.summary(report, plan: plan, seconds: Date().timeIntervalSince(started)))
             return
         }
         if let signal = report.interruptedBy {
