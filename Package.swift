@@ -105,6 +105,12 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
+        // Listening sockets whose accepted connections are each served by a task from the moment
+        // they exist (the control socket, the HTTP servers).
+        .target(
+            name: "KaitenServer",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]
+        ),
         // Apply: runs a plan (the order, deletions re-checked, the lock, stale-plan and
         // safety-brake checks) with the transfers.
         .target(
@@ -121,7 +127,7 @@ let package = Package(
         .target(
             name: "KaitenStream",
             dependencies: [
-                "KaitenFiles",
+                "KaitenFiles", "KaitenServer",
                 "KaitenTransfer", "KaitenSync", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -186,7 +192,7 @@ let package = Package(
         .target(
             name: "KaitenService",
             dependencies: [
-                "KaitenFiles",
+                "KaitenFiles", "KaitenServer",
                 "KaitenDiscovery", "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
                 "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -272,6 +278,7 @@ let package = Package(
             name: "KaitenApplyTests",
             dependencies: ["KaitenTestThreads", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
         ),
+        .testTarget(name: "KaitenServerTests", dependencies: ["KaitenTestThreads", "KaitenServer"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenTestThreads", "KaitenStream", "KaitenTestSupport"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the
         // terms a peer's connection stands on, the block server's refusals.

@@ -3,6 +3,7 @@ import KaitenApply
 import KaitenConfig
 import KaitenProtocol
 import KaitenReconcile
+import KaitenServer
 import KaitenStream
 import KaitenSync
 import KaitenTransfer
@@ -61,17 +62,18 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         let temporary = path + ".\(getpid()).tmp"
         unlink(temporary)
         let server = try await ControlSocket.withShortPath(temporary) { short in
-            try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                .bind(unixDomainSocketPath: short, cleanupExistingSocketFile: true) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(ControlFrameDecoder()))
-                        return try NIOAsyncChannel<ControlFrame, ByteBuffer>(wrappingChannelSynchronously: channel)
-                    }
-                }
+            try await ConnectionServer.bind(
+                ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton), to: .unixDomainSocket(path: short),
+                wrap: { channel in
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(ControlFrameDecoder()))
+                    return try NIOAsyncChannel<ControlFrame, ByteBuffer>(wrappingChannelSynchronously: channel)
+                },
+                serve: { connection in await self.serve(connection) })
         }
         guard chmod(temporary, 0o600) == 0, rename(temporary, path) == 0 else {
             let why = String(cString: strerror(errno))
-            try? await server.channel.close()
+            server.close()
+            await server.run()
             unlink(temporary)
             throw ServiceError("\(path): cannot put the control socket in place: \(why)")
         }
@@ -79,13 +81,7 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         if stat(path, &info) == 0 { boundInode.withLock { $0 = info.st_ino } }
         channel.withLock { $0 = server.channel }
         defer { removeSocket(path) }
-        try await withThrowingDiscardingTaskGroup { group in
-            try await server.executeThenClose { inbound in
-                for try await connection in inbound {
-                    group.addTask { await self.serve(connection) }
-                }
-            }
-        }
+        await server.run()
     }
 
     /// Stops taking connections; those open get 5 s to finish (an apply stopping between

@@ -2,6 +2,7 @@ import Foundation
 import KaitenTransfer
 import KaitenConfig
 import KaitenProtocol
+import KaitenServer
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -52,36 +53,29 @@ public final class StreamServer: Sendable {
         let group = MultiThreadedEventLoopGroup.singleton
         var bootstrap = ServerBootstrap(group: group).serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         if let sendBufferBytes { bootstrap = bootstrap.childChannelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(sendBufferBytes)) }
-        let server = try await bootstrap
-            .bind(host: host, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(RequestHeadDeadline(seconds: Self.requestHeadSeconds))
-                    // Outbound half-closure: a response to "Connection: close" ends with the
-                    // output shut down after every queued byte is written (a plain close would
-                    // drop what the socket buffer had not taken yet: a player's range cut short).
-                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
-                        wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
-                }
-            }
-        let bound = server.channel.localAddress?.port ?? port
+        let server = try await ConnectionServer.bind(
+            bootstrap, to: .host(host, port: port),
+            wrap: { channel in
+                try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                try channel.pipeline.syncOperations.addHandler(RequestHeadDeadline(seconds: Self.requestHeadSeconds))
+                // Outbound half-closure: a response to "Connection: close" ends with the
+                // output shut down after every queued byte is written (a plain close would
+                // drop what the socket buffer had not taken yet: a player's range cut short).
+                return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                    wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
+            },
+            serve: { connection in await self.serve(connection) })
+        let bound = server.port ?? port
         let shownHost = host.contains(":") ? "[\(host)]" : host
         let base = "http://\(shownHost):\(bound)"
         if record {
             try ServerRecord(baseURL: base, pid: getpid(), peerAddresses: peerAddresses).save(files.home.home)
             log("serving on \(base) (kaiten url FOLDER PATH prints a signed link)")
         }
-        let channel = server.channel
-        stop { channel.close(promise: nil) }
+        stop { server.close() }
         ready(base)
         defer { if record { ServerRecord.remove(files.home.home) } }
-        try await withThrowingDiscardingTaskGroup { group in
-            try await server.executeThenClose { inbound in
-                for try await connection in inbound {
-                    group.addTask { await self.serve(connection) }
-                }
-            }
-        }
+        await server.run()
     }
 
     func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {

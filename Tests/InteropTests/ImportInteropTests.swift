@@ -153,10 +153,7 @@ struct ImportInteropTests {
                 home: world.home, logPath: dir.file("run.log"),
                 // An offloading folder frees most of what it holds: the brake is opened for it.
                 ["--import", "\(mount):\(Self.folder)/camera", "--apply", "safe", "--offload-after", "1", "--max-delete", "100%"])
-            defer {
-                kill(running.process.processIdentifier, SIGTERM)
-                running.process.waitUntilExit()
-            }
+            defer { running.stop() }
             try await RunInteropTests.waitFor("the service is up", log: running) { running.log.contains("running: folders") }
             // The card is inserted: a staging directory renamed into place, as a mount appears at once.
             try TestMedia.jpeg(dir.file("staging/DCIM/IMG_0101.JPG"), width: 320, height: 240, noise: true)

@@ -48,9 +48,7 @@ struct KaitenToKaitenInteropTests {
     static func content(_ path: String) -> String? { RunInteropTests.content(path) }
 
     static func stop(_ run: RunInteropTests.Running) {
-        guard run.process.isRunning else { return }
-        kill(run.process.processIdentifier, SIGTERM)
-        run.process.waitUntilExit()
+        run.stop()
     }
 
     /// A holds the folder under `kaiten run` (sendonly, its files selected); B, with one-shot

@@ -33,6 +33,14 @@ struct RunInteropTests {
         }
 
         var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+        /// Stops it (SIGTERM) and waits, bounded: a service that does not end, or ends in a way
+        /// Foundation does not see, fails the test instead of hanging the run.
+        func stop() {
+            guard process.isRunning else { return }
+            kill(process.processIdentifier, SIGTERM)
+            do { try process.waitForExit(timeout: 30, what: "kaiten run") } catch { Issue.record("\(error)\n\(log)") }
+        }
     }
 
     static func waitFor(_ what: String, timeout: Double = 60, log: Running? = nil, _ condition: () throws -> Bool) async throws {

@@ -111,10 +111,7 @@ struct ViewInteropTests {
             try await world.share(st, files: 0, type: "sendonly")
             #expect(try world.kaiten("view", "add", Self.folder, "--source", library).status == 0)
             let running = try RunInteropTests.Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "safe"])
-            defer {
-                kill(running.process.processIdentifier, SIGTERM)
-                running.process.waitUntilExit()
-            }
+            defer { running.stop() }
             try await RunInteropTests.waitFor("the service is up", log: running) { running.log.contains("running: folders") }
             try TestMedia.jpeg(dir.file("new.JPG"), width: 320, height: 240, noise: true)
             try TestMedia.exif(dir.file("new.JPG"), dateTimeOriginal: "2023:02:03 04:05:06")

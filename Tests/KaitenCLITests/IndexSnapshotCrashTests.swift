@@ -86,7 +86,7 @@ struct IndexSnapshotCrashTests {
             let process = try KaitenCLI.start(["index", "compact", "--home", home, "photos"], logPath: dir.file("compact.log"))
             usleep(UInt32(Double.random(in: 0...duration, using: &generator) * 1_000_000))
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            try process.waitForExit(timeout: 30, what: "kaiten index compact")
 
             // Whatever the moment: the log opens, and its view (snapshot or not) is the full replay's.
             var warnings: [String] = []

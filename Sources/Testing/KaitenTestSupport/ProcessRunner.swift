@@ -10,15 +10,51 @@ public struct ProcessResult: Sendable {
 extension Process {
     /// Waits until the process ends, at most `timeout` seconds: then it is killed (SIGKILL) and
     /// the wait throws, so a hung child fails its test instead of hanging the suite.
+    ///
+    /// Bounded even when Foundation misses the child's end: a `kaiten` that trapped was once left
+    /// a zombie that `Process` never reaped, and an unbounded `waitUntilExit()` hung the whole
+    /// run. The kernel is asked directly (`waitid` with `WNOWAIT`, which leaves the reaping to
+    /// Foundation); an end Foundation does not see within a few seconds is thrown, with how the
+    /// process ended.
     public func waitForExit(timeout: TimeInterval, what: String) throws {
         let deadline = Date().addingTimeInterval(timeout)
-        while isRunning && Date() < deadline { usleep(10_000) }
-        if isRunning {
+        var ended: String?
+        while isRunning, Date() < deadline {
+            if let how = endSeenByKernel() {
+                ended = how
+                break
+            }
+            usleep(10_000)
+        }
+        if isRunning, ended == nil {
             kill(processIdentifier, SIGKILL)
-            waitUntilExit()
+            try awaitReaping(what: what, ended: "killed")
             throw HarnessError("\(what) did not end within \(Int(timeout)) s and was killed")
         }
+        try awaitReaping(what: what, ended: ended ?? "ended")
+    }
+
+    /// Waits until Foundation has seen the end the kernel reports, at most a few seconds.
+    private func awaitReaping(what: String, ended: String) throws {
+        let deadline = Date().addingTimeInterval(5)
+        while isRunning, Date() < deadline { usleep(10_000) }
+        guard !isRunning else {
+            throw HarnessError("\(what) \(endSeenByKernel() ?? ended), but Foundation did not reap it (left a zombie)")
+        }
         waitUntilExit()
+    }
+
+    /// How the process ended, if it has (a zombie not yet reaped); nil while it runs.
+    private func endSeenByKernel() -> String? {
+        var info = siginfo_t()
+        guard waitid(P_PID, id_t(processIdentifier), &info, WEXITED | WNOHANG | WNOWAIT) == 0 else { return nil }
+        let pid = info._sifields._sigchld.si_pid
+        guard pid == processIdentifier else { return nil }
+        let status = info._sifields._sigchld.si_status
+        switch info.si_code {
+        case Int32(CLD_EXITED): return "exited with status \(status)"
+        default: return "ended on signal \(status) (\(String(cString: strsignal(status))))"
+        }
     }
 }
 
