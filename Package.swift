@@ -236,11 +236,14 @@ let package = Package(
                 "KaitenService", "KaitenMedia", .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The terminal's view of results: plan lines, apply's progress and summary, tables,
+        // remarks on stderr. Strings from values; no decision is made here.
+        .target(name: "KaitenTerminal", dependencies: ["KaitenApp"]),
         // The thin command line: parse, call one library function, render, exit.
         .executableTarget(
             name: "kaiten",
             dependencies: [
-                "KaitenApp",
+                "KaitenApp", "KaitenTerminal",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -278,6 +281,7 @@ let package = Package(
             name: "KaitenApplyTests",
             dependencies: ["KaitenTestThreads", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
         ),
+        .testTarget(name: "KaitenTerminalTests", dependencies: ["KaitenTerminal", "KaitenApp"]),
         .testTarget(name: "KaitenServerTests", dependencies: ["KaitenTestThreads", "KaitenServer"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenTestThreads", "KaitenStream", "KaitenTestSupport"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the

@@ -93,7 +93,7 @@ extension App {
                 max_conflicts: $0.maxConflicts, marker_name: $0.markerName, paused: $0.isPaused)
         }
         let names = Dictionary(
-            opened.config.devices.map { ($0.id.description, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
+            opened.config.devices.map { ($0.id.description, DeviceID.label($0.id.description, name: $0.name)) },
             uniquingKeysWith: { a, _ in a })
         return (entries, names, opened.identity.deviceID.description)
     }

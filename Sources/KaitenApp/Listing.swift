@@ -83,7 +83,7 @@ extension App {
             throw ConfigError(.invalidValue, file: log.path, "\"\(directory)\" is not in the global index of \(folder)")
         }
         let names = Dictionary(
-            opened.config.devices.map { ($0.id, $0.name.isEmpty ? $0.id.shortDescription : $0.name) },
+            opened.config.devices.map { ($0.id, DeviceID.label($0.id.description, name: $0.name)) },
             uniquingKeysWith: { a, _ in a })
         let config = opened.config.folders.first { $0.id == folder }!
         var localTree: LocalTree?

@@ -121,7 +121,6 @@ extension App {
 
     /// A peer as a remark names it: "name (SHORT-ID)", or the short ID alone.
     public static func label(_ id: DeviceID, in config: ConfigFile) -> String {
-        let name = config.device(id: id)?.name ?? ""
-        return name.isEmpty ? id.shortDescription : "\(name) (\(id.shortDescription))"
+        DeviceID.labelWithID(id.description, name: config.device(id: id)?.name)
     }
 }

@@ -66,9 +66,8 @@ extension App {
             let reports = try await IndexSync.run(
                 home: opened, folders: request.folders, timeout: request.timeout, logger: logger, warn: diagnostics.error)
             for report in reports where !report.ok {
-                let who = report.name.isEmpty ? String(report.deviceID.prefix(7)) : report.name
                 refreshProblems[report.folder, default: []].append(
-                    "could not refresh the index from \(who): \(report.problem ?? "unknown error"); its last known index is used, "
+                    "could not refresh the index from \(report.peerLabel): \(report.problem ?? "unknown error"); its last known index is used, "
                         + "and it counts as no holder of a file to delete")
             }
             connected = IndexSync.refreshedPeers(reports)

@@ -22,6 +22,8 @@ public typealias DeleteLimit = KaitenApply.DeleteLimit
 public typealias StopSignal = KaitenTransfer.StopSignal
 /// One thumbnail's outcome, and the options a run takes.
 public typealias Thumbnails = KaitenMedia.Thumbnails
+public typealias DeviceID = KaitenProtocol.DeviceID
+public typealias ThumbnailOutcome = KaitenMedia.Thumbnails.Outcome
 /// Sizes as people read them, and other facts shown as text.
 public typealias TextFacts = KaitenProtocol.TextFacts
 /// A file or a selection's text split into lines as selection files are.

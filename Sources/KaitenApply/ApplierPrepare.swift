@@ -56,8 +56,7 @@ extension Applier {
             home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, lanes: .pulling(), warn: warn)
         var warnings: [String] = []
         for r in reports where !r.ok {
-            let who = r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name
-            warnings.append("\(r.folder): could not refresh the index from \(who): \(r.problem ?? "unknown error")")
+            warnings.append("\(r.folder): could not refresh the index from \(r.peerLabel): \(r.problem ?? "unknown error")")
         }
         do {
             // Its connections end with it: what the peers have not taken yet is waited on.

@@ -98,6 +98,18 @@ public struct DeviceID: Hashable, Sendable, Comparable, CustomStringConvertible 
     /// names and the REST API (e.g. `JMIZHSD`).
     public var shortDescription: String { String(description.prefix(7)) }
 
+    /// How a peer is named in a line: the name it was given, else the first group of its ID.
+    public static func label(_ id: String, name: String?) -> String {
+        guard let name, !name.isEmpty else { return String(id.prefix(7)) }
+        return name
+    }
+
+    /// A peer named with its ID beside: `nas (MFZWI3D)`, or the first group alone without a name.
+    public static func labelWithID(_ id: String, name: String?) -> String {
+        guard let name, !name.isEmpty else { return String(id.prefix(7)) }
+        return "\(name) (\(id.prefix(7)))"
+    }
+
     /// The first 8 bytes read as a big-endian integer: the ID used in version vectors and
     /// `modified_by`.
     public var shortID: UInt64 {

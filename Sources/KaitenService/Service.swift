@@ -148,7 +148,7 @@ public final class Service: Sendable {
             let reports = try await sessions.connect(folders: folderIDs, warn: note)
             if reports.contains(where: \.ok) { status.indexUpdated() }
             for r in reports where !r.ok {
-                note("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "unreachable")")
+                note("\(r.folder): \(r.peerLabel): \(r.problem ?? "unreachable")")
             }
         } catch {
             emit(ServiceEvent("error", "\(error)"))

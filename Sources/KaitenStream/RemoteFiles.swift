@@ -107,7 +107,7 @@ public final class RemoteFiles: @unchecked Sendable {
     public func connect(folders: [String] = [], warn: @escaping @Sendable (String) -> Void) async throws {
         let reports = try await sessions.connect(folders: folders, warn: warn)
         for r in reports where !r.ok {
-            warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "unreachable")")
+            warn("\(r.folder): \(r.peerLabel): \(r.problem ?? "unreachable")")
         }
     }
 

@@ -123,6 +123,9 @@ public enum IndexSync {
         public var indexID: String?
         public var sequence: Int64 = 0
 
+        /// The peer as a line names it.
+        public var peerLabel: String { DeviceID.label(deviceID, name: name) }
+
         // snake_case, as every other JSON Kaiten prints.
         enum CodingKeys: String, CodingKey {
             case folder, deviceID = "device_id", name, ok, problem, filesReceived = "files_received"

@@ -139,8 +139,7 @@ public enum IndexCompleteness {
     /// One sentence per partial peer, for warnings.
     public static func warnings(_ home: KaitenHome, folder: String, log: IndexLog) -> [String] {
         partial(home.home, folder: folder, log: log).map { entry in
-            let name = home.config.device(id: entry.device)?.name ?? ""
-            let who = name.isEmpty ? String(entry.device.description.prefix(7)) : name
+            let who = DeviceID.label(entry.device.description, name: home.config.device(id: entry.device)?.name)
             return "\(folder): the index from \(who) is partial (sequence \(entry.have) of \(entry.expected)): an index sync "
                 + "was interrupted; run `kaiten index sync \(folder)` to complete it"
         }

@@ -349,7 +349,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             do {
                 let (reports, announced) = try await IndexSync.accept(
                     connection, home: self.home, timeout: self.timeout, serve: self.serve, warn: warn)
-                for r in reports where !r.ok { warn("\(r.folder): \(r.name.isEmpty ? String(r.deviceID.prefix(7)) : r.name): \(r.problem ?? "")") }
+                for r in reports where !r.ok { warn("\(r.folder): \(r.peerLabel): \(r.problem ?? "")") }
                 self.adopt(connection, device: connection.deviceID, announced: announced)
             } catch {
                 warn("\(connection.label): \(error)")
@@ -498,8 +498,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
 
     /// `name (ABCDEFG)`, or the short ID of a peer without a name.
     func peerLabel(_ device: DeviceID) -> String {
-        let name = home.config.device(id: device)?.name ?? ""
-        return name.isEmpty ? device.shortDescription : "\(name) (\(device.shortDescription))"
+        DeviceID.labelWithID(device.description, name: home.config.device(id: device)?.name)
     }
 
     func connectionsChanged() {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 import Logging
 
 /// The `kaiten` command: selective sync and on-demand access for Syncthing.
@@ -111,47 +112,6 @@ func reportingErrors(_ body: () async throws -> Void) async throws {
     } catch {
         Terminal.error("\(error)")
         throw ExitCode(ExitStatus(for: error).code)
-    }
-}
-
-/// Output helpers: results on stdout, diagnostics on stderr.
-enum Terminal {
-    static let diagnostics = Diagnostics(error: { error($0) }, warning: { warning($0) }, note: { note($0) })
-
-    static func error(_ message: String) {
-        FileHandle.standardError.write(Data("kaiten: \(message)\n".utf8))
-    }
-
-    static func warning(_ message: String) {
-        FileHandle.standardError.write(Data("kaiten: warning: \(message)\n".utf8))
-    }
-
-    static func json<T: Encodable>(_ value: T) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        var data = try encoder.encode(value)
-        data.append(0x0A)
-        FileHandle.standardOutput.write(data)
-    }
-
-    /// Prints rows as aligned columns, the last column unpadded.
-    static func table(_ header: [String], _ rows: [[String]]) {
-        let all = [header] + rows
-        var widths = [Int](repeating: 0, count: header.count)
-        for row in all {
-            for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) }
-        }
-        for row in all {
-            var line = ""
-            for (i, cell) in row.enumerated() {
-                if i == row.count - 1 {
-                    line += cell
-                } else {
-                    line += cell + String(repeating: " ", count: widths[i] - cell.count + 2)
-                }
-            }
-            print(line)
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Conflicts: AsyncParsableCommand {
@@ -35,19 +36,10 @@ extension Kaiten {
                 let rows = try global.app.conflicts(folders: folders, requirePeers: requirePeers)
                 if json {
                     try Terminal.json(rows)
-                    return
-                }
-                if rows.isEmpty { print("No conflicts.") }
-                for row in rows {
-                    print("\(row.folder)  \(row.kind.padding(toLength: max(10, row.kind.count), withPad: " ", startingAt: 0))  \(row.path)")
-                    print("    \(row.reason)")
-                    print("    kaiten resolve \(row.folder) \(Self.quoted(row.path)) " + row.choices.map { "--\($0)" }.joined(separator: " | "))
+                } else {
+                    Terminal.print(ConflictsView.lines(rows))
                 }
             }
-        }
-
-        static func quoted(_ path: String) -> String {
-            path.allSatisfy { $0.isLetter || $0.isNumber || "/._-".contains($0) } ? path : "'" + path.replacingOccurrences(of: "'", with: "'\\''") + "'"
         }
     }
 
@@ -93,13 +85,7 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let (path, settled) = try global.app.resolve(folder, path: path, choice: choice.settles)
-                switch settled {
-                case .selectedAndKept: print("\(path): selected and kept")
-                case .keptAsItIs: print("\(path): kept as it is (reported again if it changes)")
-                case .deletedLocally: print("\(path): deleted locally")
-                case .localKeptAs(let copy):
-                    print("\(path): local content kept as \(copy); selected — `kaiten apply` fetches the global version")
-                }
+                print(ConflictsView.line(path, settled: settled))
             }
         }
     }

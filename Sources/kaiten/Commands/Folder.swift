@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Folder: AsyncParsableCommand {
@@ -147,15 +148,7 @@ extension Kaiten.Folder {
                 if json {
                     try Terminal.json(rows)
                 } else {
-                    Terminal.table(
-                        ["ID", "TYPE", "PATH", "SHARED WITH"],
-                        rows.map { row in
-                            [
-                                row.id + (row.paused ? " (paused)" : ""), row.type, row.path,
-                                row.devices.filter { $0 != me }.map { names[$0] ?? String($0.prefix(7)) }
-                                    .joined(separator: ","),
-                            ]
-                        })
+                    Terminal.print(FolderView.table(rows, peerNames: names, me: me))
                 }
             }
         }
@@ -163,13 +156,4 @@ extension Kaiten.Folder {
 }
 
 /// What a folder verb did, said on stderr (stdout stays for results).
-private func say(_ change: FolderChange, _ folder: String) {
-    switch change {
-    case .added(let path, let created): Terminal.note("added folder \(folder) at \(path)\(created ? " (created, with .stfolder)" : "")")
-    case .shared(let peer): Terminal.note("shared folder \(folder) with \(peer)")
-    case .notShared(let peer): Terminal.note("folder \(folder) is not shared with \(peer); nothing to do")
-    case .unshared(let peer): Terminal.note("folder \(folder) is no longer shared with \(peer); its index of the folder is dropped")
-    case .removed(let path, let selection):
-        Terminal.note("removed folder \(folder); its files in \(path) are untouched\(selection.map { "; kept \($0)" } ?? "")")
-    }
-}
+private func say(_ change: FolderChange, _ folder: String) { Terminal.note(FolderView.line(change, folder)) }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct ID: AsyncParsableCommand {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 import Foundation
 
 #if canImport(Glibc)
@@ -75,16 +76,6 @@ extension Kaiten {
             if purgeSource && offloadAfter == nil { throw ValidationError("--purge-source needs --offload-after: originals go only once peers hold the copies") }
         }
 
-        struct Row: Encodable {
-            var source: String
-            var destination: String?
-            var decision: String
-            var date: String?
-            var date_source: String?
-            var existing: String?
-            var error: String?
-        }
-
         func run() async throws {
             try await reportingErrors {
                 var request = ImportRequest(source: source, destination: destination)
@@ -101,52 +92,18 @@ extension Kaiten {
                     copied: { copy in
                         sourceRoot = copy.sourceRoot
                         if json {
-                            try? Terminal.json(["items": copy.items.map(Self.row)])
+                            try? Terminal.json(["items": copy.items.map(ImportItemDocument.init)])
                             return
                         }
-                        for item in copy.items { Self.print(item, dryRun: dryRun) }
-                        let copies = copy.items.filter { $0.decision == .copy }.count
-                        Swift.print(
-                            "\(dryRun ? "would import" : "imported") \(dryRun ? copies : copy.imported) of \(copy.items.count) files (\(copy.items.count - copies - copy.failed) already in \(copy.folder) or repeated, \(copy.failed) failed)"
-                        )
+                        for item in copy.items {
+                            if let line = MediaView.line(item) { Swift.print(line) }
+                            if case .failed(let why) = item.decision { Terminal.error("\(item.source): \(why)") }
+                        }
+                        Swift.print(MediaView.summary(copy, dryRun: dryRun))
                     },
                     applying: { try await ApplyVerb(request: $0, yes: true, json: json, app: global.app).run() },
                     offloaded: { OffloadCommand.say($0, json: json) })
                 if let purged, !json { Swift.print("removed \(purged) original\(purged == 1 ? "" : "s") from \(sourceRoot)") }
-            }
-        }
-
-        static func row(_ item: ImportItem) -> Row {
-            var row = Row(source: item.source, destination: nil, decision: "", date: nil, date_source: item.date?.source.rawValue)
-            if let date = item.date { row.date = String(format: "%04d-%02d-%02d", date.year, date.month, date.day) }
-            switch item.decision {
-            case .copy:
-                row.decision = item.renamed ? "import-renamed" : "import"
-                row.destination = item.destination
-            case .alreadyThere(let existing):
-                row.decision = "already-there"
-                row.existing = existing
-            case .duplicate(let first):
-                row.decision = "duplicate"
-                row.existing = first
-            case .failed(let why):
-                row.decision = "failed"
-                row.error = why
-            }
-            return row
-        }
-
-        static func print(_ item: ImportItem, dryRun: Bool) {
-            switch item.decision {
-            case .copy:
-                let how = item.date.map { " (\($0.source.rawValue) date)" } ?? ""
-                Swift.print("+ \(item.destination)  ← \(item.source)\(how)\(item.renamed ? ", renamed: the name was taken" : "")")
-            case .alreadyThere(let existing):
-                Swift.print("= \(item.source): already in the folder as \(existing)")
-            case .duplicate(let first):
-                Swift.print("= \(item.source): the same content as \(first)")
-            case .failed(let why):
-                Terminal.error("\(item.source): \(why)")
             }
         }
     }
@@ -193,15 +150,7 @@ extension Kaiten {
         /// An offload's step: one JSON event (said even when nothing is to be done: a script
         /// reads one either way), or a line.
         static func say(_ step: OffloadStep, json: Bool) {
-            if json {
-                ApplyOutput(json: true).emit([
-                    "type": "offload", "folder": step.folder, "deselected": step.deselected, "waiting": step.waiting, "peers": step.peers,
-                ])
-            } else {
-                print(
-                    "offload: \(step.deselected) held by \(step.peers) peer\(step.peers == 1 ? "" : "s") and deselected; \(step.waiting) not yet held, kept"
-                )
-            }
+            if json { ApplyOutput(json: true).emit(MediaView.event(step)) } else { print(MediaView.line(step)) }
         }
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Index: AsyncParsableCommand {
@@ -56,21 +57,9 @@ extension Kaiten.Index {
         }
 
         static func render(_ reports: [IndexReport], json: Bool) throws {
-            if json {
-                try Terminal.json(reports)
-                return
-            }
+            if json { return try Terminal.json(reports) }
             if reports.isEmpty { Terminal.note("no peer shares these folders") }
-            for r in reports {
-                let who = (r.name.isEmpty ? "" : r.name + " ") + "(" + String(r.deviceID.prefix(7)) + ")"
-                if r.ok {
-                    print(
-                        "\(r.folder)  \(who): \(r.filesReceived) files received\(r.fullIndex ? " (full index)" : ""), sequence now \(r.sequence)"
-                    )
-                } else {
-                    print("\(r.folder)  \(who): FAILED: \(r.problem ?? "unknown error")")
-                }
-            }
+            Terminal.print(IndexView.lines(reports))
         }
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Init: AsyncParsableCommand {
@@ -81,12 +82,3 @@ extension Kaiten {
         }
     }
 }
-
-extension Terminal {
-    /// A human remark on stderr, so stdout stays clean for scripts.
-    static func note(_ message: String) {
-        FileHandle.standardError.write(Data("\(message)\n".utf8))
-    }
-}
-
-import Foundation

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Ls: AsyncParsableCommand {
@@ -40,37 +41,13 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let listing = try global.app.list(folder, under: path, recursive: recursive, deleted: deleted)
-                let rows = listing.entries
-                let directory = listing.directory
-                let namesAFile = listing.namesAFile
-                let names = listing.peerNames
                 if json {
-                    try Terminal.json(rows)
-                    return
-                }
-                for row in rows {
-                    let bare = recursive || namesAFile ? row.path : String(row.path.dropFirst(directory.isEmpty ? 0 : directory.count + 1))
-                    let name = Listing.displayed(bare)
-                    let shown = name + (row.type == "directory" ? "/" : "") + (row.deleted ? " (deleted)" : "")
-                    if long {
-                        let peers = row.peers.map { id in names[id] ?? String(id.prefix(7)) }.joined(separator: ",")
-                        let mark = row.selected == "explicit" ? "S" : row.selected == "parent" ? "s" : "-"
-                        print(
-                            "\(row.type == "directory" ? "d" : row.type == "symlink" ? "l" : "-")  \(mark) \(row.local.padding(toLength: 10, withPad: " ", startingAt: 0))  \(Self.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
-                        )
-                    } else {
-                        print(shown)
-                    }
+                    try Terminal.json(listing.entries)
+                } else {
+                    Terminal.print(ListingView.lines(listing, long: long, recursive: recursive))
                 }
             }
         }
 
-        static func human(_ bytes: Int64) -> String { TextFacts.human(bytes) }
-    }
-}
-
-extension String {
-    func leftPad(_ width: Int) -> String {
-        count >= width ? self : String(repeating: " ", count: width - count) + self
     }
 }

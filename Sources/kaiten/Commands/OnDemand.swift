@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 import Foundation
 import Logging
 
@@ -67,14 +68,9 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let fetched = try await global.app.get(folder, path: path, output: output, force: force) { print("fetched \($0)") }
-                let report = fetched.report
-                for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
-                let place = fetched.isDirectory ? "under \(fetched.target)" : "to \(fetched.target)"
-                let total = report.written + report.failed.count
-                print(
-                    "\(report.written) of \(total) written \(place) (\(Kaiten.Ls.human(report.bytes)); blocks: \(report.blocksFetched) fetched from peers, \(report.blocksReadLocally) read from local files)"
-                )
-                if !report.failed.isEmpty { throw VerbEnded(.failure) }
+                for (path, why) in fetched.report.failed { Terminal.error("\(folder)/\(path): \(why)") }
+                print(MediaView.summary(fetched))
+                if !fetched.report.failed.isEmpty { throw VerbEnded(.failure) }
             }
         }
     }
@@ -197,32 +193,5 @@ extension Kaiten {
             guard let unit = text.last.flatMap({ units[$0] }), let value = Int64(text.dropLast()), value > 0 else { return nil }
             return value * unit
         }
-    }
-}
-
-/// SIGTERM and SIGINT run `stop` once (and are otherwise ignored).
-enum SignalStop {
-    nonisolated(unsafe) static var sources: [DispatchSourceSignal] = []
-
-    static func install(_ stop: @escaping @Sendable () -> Void) {
-        for number in [SIGTERM, SIGINT] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { stop() }
-            source.resume()
-            sources.append(source)
-        }
-    }
-}
-
-/// One ISO 8601 formatter shared by concurrent request handlers.
-final class LockedISO8601: @unchecked Sendable {
-    private let formatter = ISO8601DateFormatter()
-    private let lock = NSLock()
-
-    func now() -> String {
-        lock.lock()
-        defer { lock.unlock() }
-        return formatter.string(from: Date())
     }
 }

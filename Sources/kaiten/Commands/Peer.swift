@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Peer: AsyncParsableCommand {
@@ -146,20 +147,7 @@ extension Kaiten.Peer {
                 if json {
                     try Terminal.json(rows)
                 } else {
-                    // The CONNECTED column only while the service runs (it holds the connections).
-                    Terminal.table(
-                        ["DEVICE ID", "NAME", "ADDRESSES", "FOLDERS"] + (live ? ["CONNECTED"] : []),
-                        rows.map { row in
-                            var cells = [
-                                row.device_id, row.name + (row.is_self ? " (self)" : "") + (row.paused ? " (paused)" : ""),
-                                row.addresses.joined(separator: ","), row.folders.joined(separator: ","),
-                            ]
-                            if live {
-                                cells.append(
-                                    row.is_self ? "" : row.connected == true ? "\(row.address ?? "?") (\(row.reached_via ?? "?"))" : "no")
-                            }
-                            return cells
-                        })
+                    Terminal.print(PeerView.table(rows, live: live))
                 }
             }
         }
@@ -201,28 +189,11 @@ extension Kaiten.Peer {
                 if json {
                     try Terminal.json(results)
                 } else {
-                    for result in results { print(Self.render(result)) }
+                    for result in results { Terminal.print(PeerView.lines(result)) }
                     if results.isEmpty { Terminal.note("no peers configured; add one with `kaiten peer add`") }
                 }
                 if results.contains(where: { !$0.ok }) { throw VerbEnded(.failure) }
             }
-        }
-
-        static func render(_ r: PeerCheckResult) -> String {
-            let who = (r.name.isEmpty ? "" : r.name + " ") + "(" + String(r.deviceID.prefix(7)) + ")"
-            let at = r.address.map { " at \($0)" + (r.reachedVia.map { " (\($0))" } ?? "") } ?? ""
-            var lines: [String] = []
-            if let client = r.clientName {
-                lines.append(
-                    "\(r.ok ? "ok" : "FAILED")  \(who)\(at): \(client) \(r.clientVersion ?? ""), calls itself \"\(r.remoteName ?? "")\"")
-            } else {
-                lines.append("FAILED  \(who)\(at)")
-            }
-            for folder in r.sharedBothWays { lines.append("    \(folder): shared both ways" + (r.pausedByPeer.contains(folder) ? " (paused by the peer)" : "")) }
-            for folder in r.sharedOnlyHere { lines.append("    \(folder): shared here, NOT by the peer") }
-            for folder in r.offeredByPeer { lines.append("    \(folder): offered by the peer, not configured here") }
-            if let problem = r.problem { lines.append("    problem: \(problem)") }
-            return lines.joined(separator: "\n")
         }
     }
 }

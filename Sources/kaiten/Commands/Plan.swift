@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 import Foundation
 
 extension Kaiten {
@@ -81,7 +82,7 @@ extension Kaiten {
                 if json {
                     try Terminal.json(plan)
                 } else {
-                    PlanRenderer.print(plan)
+                    Terminal.print(PlanView.lines(plan))
                     if let out { print("\nSaved the plan to \(out). Apply exactly this plan with: kaiten apply \(out)") }
                 }
                 if detailedExitcode && plan.summary.isPending { throw VerbEnded(.pending) }
@@ -112,70 +113,10 @@ extension Kaiten {
                     try Terminal.json(plan)
                 } else {
                     print("Plan \(plan.planID), made \(plan.createdAt) by \(plan.deviceID.prefix(7))\n")
-                    PlanRenderer.print(plan)
+                    Terminal.print(PlanView.lines(plan))
                 }
             }
         }
     }
 }
 
-
-/// The human view of a plan: one line per path, then a summary.
-enum PlanRenderer {
-    static func print(_ plan: Plan) {
-        let many = plan.folders.count > 1
-        for folder in plan.folders {
-            let hasContent = !folder.actions.isEmpty || !folder.conflicts.isEmpty || !folder.warnings.isEmpty || folder.stignore.changed || !folder.junk.isEmpty
-            if many || hasContent { Swift.print("\(folder.id) (\(folder.path)):") }
-            for warning in folder.warnings { Swift.print("  warning: \(warning)") }
-            if folder.stignore.changed {
-                let count = TextLines.nonEmpty(folder.stignore.content).filter { $0.hasPrefix("!/") }.count
-                Swift.print("  ~ write       .stignore (\(count) selected path\(count == 1 ? "" : "s"))")
-            }
-            for action in folder.actions {
-                switch action.action {
-                case .mkdir: Swift.print("  + mkdir       \(action.path)/")
-                case .pull: Swift.print("  + pull        \(action.path)\(action.type == .symlink ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))")")
-                case .delete: Swift.print("  - delete      \(action.path) (\(Kaiten.Ls.human(action.size))): \(action.reason)")
-                case .rmdir: Swift.print("  - rmdir       \(action.path)/")
-                case .chmod:
-                    Swift.print("  ~ chmod       \(action.path)\(action.type == .directory ? "/" : "") (\(action.reason))")
-                case .writeStIgnore:
-                    // Never in a plan's actions (the plan says it in `stignore`); shown as above.
-                    Swift.print("  ~ write       .stignore")
-                case .send:
-                    let what = action.type == .directory ? "/" : action.type == .symlink ? " (symlink)" : " (\(Kaiten.Ls.human(action.size)))"
-                    Swift.print("  + send        \(action.path)\(what)\(action.cause == .conflictWon ? " (wins a conflict: \(action.reason))" : "")")
-                case .sendDelete: Swift.print("  - send-delete \(action.path)\(action.type == .directory ? "/" : "")")
-                }
-                if action.action == .pull && action.cause == .conflictLost { Swift.print("                (\(action.reason))") }
-            }
-            for conflict in folder.conflicts {
-                let kind = conflict.kind.rawValue.padding(toLength: max(11, conflict.kind.rawValue.count), withPad: " ", startingAt: 0)
-                Swift.print("  ! \(kind) \(conflict.path): \(conflict.reason) [\(conflict.choices.map(\.rawValue).joined(separator: "|"))]")
-            }
-            if !folder.junk.isEmpty {
-                Swift.print("  · junk        \(folder.junk.count) file\(folder.junk.count == 1 ? "" : "s") (\(folder.junk.prefix(3).joined(separator: ", "))\(folder.junk.count > 3 ? ", …" : "")), left alone")
-            }
-            if many || hasContent { Swift.print("") }
-        }
-        let s = plan.summary
-        let unapplied = plan.folders.filter { $0.notApplied != nil }.map(\.id)
-        if !s.hasChanges && s.conflicts == 0 && unapplied.isEmpty {
-            Swift.print("No changes. Every folder matches its selection.")
-            return
-        }
-        if !unapplied.isEmpty {
-            Swift.print("Not applied: \(unapplied.joined(separator: ", ")) (its .stignore is not Kaiten's to manage; see the warning above).")
-            if !s.hasChanges && s.conflicts == 0 { return }
-        }
-        var parts = ["\(s.pull) to pull (\(Kaiten.Ls.human(s.pullBytes)))", "\(s.delete) to delete (\(Kaiten.Ls.human(s.deleteBytes)) freed)"]
-        if s.send + s.sendDelete > 0 {
-            parts.append("\(s.send) to send (\(Kaiten.Ls.human(s.sendBytes))), \(s.sendDelete) deletion\(s.sendDelete == 1 ? "" : "s") to send")
-        }
-        if s.chmod > 0 { parts.append("\(s.chmod) permission change\(s.chmod == 1 ? "" : "s")") }
-        if s.mkdir + s.rmdir > 0 { parts.append("\(s.mkdir) director\(s.mkdir == 1 ? "y" : "ies") to create, \(s.rmdir) to remove") }
-        parts.append("\(s.conflicts) conflict\(s.conflicts == 1 ? "" : "s")")
-        Swift.print("Plan: " + parts.joined(separator: ", ") + ".")
-    }
-}

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 import Foundation
 
 #if canImport(Glibc)
@@ -129,25 +130,5 @@ extension Kaiten {
                 try await global.app.run(request, events: ServiceLog(json: json).write, stop: stop, reloads: reloads)
             }
         }
-    }
-}
-
-/// The service's log on stderr: one line per event with a timestamp, or NDJSON.
-struct ServiceLog: Sendable {
-    let json: Bool
-
-    func write(_ event: ServiceEvent) {
-        let line: String
-        if json {
-            let encoder = JSONEncoder()
-            encoder.dateEncodingStrategy = .iso8601
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            line = (try? String(decoding: encoder.encode(event), as: UTF8.self)) ?? "{}"
-        } else {
-            let stamp = ISO8601DateFormatter().string(from: event.time)
-            let subject = [event.action, event.folder.map { f in event.path.map { "\(f)/\($0)" } ?? f }].compactMap { $0 }.joined(separator: " ")
-            line = "\(stamp) \(event.kind)\(subject.isEmpty ? "" : " " + subject): \(event.message)"
-        }
-        FileHandle.standardError.write(Data((line + "\n").utf8))
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Select: AsyncParsableCommand {
@@ -38,14 +39,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                for result in try global.app.select(folder, paths, force: force) {
-                    switch result {
-                    case .path(let path): print("selected \(path)")
-                    case .pattern(let pattern, let matched): print("selected the pattern \(pattern) (\(matched) path\(matched == 1 ? "" : "s") now)")
-                    case .alreadySelected(let path): print("\(path): already selected")
-                    case .coveredBy(let path, let parent): print("\(path): already selected through \(parent)")
-                    }
-                }
+                for result in try global.app.select(folder, paths, force: force) { print(SelectionView.line(result)) }
             }
         }
     }
@@ -74,15 +68,8 @@ extension Kaiten {
             try await reportingErrors {
                 let results = try global.app.deselect(folder, paths)
                 for result in results {
-                    switch result {
-                    case .path(let path): print("deselected \(path)")
-                    case .pattern(let pattern): print("deselected the pattern \(pattern)")
-                    case .notSelected(let path): print("\(path): not selected")
-                    case .selectedThrough(let path, let parent):
-                        Terminal.error("\(path) is selected through \(parent); deselect \(parent) and select what to keep")
-                    case .selectedByPattern(let path, let pattern, let file):
-                        Terminal.error("\(path) is selected by the pattern \"\(pattern)\"; edit \(file)")
-                    }
+                    let (line, refused) = SelectionView.line(result)
+                    if refused { Terminal.error(line) } else { print(line) }
                 }
                 if results.contains(where: \.refused) { throw VerbEnded(.failure) }
             }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenTerminal
 
 extension Kaiten {
     struct Thumb: AsyncParsableCommand {
@@ -63,27 +64,6 @@ extension Kaiten {
             guard maxMegapixels > 0 else { throw ValidationError("--max-megapixels takes a positive number") }
         }
 
-        struct Row: Encodable {
-            var path: String
-            var status: String
-            var thumbnail: String?
-            var width: Int?
-            var height: Int?
-            var method: String?
-            var local: Bool
-            var size: Int64
-            var error: String?
-        }
-
-        struct Report: Encodable {
-            var files: [Row]
-            var made: Int
-            var cached: Int
-            var failed: Int
-            var fetched_bytes: Int
-            var fetched_blocks: Int
-        }
-
         func run() async throws {
             try await reportingErrors {
                 var request = ThumbnailRequest(folder: folder, paths: paths)
@@ -93,42 +73,15 @@ extension Kaiten {
                 request.options.maxPixels = Int64(maxMegapixels) * 1_000_000
                 request.cache = cache
                 let run = try await global.app.thumbnails(request, done: show)
-                render(run.outcomes, fetchedBytes: run.fetchedBytes, fetchedBlocks: run.fetchedBlocks)
+                if json { try Terminal.json(ThumbnailRunDocument(run)) } else { print(MediaView.summary(run)) }
                 if run.outcomes.contains(where: { $0.status == .failed }) { throw VerbEnded(.failure) }
             }
         }
 
         /// One file's line (text mode; --json prints everything at the end).
-        func show(_ outcome: Thumbnails.Outcome) {
+        func show(_ outcome: ThumbnailOutcome) {
             guard !json else { return }
-            switch outcome.status {
-            case .made:
-                let how = outcome.method.map { " \($0.rawValue)" } ?? ""
-                print("made    \(outcome.path) (\(outcome.width ?? 0)×\(outcome.height ?? 0)\(how)\(outcome.local ? ", local" : ""))")
-            case .cached:
-                print("cached  \(outcome.path)")
-            case .failed:
-                Terminal.error("\(folder)/\(outcome.path): \(outcome.error ?? "failed")")
-            }
-        }
-
-        func render(_ outcomes: [Thumbnails.Outcome], fetchedBytes: Int, fetchedBlocks: Int) {
-            let made = outcomes.filter { $0.status == .made }.count
-            let cached = outcomes.filter { $0.status == .cached }.count
-            let failed = outcomes.filter { $0.status == .failed }.count
-            if json {
-                let rows = outcomes.map {
-                    Row(
-                        path: $0.path, status: $0.status.rawValue, thumbnail: $0.thumbnail, width: $0.width, height: $0.height,
-                        method: $0.method?.rawValue, local: $0.local, size: $0.size, error: $0.error)
-                }
-                try? Terminal.json(
-                    Report(files: rows, made: made, cached: cached, failed: failed, fetched_bytes: fetchedBytes, fetched_blocks: fetchedBlocks))
-                return
-            }
-            print(
-                "\(made) made, \(cached) already cached, \(failed) failed, of \(outcomes.count) images and videos; fetched \(Kaiten.Ls.human(Int64(fetchedBytes))) (\(fetchedBlocks) blocks) from peers"
-            )
+            if let line = MediaView.line(outcome) { print(line) } else { Terminal.error("\(folder)/\(outcome.path): \(outcome.error ?? "failed")") }
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KaitenApp
+import KaitenTerminal
 import Foundation
 import Logging
 
@@ -120,14 +121,8 @@ extension Kaiten {
                 folder, send: send,
                 linked: { report in
                     for (path, why) in report.failed { Terminal.error("\(folder)/\(path): \(why)") }
-                    print(
-                        "\(folder): \(report.linked.count) linked, \(report.relinked.count) linked again (replaced in the source), \(report.removed.count) removed (gone from the source), \(report.kept) unchanged"
-                    )
-                    if !report.foreign.isEmpty {
-                        Terminal.error(
-                            "\(folder): \(report.foreign.count) file\(report.foreign.count == 1 ? "" : "s") in the view that Kaiten did not link, left alone (\(report.foreign.prefix(3).joined(separator: ", ")))"
-                        )
-                    }
+                    print(MediaView.summary(report, folder: folder))
+                    if let foreign = MediaView.foreign(report, folder: folder) { Terminal.error(foreign) }
                 },
                 applying: { try await ApplyVerb(request: $0, yes: true, app: app).run() })
             if !report.failed.isEmpty { throw VerbEnded(.failure) }
