@@ -98,7 +98,7 @@ public enum Applier {
                     events(.done(folder: folderPlan.id, action: action, note: nil))
                 } catch {
                     // Without the allowlist in place nothing may be deleted: stop this folder.
-                    report.failed.append((folderPlan.id, ".stignore", "\(error)"))
+                    report.failed.append(.init(folderPlan.id, ".stignore", "\(error)"))
                     events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
                     continue
                 }
@@ -187,10 +187,10 @@ public enum Applier {
                     report.done += 1
                     events(.done(folder: folderID, action: action, note: nil))
                 case .kept(let reason):
-                    report.keptForSafety.append((folderID, action.path))
+                    report.keptForSafety.append(.init(folderID, action.path))
                     events(.kept(folder: folderID, action: action, reason: reason))
                 case .failed(let hint):
-                    report.failed.append((folderID, action.path, hint))
+                    report.failed.append(.init(folderID, action.path, hint))
                     events(.failed(folder: folderID, action: action, reason: hint))
                 }
             }
@@ -224,7 +224,7 @@ public enum Applier {
                 } else if action.cause == .replaced {
                     // The pull that takes its place cannot happen while it stands.
                     let reason = "cannot remove it to make room: \(String(cString: strerror(errno)))"
-                    report.failed.append((folderPlan.id, action.path, reason))
+                    report.failed.append(.init(folderPlan.id, action.path, reason))
                     events(.failed(folder: folderPlan.id, action: action, reason: reason))
                     return
                 } else {
@@ -252,7 +252,7 @@ public enum Applier {
                     report.done += 1
                     events(.done(folder: folderPlan.id, action: action, note: nil))
                 } catch {
-                    report.failed.append((folderPlan.id, action.path, "\(error)"))
+                    report.failed.append(.init(folderPlan.id, action.path, "\(error)"))
                     events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
                 }
             }
@@ -325,7 +325,7 @@ public enum Applier {
                                 tree[copy] = moved
                             }
                             tree[action.path] = nil
-                            report.conflictCopies.append((folderPlan.id, copy))
+                            report.conflictCopies.append(.init(folderPlan.id, copy))
                             events(.conflictCopy(folder: folderPlan.id, path: action.path, copy: copy))
                         } catch {
                             group.addTask { (action, .failure(error), nil) }
@@ -417,7 +417,7 @@ public enum Applier {
                     case .failure(let error) where error.code == .interrupted:
                         report.notDone += 1
                     case .failure(let error):
-                        report.failed.append((folderPlan.id, action.path, error.hint))
+                        report.failed.append(.init(folderPlan.id, action.path, error.hint))
                         events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                     }
                     events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: action.path))
@@ -440,7 +440,7 @@ public enum Applier {
             for (directory, error) in unflushed.sorted(by: { $0.key < $1.key }) {
                 let name = directory == root ? "." : String(directory.dropFirst(root.count + 1))
                 report.failed.append(
-                    (folderPlan.id, name, "cannot flush the directory to disk (\(String(cString: strerror(error)))): the files put into it "
+                    .init(folderPlan.id, name, "cannot flush the directory to disk (\(String(cString: strerror(error)))): the files put into it "
                         + "may not survive a crash; nothing in this folder is deleted until an apply flushes it"))
             }
             let holdDeletions = !unflushed.isEmpty
@@ -466,7 +466,7 @@ public enum Applier {
                     report.done += 1
                     events(.done(folder: folderPlan.id, action: action, note: nil))
                 } catch {
-                    report.failed.append((folderPlan.id, action.path, error.hint))
+                    report.failed.append(.init(folderPlan.id, action.path, error.hint))
                     events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                 }
             }
@@ -492,7 +492,7 @@ public enum Applier {
                         events(.done(folder: folderPlan.id, action: action, note: nil))
                     }
                 } catch {
-                    report.failed.append((folderPlan.id, path, error.hint))
+                    report.failed.append(.init(folderPlan.id, path, error.hint))
                     events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                 }
             }
@@ -500,7 +500,8 @@ public enum Applier {
             // A copy moved aside after losing a conflict is a new file here: sent with the rest,
             // as syncthing's scanner picks it up and announces it.
             var local = state.input.local
-            for (folder, copy) in report.conflictCopies where folder == folderPlan.id {
+            for item in report.conflictCopies where item.folder == folderPlan.id {
+                let copy = item.path
                 guard let moved = tree[copy] else { continue }
                 local[copy] = moved
                 sendActions.append(

@@ -77,10 +77,10 @@ extension Applier {
                 pending.append((action, info))
                 files.append(info)
             } catch let error as ApplyError {
-                report.failed.append((folder, action.path, error.hint))
+                report.failed.append(.init(folder, action.path, error.hint))
                 events(.failed(folder: folder, action: action, reason: error.hint))
             } catch {
-                report.failed.append((folder, action.path, "\(error)"))
+                report.failed.append(.init(folder, action.path, "\(error)"))
                 events(.failed(folder: folder, action: action, reason: "\(error)"))
             }
         }
@@ -102,7 +102,7 @@ extension Applier {
             journal?.sync()
         } catch {
             for (action, _) in pending {
-                report.failed.append((folder, action.path, "cannot record it in the local index: \(error)"))
+                report.failed.append(.init(folder, action.path, "cannot record it in the local index: \(error)"))
                 events(.failed(folder: folder, action: action, reason: "cannot record it in the local index: \(error)"))
             }
             return announcedBefore
@@ -171,7 +171,7 @@ extension Applier {
     static func awaitPeers(
         holding sent: [SentChange], watcher: UpdateWatcher, session: PeerSession, requirePeers: Int, timeout: Double,
         stop: StopSignal?, events: (ApplyEvent) -> Void
-    ) async -> [(folder: String, path: String)] {
+    ) async -> [ApplyReport.Item] {
         let deadline = Date().addingTimeInterval(timeout)
         var held: [Int: [DeviceID]] = [:]
         var lastCount = -1
@@ -195,12 +195,12 @@ extension Applier {
             if held.count == sent.count || Date() >= deadline || open < requirePeers || stop?.isSet == true { break }
             try? await Task.sleep(for: .milliseconds(100))
         }
-        var missing: [(folder: String, path: String)] = []
+        var missing: [ApplyReport.Item] = []
         let why = session.openConnections.count < requirePeers
             ? "fewer than \(requirePeers) peer\(requirePeers == 1 ? " is" : "s are") connected"
             : "not held by \(requirePeers) peer\(requirePeers == 1 ? "" : "s") within --send-timeout \(Int(timeout))s"
         for (i, change) in sent.enumerated() where held[i] == nil {
-            missing.append((change.folder, change.path))
+            missing.append(.init(change.folder, change.path))
             events(.sendNotHeld(folder: change.folder, path: change.path, reason: why + "; it stays announced, and the peers take it when they next connect"))
         }
         return missing

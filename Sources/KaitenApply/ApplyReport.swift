@@ -22,7 +22,7 @@ public enum ApplyEvent: Sendable, Codable {
 }
 
 /// A change apply announced to the peers: the version they must come to hold.
-public struct SentChange: Sendable {
+public struct SentChange: Sendable, Codable {
     public var folder: String
     public var path: String
     public var version: BEPVector
@@ -31,13 +31,62 @@ public struct SentChange: Sendable {
     public init(folder: String, path: String, version: BEPVector, deleted: Bool) {
         (self.folder, self.path, self.version, self.deleted) = (folder, path, version, deleted)
     }
+
+    private enum CodingKeys: String, CodingKey { case folder, path, version, deleted }
+
+    /// A version counter on the wire: the device's short ID and its value.
+    private struct Counter: Codable {
+        var id: UInt64
+        var value: UInt64
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        folder = try c.decode(String.self, forKey: .folder)
+        path = try c.decode(String.self, forKey: .path)
+        deleted = try c.decodeIfPresent(Bool.self, forKey: .deleted) ?? false
+        version = BEPVector()
+        version.counters = try (c.decodeIfPresent([Counter].self, forKey: .version) ?? []).map { counter in
+            var made = BEPCounter()
+            made.id = counter.id
+            made.value = counter.value
+            return made
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(folder, forKey: .folder)
+        try c.encode(path, forKey: .path)
+        try c.encode(deleted, forKey: .deleted)
+        try c.encode(version.counters.map { Counter(id: $0.id, value: $0.value) }, forKey: .version)
+    }
 }
 
 /// The outcome of an apply.
-public struct ApplyReport: Sendable {
+///
+/// Codable: a service's control socket sends it whole to the client that asked for the apply.
+public struct ApplyReport: Sendable, Codable {
+    /// A path of a folder the report names.
+    public struct Item: Sendable, Codable, Equatable {
+        public var folder: String
+        public var path: String
+
+        public init(_ folder: String, _ path: String) { (self.folder, self.path) = (folder, path) }
+    }
+
+    /// An action that failed, and why.
+    public struct Failure: Sendable, Codable, Equatable {
+        public var folder: String
+        public var path: String
+        public var reason: String
+
+        public init(_ folder: String, _ path: String, _ reason: String) { (self.folder, self.path, self.reason) = (folder, path, reason) }
+    }
+
     public init(conflicts: Int = 0) { self.conflicts = conflicts }
     public var done = 0
-    public var failed: [(folder: String, path: String, reason: String)] = []
+    public var failed: [Failure] = []
     public var pulledBytes: Int64 = 0
     public var freedBytes: Int64 = 0
     public var conflicts = 0
@@ -54,13 +103,13 @@ public struct ApplyReport: Sendable {
     /// Actions not done because of the interruption.
     public var notDone = 0
     /// Deselected files kept because too few connected peers hold them (apply exits 4).
-    public var keptForSafety: [(folder: String, path: String)] = []
+    public var keptForSafety: [Item] = []
     /// Changes announced to the peers.
     public var sent: [SentChange] = []
     /// Sent changes fewer than `--require-peers` peers held when the wait ended (apply exits 5).
-    public var notHeld: [(folder: String, path: String)] = []
+    public var notHeld: [Item] = []
     /// Local copies that lost a conflict, moved aside (`NAME.sync-conflict-…`).
-    public var conflictCopies: [(folder: String, path: String)] = []
+    public var conflictCopies: [Item] = []
 }
 
 /// `--max-delete`: a count, or a share of a folder's local files.

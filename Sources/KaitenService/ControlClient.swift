@@ -136,7 +136,7 @@ public final class ControlClient: Sendable {
             case .note: note(reply.message ?? "")
             case .report:
                 guard let report = reply.report else { throw ControlFailure(1, "the service sent an empty report") }
-                return report.applyReport
+                return report
             case .failure: throw ControlFailure(reply.code ?? 1, reply.message ?? "the service refused")
             case .hello, .plan: throw ControlFailure(1, "the service answered out of turn")
             }

@@ -115,7 +115,7 @@ public struct ControlReply: Codable, Sendable {
     public var warnings: [String]?
     public var skipped: [Skipped]?
     public var event: ApplyEvent?
-    public var report: ControlReport?
+    public var report: ApplyReport?
     /// For a failure: the exit code the verb exits with (1 error, 3 stale plan, 4 a brake).
     public var code: Int32?
     public var message: String?
@@ -127,73 +127,5 @@ public struct ControlReply: Codable, Sendable {
         reply.code = code
         reply.message = message
         return reply
-    }
-}
-
-/// An ``ApplyReport`` on the wire.
-public struct ControlReport: Codable, Sendable {
-    public struct Item: Codable, Sendable {
-        var folder: String
-        var path: String
-        var reason: String?
-        var deleted: Bool?
-    }
-
-    var done: Int
-    var failed: [Item]
-    var pulledBytes: Int64
-    var freedBytes: Int64
-    var conflicts: Int
-    var blocksCopiedLocally: Int
-    var blocksFetched: Int
-    var blocksRejected: Int
-    var blocksRefused: Int
-    var blocksLost: Int
-    var interruptedBy: Int32?
-    var notDone: Int
-    var keptForSafety: [Item]
-    var sent: [Item]
-    var notHeld: [Item]
-    var conflictCopies: [Item]
-
-    init(_ r: ApplyReport) {
-        done = r.done
-        failed = r.failed.map { Item(folder: $0.folder, path: $0.path, reason: $0.reason) }
-        pulledBytes = r.pulledBytes
-        freedBytes = r.freedBytes
-        conflicts = r.conflicts
-        blocksCopiedLocally = r.blocksCopiedLocally
-        blocksFetched = r.blocksFetched
-        blocksRejected = r.blocksRejected
-        blocksRefused = r.blocksRefused
-        blocksLost = r.blocksLost
-        interruptedBy = r.interruptedBy
-        notDone = r.notDone
-        keptForSafety = r.keptForSafety.map { Item(folder: $0.folder, path: $0.path) }
-        sent = r.sent.map { Item(folder: $0.folder, path: $0.path, deleted: $0.deleted) }
-        notHeld = r.notHeld.map { Item(folder: $0.folder, path: $0.path) }
-        conflictCopies = r.conflictCopies.map { Item(folder: $0.folder, path: $0.path) }
-    }
-
-    /// The report as the apply that ran it made it (the versions sent are not carried: the
-    /// client reports them by path).
-    public var applyReport: ApplyReport {
-        var r = ApplyReport(conflicts: conflicts)
-        r.done = done
-        r.failed = failed.map { ($0.folder, $0.path, $0.reason ?? "") }
-        r.pulledBytes = pulledBytes
-        r.freedBytes = freedBytes
-        r.blocksCopiedLocally = blocksCopiedLocally
-        r.blocksFetched = blocksFetched
-        r.blocksRejected = blocksRejected
-        r.blocksRefused = blocksRefused
-        r.blocksLost = blocksLost
-        r.interruptedBy = interruptedBy
-        r.notDone = notDone
-        r.keptForSafety = keptForSafety.map { ($0.folder, $0.path) }
-        r.sent = sent.map { SentChange(folder: $0.folder, path: $0.path, version: BEPVector(), deleted: $0.deleted ?? false) }
-        r.notHeld = notHeld.map { ($0.folder, $0.path) }
-        r.conflictCopies = conflictCopies.map { ($0.folder, $0.path) }
-        return r
     }
 }

@@ -267,7 +267,7 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
             try await send(.failure(1, "nothing to apply"))
         case .applied(_, let report, _):
             var reply = ControlReply(.report)
-            reply.report = ControlReport(report)
+            reply.report = report
             try await send(reply)
         }
     }

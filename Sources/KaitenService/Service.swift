@@ -539,7 +539,7 @@ public final class Service: Sendable {
         var acted: [String: Set<String>] = [:]
         for folder in admitted.folders {
             var paths = Set(folder.actions.map(\.path))
-            for (id, copy) in report.conflictCopies where id == folder.id { paths.insert(copy) }
+            for copy in report.conflictCopies where copy.folder == folder.id { paths.insert(copy.path) }
             paths.remove(".stignore")
             acted[folder.id] = paths
         }

@@ -45,9 +45,9 @@ import Testing
         let plan = Self.plan()
         #expect(ApplyOutcome(plan: plan, report: report, skipped: false).status(failOnConflict: false) == .success)
         #expect(ApplyOutcome(plan: plan, report: report, skipped: false).status(failOnConflict: true) == .pending)
-        report.keptForSafety = [("f", "a")]
+        report.keptForSafety = [.init("f", "a")]
         #expect(ApplyOutcome(plan: plan, report: report, skipped: false).status(failOnConflict: true) == .brake)
-        report.failed = [("f", "b", "disk full")]
+        report.failed = [.init("f", "b", "disk full")]
         #expect(ApplyOutcome(plan: plan, report: report, skipped: false).status(failOnConflict: true) == .partial)
         report.interruptedBy = SIGINT
         #expect(ApplyOutcome(plan: plan, report: report, skipped: false).status(failOnConflict: true).code == 130)
