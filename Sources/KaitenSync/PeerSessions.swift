@@ -162,19 +162,13 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
                 listener?.cancel()
                 upgrader.cancel()
             }
-            var delay: [DeviceID: Int] = [:]
-            var due: [DeviceID: ContinuousClock.Instant] = [:]
-            var said: [DeviceID: String] = [:]
+            var schedule = RedialSchedule()
             var changed = changes.makeAsyncIterator()
             while !Task.isCancelled {
                 // Every peer connected (a peer that dialled in meanwhile needs no redial): sleep
                 // until a connection is lost rather than look every second.
                 let connected = self.connections()
-                for device in wanted where connected[device] != nil && due[device] != nil {
-                    delay[device] = nil
-                    due[device] = nil
-                    said[device] = nil
-                }
+                for device in wanted where connected[device] != nil && schedule.isScheduled(device) { schedule.connected(device) }
                 if wanted.allSatisfy({ connected[$0] != nil }) {
                     guard await changed.next() != nil else { return }
                     continue
@@ -182,19 +176,17 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
                 try? await Task.sleep(for: .seconds(1))
                 let open = self.connections()
                 let now = ContinuousClock.now
-                for device in wanted where open[device] == nil && due[device] == nil && delay[device] == nil {
-                    // Lost a moment ago: said once, with why; the first redial after 2 s.
+                for device in wanted where open[device] == nil && schedule.lost(device, now: now) {
+                    // Lost a moment ago: said once, with why.
                     if let why = self.state.withLock({ $0.lost.removeValue(forKey: device) }) {
-                        warn("\(device.shortDescription): connection lost: \(why); dialling again in 2 s")
+                        warn("\(device.shortDescription): connection lost: \(why); dialling again in \(RedialSchedule.firstDelay) s")
                     }
-                    delay[device] = 2
-                    due[device] = now + .seconds(2)
                 }
                 // Just heard on the LAN: dialled now, whatever the backoff said.
                 for device in rushed.devices.withLock({ rushed in defer { rushed = [] }; return rushed }) where open[device] == nil {
-                    due[device] = now
+                    schedule.rush(device, now: now)
                 }
-                let missing = wanted.filter { open[$0] == nil && (due[$0].map { $0 <= now } ?? false) }
+                let missing = schedule.due(among: wanted.filter { open[$0] == nil }, now: now)
                 guard !missing.isEmpty, !Task.isCancelled else { continue }
                 // A peer may dial in while this waits its turn: the exchange drops the duplicate.
                 let still = Set(missing.filter { self.connections()[$0] == nil })
@@ -214,19 +206,11 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
                 let problems = found.withLock { $0 }
                 let reached = self.connections()
                 for device in missing {
-                    if reached[device] != nil {
-                        warn("reconnected to \(device.shortDescription)")
-                        delay[device] = nil
-                        due[device] = nil
-                        said[device] = nil
-                    } else {
-                        // Said once per kind of failure, not at every attempt.
-                        let why = problems[device] ?? "unreachable"
-                        if said[device] != why { warn("\(device.shortDescription): \(why); dialling again with backoff (up to 60 s)") }
-                        said[device] = why
-                        let next = min(60, (delay[device] ?? 1) * 2)
-                        delay[device] = next
-                        due[device] = now + .seconds(next)
+                    switch schedule.dialled(device, reached: reached[device] != nil, problem: problems[device], now: now) {
+                    case .reconnected(let device): warn("reconnected to \(device.shortDescription)")
+                    case .failing(let device, let why):
+                        warn("\(device.shortDescription): \(why); dialling again with backoff (up to \(RedialSchedule.longestDelay) s)")
+                    case nil: break
                     }
                 }
             }
