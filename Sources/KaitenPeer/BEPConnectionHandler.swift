@@ -63,33 +63,13 @@ final class BEPConnectionHandler: ChannelInboundHandler {
 
     private var context: ChannelHandlerContext?
     private var started = false
-    private var receivedHello = false
-    private var closeReason: PeerCloseReason?
-    private var lastRead = NIODeadline.now()
-    private var lastWrite = NIODeadline.now()
+    /// The session's decisions (Hello, keepalive, closing, backpressure); this handler carries
+    /// out what they return.
+    private var state: BEPSessionState
+    /// The block requests out and waiting, and the promises of their responses.
+    private var requests: RequestWindow<EventLoopPromise<BEPResponse>>
     private var keepalive: RepeatedTask?
-    /// Whether this side's ClusterConfig went out (keepalive pings wait for it).
-    private var sentClusterConfig = false
     private var helloTimeout: Scheduled<Void>?
-
-    private struct Pending {
-        let size: Int
-        let promise: EventLoopPromise<BEPResponse>
-    }
-    private var nextRequestID: Int32 = 0
-    private var pending: [Int32: Pending] = [:]
-    /// Requests waiting for room in the outstanding budget. A request leaves as it is sent:
-    /// its promise, once fulfilled, holds the response and its block, so a queue that kept sent
-    /// entries (as an array with a head index did, up to 1,024 of them) kept up to 1,024
-    /// blocks alive: 256 MiB of a pull's peak memory.
-    private var queued = CircularBuffer<(BEPRequest, EventLoopPromise<BEPResponse>)>()
-    private var outstandingBytes = 0
-
-    /// Index batches handed to the consumer and not yet taken from the event sequence.
-    private var undeliveredIndexBatches = 0
-    private var readsPaused = false
-    /// Whether a consumer reading index batches asked for backpressure (see ``setIndexBackpressure``).
-    private var backpressureEnabled = false
 
     init(
         hello: BEPHello, settings: PeerSettings, logger: Logger, events: PeerEventSink,
@@ -103,6 +83,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         self.helloPromise = eventLoop.makePromise()
         self.closedPromise = eventLoop.makePromise()
         self.peerLabel = NIOLockedValueBox(peerLabel)
+        self.state = BEPSessionState(settings: settings, now: eventLoop.now)
+        self.requests = RequestWindow(limit: settings.maxOutstandingRequestBytes)
     }
 
     static func amount(_ seconds: Double) -> TimeAmount { .nanoseconds(Int64(seconds * 1_000_000_000)) }
@@ -122,16 +104,15 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private func start(_ context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
-        lastRead = context.eventLoop.now
-        lastWrite = context.eventLoop.now
+        state.read(at: context.eventLoop.now)
+        state.wrote(at: context.eventLoop.now)
         // Both sides send their Hello at once; neither waits (bep-brief §2.1).
         context.writeAndFlush(wrapOutboundOut(.hello(myHello)), promise: nil)
         let label = peerLabel.withLockedValue { $0 }
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let helloSeconds = Int(settings.helloTimeout)
         helloTimeout = context.eventLoop.scheduleTask(in: Self.amount(settings.helloTimeout)) {
-            guard !bound.value.receivedHello else { return }
-            bound.value.drop(.protocolError("no Hello from \(label) within \(helloSeconds) s"))
+            if let reason = bound.value.state.helloDeadlinePassed(peer: label, seconds: helloSeconds) { bound.value.drop(reason) }
         }
         let interval = Self.amount(settings.keepaliveCheckInterval)
         keepalive = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
@@ -140,7 +121,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        finish(closeReason ?? .disconnected(""))
+        finish(.disconnected(""))
         context.fireChannelInactive()
     }
 
@@ -167,12 +148,11 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     // MARK: - Reading
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        lastRead = context.eventLoop.now
+        state.read(at: context.eventLoop.now)
         let frame = unwrapInboundIn(data)
         switch frame {
         case .hello(let hello):
-            guard !receivedHello else { return }  // the decoder yields a Hello only once
-            receivedHello = true
+            guard state.helloArrived() else { return }
             helloTimeout?.cancel()
             helloPromise.succeed(hello)
         case .message(let message, let compressed):
@@ -201,15 +181,10 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         case .downloadProgress, .ping:
             break
         case .close(let close):
-            let label = peerLabel.withLockedValue { $0 }
             stats.withLockedValue { $0.peerCloseReason = close.reason }
-            if closeReason != nil {
-                // The peer's answer to our Close (syncthing echoes "closed by remote: …").
-                context?.close(promise: nil)
-                return
-            }
-            logger.info("\(label) closed the connection: \(close.reason)")
-            self.close(.byPeer(close.reason), sendClose: false)
+            // Either the peer's answer to our Close (syncthing echoes "closed by remote: …") or its own.
+            if state.isOpen { logger.info("\(peerLabel.withLockedValue { $0 }) closed the connection: \(close.reason)") }
+            carryOut(state.peerSentClose(close.reason))
         }
     }
 
@@ -223,17 +198,9 @@ final class BEPConnectionHandler: ChannelInboundHandler {
             }
         }
         stats.withLockedValue { $0.indexFilesReceived += files.count }
-        undeliveredIndexBatches += 1
+        let reads = state.indexBatchDelivered()
         events.yield(.index(folder: folder, files: files, isFullIndex: isFullIndex))
-        // Backpressure: stop reading while the consumer is several batches behind, so a large
-        // index waits in the peer's send buffer instead of in our memory. Only index batches
-        // count, and only while someone consumes them; reads resume as the backlog drains.
-        if backpressureEnabled && undeliveredIndexBatches >= settings.maxUndeliveredIndexBatches && !readsPaused,
-            let context
-        {
-            readsPaused = true
-            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-        }
+        carryOut(reads)
     }
 
     private func answer(_ request: BEPRequest) {
@@ -277,7 +244,7 @@ final class BEPConnectionHandler: ChannelInboundHandler {
                 eventLoop.execute {
                     let handler = loopBound.value
                     let next = handler.serving.finished(request)
-                    guard handler.closeReason == nil else { return }
+                    guard handler.state.isOpen else { return }
                     handler.stats.withLockedValue { $0.requestsAnswered += 1 }
                     handler.write(reply)
                     handler.startWhenWritable(next, answer)
@@ -312,44 +279,44 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     }
 
     private func complete(_ response: BEPResponse) {
-        guard let entry = pending.removeValue(forKey: response.id) else {
+        guard let done = requests.complete(response.id) else {
             logger.debug("response to unknown request \(response.id)")
             return
         }
-        outstandingBytes -= entry.size
-        entry.promise.succeed(response)
-        pump()
+        done.token.succeed(response)
+        send(done.send)
     }
 
     /// The consumer took an index batch from the event sequence.
     func indexBatchConsumed() {
-        undeliveredIndexBatches -= 1
-        if undeliveredIndexBatches <= settings.maxUndeliveredIndexBatches / 4 { resumeReads() }
+        carryOut(state.indexBatchConsumed())
     }
 
     /// Turns backpressure on while a consumer is draining index batches, off when it stops
     /// (so that a caller waiting for block responses is never stalled by unread index events).
     func setIndexBackpressure(_ enabled: Bool) {
-        backpressureEnabled = enabled
-        if !enabled { resumeReads() }
+        carryOut(state.setIndexBackpressure(enabled))
     }
 
-    private func resumeReads() {
-        guard readsPaused, let context else { return }
-        readsPaused = false
-        context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
-        context.read()
+    private func carryOut(_ reads: BEPSessionState.ReadsAction?) {
+        guard let reads, let context else { return }
+        switch reads {
+        case .pause:
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        case .resume:
+            context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+            context.read()
+        }
     }
 
     // MARK: - Writing
 
     func send(_ message: BEPMessage) -> EventLoopFuture<Void> {
-        guard let context, closeReason == nil else {
+        guard let context, state.isOpen else {
             return helloPromise.futureResult.eventLoop.makeFailedFuture(closedError())
         }
         let promise = context.eventLoop.makePromise(of: Void.self)
-        lastWrite = context.eventLoop.now
-        if case .clusterConfig = message { sentClusterConfig = true }
+        if case .clusterConfig = message { state.sentClusterConfig(at: context.eventLoop.now) } else { state.wrote(at: context.eventLoop.now) }
         context.writeAndFlush(wrapOutboundOut(.message(message)), promise: promise)
         return promise.futureResult
     }
@@ -361,69 +328,45 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     /// Writes and flushes at once: an answer too. (Flushing several answers together made TLS
     /// gather their ciphertext in one growing buffer: more copies and fresh memory than it saved.)
     private func write(_ outbound: BEPOutbound) {
-        guard let context, closeReason == nil else { return }
-        lastWrite = context.eventLoop.now
+        guard let context, state.isOpen else { return }
+        state.wrote(at: context.eventLoop.now)
         context.writeAndFlush(wrapOutboundOut(outbound), promise: nil)
     }
 
     /// Queues a block request; it goes out once it fits in the outstanding-bytes budget.
     func request(_ request: BEPRequest) -> EventLoopFuture<BEPResponse> {
         let promise = helloPromise.futureResult.eventLoop.makePromise(of: BEPResponse.self)
-        guard closeReason == nil, context != nil else {
+        guard state.isOpen, context != nil else {
             promise.fail(closedError())
             return promise.futureResult
         }
-        queued.append((request, promise))
-        pump()
+        send(requests.enqueue(request, promise))
         return promise.futureResult
     }
 
-    private func pump() {
-        guard let context, closeReason == nil else { return }
-        var wrote = false
-        while let (request, _) = queued.first {
-            let size = Int(max(request.size, 0))
-            guard outstandingBytes == 0 || outstandingBytes + size <= settings.maxOutstandingRequestBytes else { break }
-            let promise = queued.removeFirst().1
-            var numbered = request
-            numbered.id = takeRequestID()
-            pending[numbered.id] = Pending(size: size, promise: promise)
-            outstandingBytes += size
-            let outstanding = outstandingBytes
-            stats.withLockedValue {
-                $0.requestsSent += 1
-                $0.requestBytesSent += size
-                $0.maxOutstandingRequestBytes = max($0.maxOutstandingRequestBytes, outstanding)
-            }
-            context.write(wrapOutboundOut(.message(.request(numbered))), promise: nil)
-            wrote = true
+    /// Writes requests the window let out, in one flush.
+    private func send(_ numbered: [BEPRequest]) {
+        guard let context, state.isOpen, !numbered.isEmpty else { return }
+        let outstanding = requests.outstandingBytes
+        stats.withLockedValue {
+            $0.requestsSent += numbered.count
+            $0.requestBytesSent += numbered.reduce(0) { $0 + Int(max($1.size, 0)) }
+            $0.maxOutstandingRequestBytes = max($0.maxOutstandingRequestBytes, outstanding)
         }
-        if wrote {
-            lastWrite = context.eventLoop.now
-            context.flush()
-        }
-    }
-
-    private func takeRequestID() -> Int32 {
-        repeat {
-            nextRequestID = nextRequestID == Int32.max ? 0 : nextRequestID + 1
-        } while pending[nextRequestID] != nil
-        return nextRequestID
+        for request in numbered { context.write(wrapOutboundOut(.message(.request(request))), promise: nil) }
+        state.wrote(at: context.eventLoop.now)
+        context.flush()
     }
 
     private func checkKeepalive() {
         guard let context else { return }
-        let now = context.eventLoop.now
-        if now - lastRead >= Self.amount(settings.readTimeout) {
-            close(.byUs("read timeout: nothing received for \(Int(settings.readTimeout)) s"), sendClose: true)
-            return
-        }
-        // syncthing 2.x takes any message before a connection's ClusterConfig as a protocol
-        // error ("protocol error on ping: invalid state 0"): a session slow to send its own
-        // (a loaded machine) must not ping first.
-        if now - lastWrite >= Self.amount(settings.pingAfterWriteSilence), sentClusterConfig {
+        switch state.keepalive(at: context.eventLoop.now, readTimeoutSeconds: Int(settings.readTimeout)) {
+        case .none: break
+        case .ping:
             stats.withLockedValue { $0.pingsSent += 1 }
             write(.ping)
+        case .close(let reason):
+            close(reason, sendClose: true)
         }
     }
 
@@ -431,17 +374,19 @@ final class BEPConnectionHandler: ChannelInboundHandler {
 
     /// Closes the connection, telling the peer why first when `sendClose` is true.
     func close(_ reason: PeerCloseReason, sendClose: Bool) {
-        guard closeReason == nil, let context else { return }
-        closeReason = reason
-        if sendClose {
+        guard context != nil else { return }
+        carryOut(state.close(reason, sendClose: sendClose))
+    }
+
+    private func carryOut(_ action: BEPSessionState.CloseAction?) {
+        guard let action, let context else { return }
+        switch action {
+        case .hangUp:
+            context.close(promise: nil)
+        case .sendClose(let reason, let grace):
             var message = BEPClose()
-            switch reason {
-            case .byUs(let text), .protocolError(let text), .byPeer(let text), .disconnected(let text):
-                message.reason = text
-            }
+            message.reason = reason
             let channel = context.channel
-            let grace: TimeAmount
-            if case .byUs = reason { grace = Self.amount(settings.closeGrace) } else { grace = .zero }
             context.writeAndFlush(wrapOutboundOut(.message(.close(message)))).whenComplete { _ in
                 // Give the peer a moment to read our reason and answer with its own Close.
                 if grace == .zero {
@@ -450,43 +395,29 @@ final class BEPConnectionHandler: ChannelInboundHandler {
                     channel.eventLoop.scheduleTask(in: grace) { channel.close(promise: nil) }
                 }
             }
-        } else {
-            context.close(promise: nil)
         }
     }
 
     private func drop(_ reason: PeerCloseReason) {
-        guard closeReason == nil else { return }
-        closeReason = reason
-        context?.close(promise: nil)
+        if state.drop(reason) { context?.close(promise: nil) }
     }
 
-    private var finished = false
-
-    private func finish(_ reason: PeerCloseReason) {
-        guard !finished else { return }
-        finished = true
-        if closeReason == nil { closeReason = reason }
+    private func finish(_ fallback: PeerCloseReason) {
+        guard let end = state.channelClosed(fallback) else { return }
         keepalive?.cancel()
         helloTimeout?.cancel()
         let error = closedError()
-        if !receivedHello {
-            receivedHello = true
-            helloPromise.fail(error)
-        }
-        for (_, entry) in pending { entry.promise.fail(error) }
-        pending.removeAll()
-        for (_, promise) in queued { promise.fail(error) }
-        queued.removeAll()
-        events.yield(.closed(closeReason ?? reason))
+        if end.failHello { helloPromise.fail(error) }
+        for promise in requests.drain() { promise.fail(error) }
+        events.yield(.closed(end.reason))
         events.finish()
-        closedPromise.succeed(closeReason ?? reason)
+        closedPromise.succeed(end.reason)
         context = nil
     }
 
     private func closedError() -> PeerError {
         let label = peerLabel.withLockedValue { $0 }
-        switch closeReason {
+        switch state.closeReason {
         case .byPeer(let reason)?: return PeerError(.closedByPeer, peer: label, "closed the connection: \(reason)")
         case .protocolError(let reason)?: return PeerError(.protocolError, peer: label, reason)
         case let reason?: return PeerError(.closed, peer: label, reason.description)
