@@ -48,13 +48,12 @@ public struct PeerSettings: Sendable {
     /// Limits of the frame decoder.
     public var limits = BEPLimits.default
 
-    public init() {
-        // Tests shorten the read timeout to see a silent peer dropped and dialled again without
-        // waiting five minutes (Docs/testing.md); nothing else sets it.
-        if let text = ProcessInfo.processInfo.environment["KAITEN_TEST_READ_TIMEOUT"], let seconds = Double(text), seconds >= 1 {
-            readTimeout = seconds
-            keepaliveCheckInterval = min(keepaliveCheckInterval, seconds / 3)
-        }
+    public init() {}
+
+    /// Syncthing's settings with another read timeout; the keepalive check runs often enough to see it.
+    public init(readTimeout: TimeAmountSeconds) {
+        self.readTimeout = readTimeout
+        keepaliveCheckInterval = min(keepaliveCheckInterval, readTimeout / 3)
     }
 }
 

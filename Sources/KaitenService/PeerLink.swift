@@ -32,11 +32,11 @@ final class PeerLink: Sendable {
         identity = home.identity.deviceID
     }
 
-    static func start(home: KaitenHome, logger: Logger, note: @escaping @Sendable (String) -> Void) async -> PeerLink {
+    static func start(home: KaitenHome, settings: PeerSettings, logger: Logger, note: @escaping @Sendable (String) -> Void) async -> PeerLink {
         let server = BlockServer(home: home)
         // Discovery as config.xml says (off in a home `kaiten init` made, unless asked for).
         let discovery = await Discovery.start(home: home, listens: true, logger: logger, warn: note)
-        let sessions = PeerSessions(home: home, logger: logger, serve: server.answer, addresses: discovery)
+        let sessions = PeerSessions(home: home, logger: logger, serve: server.answer, addresses: discovery, settings: settings)
         sessions.sayConnections(to: note)
         let (listeners, addresses) = await sessions.listen(warn: note)
         if !addresses.isEmpty { note("listening for peers on \(addresses.joined(separator: ", "))") }

@@ -36,6 +36,9 @@ public final class Service: Sendable {
         public var peerQuiet: Double = 0
         public var maxDelete: DeleteLimit = DeleteLimit("10%")!
         public var requirePeers: Int = 1
+        /// Seconds of silence after which a peer's connection is given up and dialled again
+        /// (syncthing's ReceiveTimeout: 300).
+        public var peerReadTimeout: Double = 300
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.
         public var serve: (host: String, port: Int)?
         public var cacheBytes = 16 << 20
@@ -74,7 +77,7 @@ public final class Service: Sendable {
         let started = ISO8601DateFormatter().string(from: Date())
         let reloads = Reloads(reload)
         let note: @Sendable (String) -> Void = { [emit] in emit(ServiceEvent("peer", $0)) }
-        var link = await PeerLink.start(home: home, logger: logger, note: note)
+        var link = await PeerLink.start(home: home, settings: PeerSettings(readTimeout: options.peerReadTimeout), logger: logger, note: note)
         var first = true
         while true {
             for refusal in home.config.sharingRefusals { emit(ServiceEvent("warning", refusal)) }
@@ -94,7 +97,7 @@ public final class Service: Sendable {
                 await link.reconfigure(home)
             } else {
                 await link.close(reason: "reloading")
-                link = await PeerLink.start(home: home, logger: logger, note: note)
+                link = await PeerLink.start(home: home, settings: PeerSettings(readTimeout: options.peerReadTimeout), logger: logger, note: note)
             }
         }
         await link.close(reason: "stopping")

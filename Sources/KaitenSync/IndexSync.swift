@@ -167,11 +167,11 @@ public enum IndexSync {
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
         addresses: PeerAddressBook? = nil, directOnly: Bool = false, lanes: Lanes = .one, dialing: DialsInProgress? = nil,
-        warn: (String) -> Void = { _ in }
+        settings: PeerSettings = PeerSettings(), warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
         try await run(
             home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only,
-            addresses: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, warn: warn)
+            addresses: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
     }
 
     /// Answers one block request from a peer.
@@ -180,24 +180,24 @@ public enum IndexSync {
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
         serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, directOnly: Bool = false,
-        lanes: Lanes = .one, dialing: DialsInProgress? = nil, warn: (String) -> Void
+        lanes: Lanes = .one, dialing: DialsInProgress? = nil, settings: PeerSettings = PeerSettings(), warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         if let addresses {
             return try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, warn: warn)
+                book: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
         }
         return try await Discovery.using(home: home, logger: logger) { book in
             try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: book, directOnly: directOnly, lanes: lanes, dialing: dialing, warn: warn)
+                book: book, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
         }
     }
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
         serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, lanes: Lanes, dialing: DialsInProgress?,
-        warn: (String) -> Void
+        settings: PeerSettings, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let folders = try home.config.folders(named: requested)
@@ -238,8 +238,8 @@ public enum IndexSync {
                 defer { dialing?.remove(device.id) }
                 do {
                     let connection = try await dial(
-                        device, identity: home.identity, hello: hello, addresses: book, logger: logger, retryClosed: metBefore,
-                        directOnly: directOnly)
+                        device, identity: home.identity, hello: hello, addresses: book, settings: settings, logger: logger,
+                        retryClosed: metBefore, directOnly: directOnly)
                     dialing?.connected(device.id)
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
@@ -251,7 +251,7 @@ public enum IndexSync {
                         if wanted > 1, connection.hello.numConnections > 1, !connection.isRelayed {
                             openLanes(
                                 wanted - 1, beside: connection, device: device, identity: home.identity, hello: hello, addresses: book,
-                                serve: serve, logger: logger)
+                                settings: settings, serve: serve, logger: logger)
                         }
                     } else {
                         await connection.close(reason: "index sync done")
@@ -403,8 +403,8 @@ public enum IndexSync {
 
     /// - Parameter retryClosed: dial again (up to 6.5 s) when the peer closes during the hello.
     static func dial(
-        _ device: DeviceConfiguration, identity: Identity, hello: BEPHello, addresses book: PeerAddressBook, logger: Logger,
-        retryClosed: Bool = true, directOnly: Bool = false
+        _ device: DeviceConfiguration, identity: Identity, hello: BEPHello, addresses book: PeerAddressBook,
+        settings: PeerSettings = PeerSettings(), logger: Logger, retryClosed: Bool = true, directOnly: Bool = false
     ) async throws -> PeerConnection {
         // Direct addresses before relays, as syncthing ranks them.
         let found = await book.routes(for: device)
@@ -431,7 +431,7 @@ public enum IndexSync {
                 for route in round {
                     do {
                         let connection = try await PeerDialer.connect(
-                            to: route.address, expecting: device.id, identity: identity, hello: hello, logger: logger)
+                            to: route.address, expecting: device.id, identity: identity, hello: hello, settings: settings, logger: logger)
                         connection.noteReached(via: route.how)
                         return connection
                     } catch {

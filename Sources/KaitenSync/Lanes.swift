@@ -38,14 +38,15 @@ extension IndexSync {
     /// handshake.
     static func openLanes(
         _ count: Int, beside primary: PeerConnection, device: DeviceConfiguration, identity: Identity, hello: BEPHello,
-        addresses book: PeerAddressBook, serve: RequestHandler?, logger: Logger
+        addresses book: PeerAddressBook, settings: PeerSettings, serve: RequestHandler?, logger: Logger
     ) {
         primary.openLanes { primary in
             for _ in 0..<count {
                 guard primary.isOpen, !Task.isCancelled else { return }
                 do {
                     let lane = try await dial(
-                        device, identity: identity, hello: hello, addresses: book, logger: logger, retryClosed: false, directOnly: true)
+                        device, identity: identity, hello: hello, addresses: book, settings: settings, logger: logger, retryClosed: false,
+                        directOnly: true)
                     if let serve {
                         let peer = device.id
                         await lane.setBlockingRequestHandler { serve($0, peer) }

@@ -58,6 +58,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     let intakeLogs = Mutex<[String: IndexLog]>([:])
     /// Where what happens on an open connection is said (a peer sharing a folder or stopping):
     /// the last `warn` a caller gave, which says things the way the rest of its output does.
+    /// The sessions' timeouts and limits, for every connection dialled or accepted.
+    let settings: PeerSettings
     let notices = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     /// Where a long-running process says that a peer connected or went (its log); one-shot
@@ -78,10 +80,12 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
 
     /// - Parameter serve: answers the peers' block requests (the block server); without it
     ///   they get NO_SUCH_FILE.
+    /// - Parameter settings: the sessions' timeouts and limits (syncthing's by default).
     public init(
         home: KaitenHome, timeout: Double = 120, logger: Logger, serve: IndexSync.RequestHandler?,
-        addresses: PeerAddressBook? = nil
+        addresses: PeerAddressBook? = nil, settings: PeerSettings = PeerSettings()
     ) {
+        self.settings = settings
         self.addresses = addresses
         self.configuredHome = home
         self.timeout = timeout
@@ -119,7 +123,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     {
         let (reports, fresh) = try await IndexSync.runKeepingConnections(
             home: home, folders: folders, timeout: timeout, logger: logger, serve: serve, only: only, addresses: addresses,
-            directOnly: directOnly, dialing: dialing, warn: warn)
+            directOnly: directOnly, dialing: dialing, settings: settings, warn: warn)
         for (device, connection) in fresh.connections { adopt(connection, device: device, announced: fresh.announced[device] ?? [:]) }
         return reports
     }
@@ -236,7 +240,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             guard let address = PeerAddress.listening(text) else { continue }
             do {
                 let listener = try await PeerListener.bind(
-                    to: address, identity: home.identity, hello: hello, logger: logger, isAllowed: isAllowed,
+                    to: address, identity: home.identity, hello: hello, settings: settings, logger: logger, isAllowed: isAllowed,
                     onRejected: { id, remote in
                         warn("refused a connection from \(id?.description ?? "a device without a certificate") at \(remote): not a configured peer")
                     },
@@ -264,7 +268,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             }
             listeners.append(
                 RelayListener.start(
-                    relay: relay, identity: home.identity, hello: hello, logger: logger, isAllowed: isAllowed,
+                    relay: relay, identity: home.identity, hello: hello, settings: settings, logger: logger, isAllowed: isAllowed,
                     onRejected: { id, remote in
                         warn("refused a connection from \(id?.description ?? "a device") \(remote): not a configured peer")
                     },

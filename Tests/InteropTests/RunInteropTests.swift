@@ -251,7 +251,7 @@ extension RunInteropTests {
     /// `docs/a.txt` selected and already pulled; the peer, the proxy and the service are
     /// stopped after `body` (the service by SIGKILL if the body left it running).
     static func withRunThroughProxy(
-        prefix: String, environment: [String: String] = [:], _ body: (World, SyncthingInstance, TCPProxy, Running) async throws -> Void
+        prefix: String, options: [String] = [], _ body: (World, SyncthingInstance, TCPProxy, Running) async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory(prefix: prefix)
         defer { dir.remove() }
@@ -264,7 +264,7 @@ extension RunInteropTests {
             defer { proxy.stop() }
             #expect(try world.kaiten("peer", "edit", st.deviceID.description, "--address", proxy.address).status == 0)
             #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
-            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), environment: environment)
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), options)
             defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
             let local = world.local
             try await Self.waitFor("the first pull", log: run) { Self.content(local + "/docs/a.txt") == "a\n" }
@@ -313,10 +313,10 @@ extension RunInteropTests {
     }
 
     /// A path that stays stalled past the read timeout (syncthing's ReceiveTimeout, 300 s; 5 s
-    /// here through KAITEN_TEST_READ_TIMEOUT): the service gives the silent peer up, dials it
+    /// here with --peer-timeout): the service gives the silent peer up, dials it
     /// again, and once the path passes traffic the change the peer made meanwhile arrives.
     @Test func aPeerSilentPastTheReadTimeoutIsDroppedAndDialledAgain() async throws {
-        try await Self.withRunThroughProxy(prefix: "kaiten-run-timeout", environment: ["KAITEN_TEST_READ_TIMEOUT": "5"]) { world, st, proxy, run in
+        try await Self.withRunThroughProxy(prefix: "kaiten-run-timeout", options: ["--peer-timeout", "5"]) { world, st, proxy, run in
             let local = world.local
             proxy.stall()
             try TestFiles.write(world.peerData + "/docs/b.txt", "during a long stall\n")

@@ -81,12 +81,16 @@ extension Kaiten {
         @Option(help: ArgumentHelp("With --import: once K peers hold an imported file, deselect it; the next round frees the local copy (the last-copy rule and --max-delete still apply: raise it for a folder that offloads).", valueName: "K"))
         var offloadAfter: Int?
 
+        @Option(help: ArgumentHelp("Seconds of silence after which a peer's connection is given up and dialled again (syncthing waits 300).", valueName: "seconds"))
+        var peerTimeout: Double = 300
+
         @Flag(help: "Log NDJSON events instead of lines.")
         var json = false
 
         func validate() throws {
             guard DeleteLimit(maxDelete) != nil else { throw ValidationError("--max-delete takes a count (10) or a share (25%)") }
             guard requirePeers >= 1 else { throw ValidationError("--require-peers must be at least 1") }
+            guard peerTimeout >= 1 else { throw ValidationError("--peer-timeout takes seconds, at least 1") }
             guard (rescanInterval ?? 1) >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
             guard debounce >= 0 else { throw ValidationError("--debounce takes seconds, 0 or more") }
             if let serve { _ = try Self.loopback(serve) }
@@ -116,6 +120,7 @@ extension Kaiten {
                 request.service.debounce = debounce
                 request.service.maxDelete = DeleteLimit(maxDelete)!
                 request.service.requirePeers = requirePeers
+                request.service.peerReadTimeout = peerTimeout
                 request.service.serve = try serve.map(Self.loopback)
                 request.imports = imports
                 request.offloadAfter = offloadAfter
