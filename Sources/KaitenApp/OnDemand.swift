@@ -144,43 +144,42 @@ extension App {
         let opened = try open()
         let lock = try ServiceRecord.lock(opened.home, role: "serve")
         defer { withExtendedLifetime(lock) {} }
-        let signer = try URLSigner.load(home: opened.home)
-        // Discovery as config.xml says, for as long as it serves (announcing this device).
-        let discovery = await Discovery.start(home: opened, listens: true, logger: logger, warn: log)
-        let sessions = PeerSessions(home: opened, logger: logger, serve: BlockServer(home: opened).answer, addresses: discovery)
-        sessions.sayConnections(to: log)
-        let files = RemoteFiles(home: opened, cacheBytes: request.cacheMiB << 20, logger: logger, sessions: sessions)
-        try await files.connect(warn: diagnostics.error)
-        // Peers may dial this device while it serves (the config's listen addresses).
-        let (listeners, peerAddresses) = await files.sessions.listen(warn: log)
-        if !peerAddresses.isEmpty { log("listening for peers on \(peerAddresses.joined(separator: ", "))") }
-        discovery.setListenAddresses(peerAddresses)
-        // A peer that goes away (restarted, a cut connection) is dialled again.
-        let redial = files.sessions.keepConnected(found: discovery.local?.discoveries(), warn: log)
-        defer { redial.cancel() }
-        // The verbs that need the peers (plan, apply, cat, get) go through this process while
-        // it holds their connections.
         let stopped = StopSignal()
-        let control = ControlServer(
-            home: opened, sessions: files.sessions, files: files, folders: opened.config.folders.map(\.id), role: "serve",
-            stop: stopped, log: log)
-        let controlTask = Task {
-            do { try await control.run() } catch { log("no control socket, so apply, cat and get cannot work beside this server: \(error)") }
+        // The peers' side as `kaiten run` has it: discovery as config.xml says (announcing this
+        // device), the sessions, and the listeners peers may dial.
+        let link = await PeerLink.start(home: opened, logger: logger, note: log)
+        let thumbnailCache = opened.home.thumbnailsDirectory
+        let files = RemoteFiles(home: opened, cacheBytes: request.cacheMiB << 20, logger: logger, sessions: link.sessions)
+        let endpoints: LocalEndpoints
+        do {
+            try await files.connect(warn: diagnostics.error)
+            // The verbs that need the peers (plan, apply, cat, get) go through this process while
+            // it holds their connections.
+            endpoints = try await LocalEndpoints.start(
+                home: opened, files: files, peerAddresses: link.addresses, folders: opened.config.folders.map(\.id), role: "serve",
+                stop: stopped,
+                http: LocalEndpoints.HTTP(
+                    host: request.host, port: request.port,
+                    thumbnails: { files in
+                        await Self.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: log).map { ($0.make, $0.close) }
+                    }, log: log),
+                controlLog: log, controlFailed: log)
+        } catch {
+            await link.close(reason: "stopping")
+            throw error
         }
-        let thumbnails = await Self.thumbnailMaker(files: files, cacheRoot: opened.home.thumbnailsDirectory, log: log)
-        let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: log)
-        try await server.run(host: request.host, port: request.port) { stop in
-            onStop {
-                stopped.raise(SIGTERM)
-                stop()
-            }
+        // A peer that goes away (restarted, a cut connection) is dialled again.
+        let redial = link.sessions.keepConnected(found: link.discovery.local?.discoveries(), warn: log)
+        onStop {
+            stopped.raise(SIGTERM)
+            endpoints.stopServing()
         }
-        await thumbnails?.close()
-        control.close()
-        _ = await controlTask.result
-        for listener in listeners { await listener.close() }
-        await files.close()
-        await discovery.close()
+        var failure: (any Error)?
+        do { try await endpoints.httpEnded() } catch { failure = error }
+        redial.cancel()
+        await endpoints.close()
+        await link.close(reason: "stopping")
+        if let failure { throw failure }
     }
 
     /// Thumbnails for the HTTP server's `/thumb` (serve, and run with --serve): made by the

@@ -9,13 +9,15 @@ import Logging
 /// The service's side facing the peers: the block server, discovery, the sessions and the
 /// listeners. A reload keeps it when config.xml's options (listen addresses, discovery,
 /// relays) are as they were: peers whose terms did not change stay connected.
-final class PeerLink: Sendable {
+///
+/// `kaiten serve` holds one for as long as it runs.
+public final class PeerLink: Sendable {
     let server: BlockServer
-    let discovery: Discovery
-    let sessions: PeerSessions
+    public let discovery: Discovery
+    public let sessions: PeerSessions
     let listeners: [PeerEntrance]
     /// Where peers reach this device (the ports bound, the relays joined).
-    let addresses: [String]
+    public let addresses: [String]
     private let options: OptionsConfiguration
     private let identity: DeviceID
 
@@ -32,7 +34,9 @@ final class PeerLink: Sendable {
         identity = home.identity.deviceID
     }
 
-    static func start(home: KaitenHome, settings: PeerSettings, logger: Logger, note: @escaping @Sendable (String) -> Void) async -> PeerLink {
+    /// Starts discovery as config.xml says, the sessions and the listeners; `note` says what
+    /// happens with the peers (connections, listening addresses).
+    public static func start(home: KaitenHome, settings: PeerSettings = PeerSettings(), logger: Logger, note: @escaping @Sendable (String) -> Void) async -> PeerLink {
         let server = BlockServer(home: home)
         // Discovery as config.xml says (off in a home `kaiten init` made, unless asked for).
         let discovery = await Discovery.start(home: home, listens: true, logger: logger, warn: note)
@@ -55,7 +59,7 @@ final class PeerLink: Sendable {
         await sessions.reconfigure(home)
     }
 
-    func close(reason: String) async {
+    public func close(reason: String) async {
         for listener in listeners { await listener.close() }
         await sessions.close(reason: reason)
         await discovery.close()

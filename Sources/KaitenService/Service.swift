@@ -239,33 +239,24 @@ public final class Service: Sendable {
 
         // Files read on the live sessions: for --serve, and for the verbs beside the service.
         let files = RemoteFiles(home: home, cacheBytes: options.serve == nil ? 8 << 20 : options.cacheBytes, logger: logger, sessions: sessions)
-        let control = ControlServer(
-            home: home, sessions: sessions, files: files, folders: folderIDs, role: "run", stop: stop,
-            log: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit)
-        let controlTask = Task { [emit] in
-            do {
-                try await control.run()
-            } catch {
-                emit(ServiceEvent("error", "no control socket, so apply, cat and get cannot work beside this service: \(error)"))
-            }
-        }
-        var streamServer: Task<Void, Error>?
-        let stopServer = Mutex<(@Sendable () -> Void)?>(nil)
-        var thumbnails: (make: StreamServer.ThumbnailMaker, close: @Sendable () async -> Void)?
-        if let serve = options.serve {
-            do {
-                let signer = try URLSigner.load(home: home.home)
-                thumbnails = await options.thumbnails?(files)
-                let http = StreamServer(
-                    files: files, signer: signer, peerAddresses: addresses, thumbnails: thumbnails?.make,
-                    log: { [emit] in emit(ServiceEvent("serve", $0)) })
-                streamServer = Task {
-                    try await http.run(host: serve.host, port: serve.port) { stopIt in stopServer.withLock { $0 = stopIt } }
-                }
-                status.serving("http://\(serve.host.contains(":") ? "[\(serve.host)]" : serve.host):\(serve.port)")
-            } catch {
-                emit(ServiceEvent("error", "cannot serve on demand: \(error)"))
-            }
+        var endpoints: LocalEndpoints?
+        do {
+            endpoints = try await LocalEndpoints.start(
+                home: home, files: files, peerAddresses: addresses, folders: folderIDs, role: "run", stop: stop,
+                http: options.serve.map { serve in
+                    LocalEndpoints.HTTP(
+                        host: serve.host, port: serve.port, thumbnails: options.thumbnails, log: { [emit] in emit(ServiceEvent("serve", $0)) })
+                },
+                controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
+                controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
+            if let base = endpoints?.baseURL { status.serving(base) }
+        } catch {
+            emit(ServiceEvent("error", "cannot serve on demand: \(error)"))
+            // The control socket without the HTTP server: the verbs beside the service still work.
+            endpoints = try? await LocalEndpoints.start(
+                home: home, files: files, peerAddresses: addresses, folders: folderIDs, role: "run", stop: stop, http: nil,
+                controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
+                controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
         }
         if first {
             emit(ServiceEvent("started", "running: folders \(folderIDs.joined(separator: ", ")), apply \(options.mode.rawValue), pid \(getpid())"))
@@ -327,11 +318,7 @@ public final class Service: Sendable {
         redial.cancel()
         watcher.stop()
         for feeder in feeders { feeder.cancel() }
-        stopServer.withLock { $0?() }
-        _ = await streamServer?.result
-        await thumbnails?.close()
-        control.close()
-        _ = await controlTask.result
+        await endpoints?.close()
         return outcome
     }
 
