@@ -279,7 +279,10 @@ let package = Package(
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenTestThreads", "KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "KaitenApplyTests",
-            dependencies: ["KaitenTestThreads", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenTestSupport"]
+            dependencies: [
+                "KaitenTestThreads", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenConfig", "KaitenIndex", "KaitenProtocol",
+                "KaitenTestSupport",
+            ]
         ),
         .testTarget(name: "KaitenTerminalTests", dependencies: ["KaitenTerminal", "KaitenApp"]),
         .testTarget(name: "KaitenServerTests", dependencies: ["KaitenTestThreads", "KaitenServer"]),

@@ -144,23 +144,10 @@ public enum Applier {
                 do {
                     try SafePath.validate(action.path)
                     try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
-                    let global = index.global(action.path)
-                    if action.cause == .deletedOnPeers || action.cause == .movedOnPeers {
-                        guard global?.file.isDeleted ?? true else {
-                            throw ApplyError(.changedGlobally, path: action.path, "it is no longer deleted on peers; kept")
-                        }
-                    } else if action.cause == .replaced {
-                        guard let global, !global.file.isDeleted, global.file.type == .directory else {
-                            throw ApplyError(.changedGlobally, path: action.path, "the peers no longer have a directory here; kept")
-                        }
-                    } else {
-                        // Deselected: only peers connected now, announcing the global version this
-                        // copy is (or that replaces it), count. A peer last seen holding it may be
-                        // the NAS that died overnight.
-                        let holders = global.map { $0.file.isDeleted || $0.file.isInvalid ? 0 : $0.holders.filter(live.contains).count } ?? 0
-                        guard holders >= requirePeers else {
-                            return .kept("only \(holders) connected peer\(holders == 1 ? "" : "s") hold\(holders == 1 ? "s" : "") it now (--require-peers \(requirePeers)); kept")
-                        }
+                    switch DeletionRecheck.verdict(for: action, global: index.global(action.path), live: live, requirePeers: requirePeers) {
+                    case .proceed: break
+                    case .kept(let reason): return .kept(reason)
+                    case .refused(let reason): return .failed(reason)
                     }
                     try SafePath.prepareParentsExisting(root: root, name: action.path)
                     // What the peers deleted or replaced is kept as the folder's versioning says;
