@@ -53,6 +53,7 @@ struct ImportInteropTests {
             try await world.share(st, files: 2)
             // Dry run: the decisions, nothing written.
             let dry = try world.kaiten("import", dir.file("card"), Self.folder, "--dry-run", "--json")
+            try DocumentedJSON.check(stdout: dry.stdout, at: "kaiten import")
             #expect(dry.status == 0, "\(dry.stderr)")
             let planned = try JSONDecoder().decode(Items.self, from: Data(dry.stdout.utf8)).items
             var by: [String: Items.Item] = [:]
