@@ -72,13 +72,18 @@ public final class LocalEndpoints: Sendable {
             return LocalEndpoints(
                 files: files, baseURL: nil, control: control, controlTask: controlTask, http: nil, stopHTTP: stopHTTP, closeThumbnails: nil)
         }
+        // What is open is closed again when the HTTP server cannot start.
+        func abandon(_ error: any Error, thumbnails: (@Sendable () async -> Void)? = nil) async -> any Error {
+            await thumbnails?()
+            control.close()
+            _ = await controlTask.result
+            return error
+        }
         let signer: URLSigner
         do {
             signer = try URLSigner.load(home: home.home)
         } catch {
-            control.close()
-            _ = await controlTask.result
-            throw error
+            throw await abandon(error)
         }
         let thumbnails = await http.thumbnails?(files)
         let server = StreamServer(files: files, signer: signer, peerAddresses: peerAddresses, thumbnails: thumbnails?.make, log: http.log)
@@ -103,15 +108,10 @@ public final class LocalEndpoints: Sendable {
                 files: files, baseURL: base, control: control, controlTask: controlTask, http: task, stopHTTP: stopHTTP,
                 closeThumbnails: thumbnails?.close)
         case .failure(let error)?:
-            await thumbnails?.close()
-            control.close()
-            _ = await controlTask.result
-            throw error
+            throw await abandon(error, thumbnails: thumbnails?.close)
         case nil:
-            await thumbnails?.close()
-            control.close()
-            _ = await controlTask.result
-            throw ServiceError("the HTTP server at \(http.host):\(http.port) ended before it listened")
+            throw await abandon(
+                ServiceError("the HTTP server at \(http.host):\(http.port) ended before it listened"), thumbnails: thumbnails?.close)
         }
     }
 
