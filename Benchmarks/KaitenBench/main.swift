@@ -173,13 +173,17 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
     let source = try SyncthingInstance.generate(in: dir.path, name: "source")
     let receiver = try SyncthingInstance.generate(in: dir.path, name: "receiver")
     let kaiten = try KaitenDevice(in: dir.path, name: "kaiten")
+    // What a user runs first: `kaiten index sync` of a fresh home (the log, this device's local
+    // index, the snapshot), as a process of its own.
+    let cli = try KaitenDevice(in: dir.path, name: "kaiten-cli")
     let folderID = "bench"
 
     try await withSyncthing(source) { a in
         try await a.addDevice(receiver.deviceID, name: "receiver", addresses: [receiver.address])
         try await a.addDevice(kaiten.deviceID, name: "kaiten")
+        try await a.addDevice(cli.deviceID, name: "kaiten-cli")
         let scanStart = now()
-        try await a.shareScanned(folderID, path: data, devices: [receiver.deviceID, kaiten.deviceID], files: expectedFiles)
+        try await a.shareScanned(folderID, path: data, devices: [receiver.deviceID, kaiten.deviceID, cli.deviceID], files: expectedFiles)
         log(String(format: "source syncthing scanned in %.1f s", now() - scanStart))
 
         // Kaiten, in its own process.
@@ -191,6 +195,7 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
             throw HarnessError("kaiten client failed: \(client.stderr)")
         }
         let ours = try JSONDecoder().decode(Measurement.self, from: Data(line.utf8))
+        let command = mode == "index" ? try timedIndexSync(cli, source: a, folderID: folderID, files: expectedFiles, dir: dir) : nil
 
         // A fresh syncthing receiving the same folder.
         let theirs = try await withSyncthing(receiver) { b in
@@ -208,7 +213,38 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
             return Measurement(seconds: pulled.seconds, peakRSSMiB: pulled.rss, cpuSeconds: pulled.cpu, files: expectedFiles, bytes: bytes)
         }
         report(mode: mode, ours: ours, theirs: theirs)
+        if let command {
+            print(
+                String(
+                    format: "kaiten index sync (CLI) %6.2f s  %8.1f MiB peak RSS  %6.2f CPU-s   ratio to syncthing: time %.2f, peak RSS %.2f",
+                    command.seconds, command.peakRSSMiB, command.cpuSeconds, command.seconds / theirs.seconds,
+                    command.peakRSSMiB / theirs.peakRSSMiB))
+            print("  written: \(command.written)")
+        }
     }
+}
+
+/// `kaiten index sync` of a fresh home from `source`, timed as a process of its own (`timed`):
+/// seconds, CPU, peak RSS and what it wrote under index/.
+func timedIndexSync(
+    _ device: KaitenDevice, source: SyncthingInstance, folderID: String, files: Int, dir: TemporaryDirectory
+) throws -> (seconds: Double, cpuSeconds: Double, peakRSSMiB: Double, written: String) {
+    let folder = dir.file("cli-data")
+    try FileManager.default.createDirectory(atPath: folder + "/.stfolder", withIntermediateDirectories: true)
+    let config = try ConfigFile.load(path: device.home.configPath)
+    try config.addDevice(DeviceConfiguration(id: source.deviceID, name: "source", addresses: ["tcp://127.0.0.1:\(source.listenPort)"]))
+    try config.addFolder(FolderConfiguration(id: folderID, label: folderID, path: folder, devices: [device.deviceID, source.deviceID]))
+    try config.write()
+    let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed", KaitenCLI.executable, "index", "sync", "--home", device.home.path, folderID])
+    guard timed.status == 0 else { throw HarnessError("kaiten index sync failed: \(timed.stderr)") }
+    let fields = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    let index = (device.home.indexLogPath(folderID: folderID) as NSString).deletingLastPathComponent
+    let names = ((try? FileManager.default.contentsOfDirectory(atPath: index)) ?? []).sorted()
+    let written = names.map { name in
+        let size = (try? FileManager.default.attributesOfItem(atPath: index + "/" + name)[.size] as? Int64) ?? 0
+        return String(format: "%@ %.1f MB", name, Double(size) / 1e6)
+    }.joined(separator: ", ")
+    return (fields[0], fields[1], fields[2], written)
 }
 
 func directorySize(_ path: String) -> Int64 {

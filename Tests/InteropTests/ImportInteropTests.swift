@@ -53,7 +53,8 @@ struct ImportInteropTests {
             try await world.share(st, files: 2)
             // Dry run: the decisions, nothing written.
             let dry = try world.kaiten("import", dir.file("card"), Self.folder, "--dry-run", "--json")
-            try DocumentedJSON.check(stdout: dry.stdout, at: "kaiten import")
+            let documented = try DocumentedJSON.problems(stdout: dry.stdout, at: "kaiten import")
+            #expect(documented.isEmpty, "\(documented.joined(separator: "\n"))")
             #expect(dry.status == 0, "\(dry.stderr)")
             let planned = try JSONDecoder().decode(Items.self, from: Data(dry.stdout.utf8)).items
             var by: [String: Items.Item] = [:]

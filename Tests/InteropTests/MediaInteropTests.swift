@@ -122,7 +122,8 @@ struct MediaInteropTests {
             // The whole folder: the three above from the cache, the PNG fetched whole, a reason for
             // each bad file, exit 1; the text file is no picture and is left out.
             let all = try kaiten("thumb", Self.folder, "--recursive", "--cache", shared, "--json")
-            try DocumentedJSON.check(stdout: all.stdout, at: "kaiten thumb")
+            let documented = try DocumentedJSON.problems(stdout: all.stdout, at: "kaiten thumb")
+            #expect(documented.isEmpty, "\(documented.joined(separator: "\n"))")
             #expect(all.status == 1, "\(all.stderr)")
             let allReport = try report(all)
             var byPath: [String: Report.File] = [:]

@@ -1,5 +1,4 @@
 import Foundation
-import Testing
 
 /// Docs/json.md read as tables: what each verb's `--json` document may and must hold. A verb's
 /// output is held against it, so that the page and the program cannot drift apart.
@@ -29,41 +28,41 @@ public enum DocumentedJSON {
         return result
     }
 
-    /// Records an issue for every key printed that the page does not list, every key it marks
-    /// always-present that is missing, and every object it has no table for; returns the tables used.
-    @discardableResult
-    public static func check(_ value: Any, at path: String, tables: [String: [String: Bool]]) -> Set<String> {
+    /// What the page and `value` disagree on: a key printed that the page does not list, a key
+    /// it marks always printed that is missing, an object it has no table for (empty: they
+    /// agree); and the tables used.
+    public static func problems(_ value: Any, at path: String, tables: [String: [String: Bool]]) -> (problems: [String], seen: Set<String>) {
+        var problems: [String] = []
         var seen: Set<String> = []
-        check(value, at: path, tables: tables, seen: &seen)
-        return seen
+        check(value, at: path, tables: tables, problems: &problems, seen: &seen)
+        return (problems, seen)
     }
 
-    /// Parses `stdout` (one document) and checks it.
-    @discardableResult
-    public static func check(stdout: String, at path: String) throws -> Set<String> {
+    /// The problems of `stdout` (one document) against the page.
+    public static func problems(stdout: String, at path: String) throws -> [String] {
         let value = try JSONSerialization.jsonObject(with: Data(stdout.utf8))
-        return check(value, at: path, tables: try tables())
+        return problems(value, at: path, tables: try tables()).problems
     }
 
-    static func check(_ value: Any, at path: String, tables: [String: [String: Bool]], seen: inout Set<String>) {
+    static func check(_ value: Any, at path: String, tables: [String: [String: Bool]], problems: inout [String], seen: inout Set<String>) {
         if let array = value as? [Any] {
-            for element in array { check(element, at: path + "[]", tables: tables, seen: &seen) }
+            for element in array { check(element, at: path + "[]", tables: tables, problems: &problems, seen: &seen) }
             return
         }
         guard let object = value as? [String: Any] else { return }
         guard let keys = tables[path] else {
-            Issue.record("Docs/json.md has no table for \(path) (keys \(object.keys.sorted()))")
+            problems.append("Docs/json.md has no table for \(path) (keys \(object.keys.sorted()))")
             return
         }
         seen.insert(path)
         for key in object.keys.sorted() where keys[key] == nil {
-            Issue.record("\(path).\(key) is printed but not in Docs/json.md")
+            problems.append("\(path).\(key) is printed but not in Docs/json.md")
         }
         for (key, always) in keys.sorted(by: { $0.key < $1.key }) where always && object[key] == nil {
-            Issue.record("\(path).\(key) is documented as always printed but was not")
+            problems.append("\(path).\(key) is documented as always printed but was not")
         }
         for (key, child) in object where child is [Any] || child is [String: Any] {
-            check(child, at: path + "." + key, tables: tables, seen: &seen)
+            check(child, at: path + "." + key, tables: tables, problems: &problems, seen: &seen)
         }
     }
 }
