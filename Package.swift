@@ -285,7 +285,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "KaitenTerminalTests", dependencies: ["KaitenTerminal", "KaitenApp"]),
-        .testTarget(name: "KaitenServerTests", dependencies: ["KaitenTestThreads", "KaitenServer"]),
+        .testTarget(name: "KaitenServerTests", dependencies: ["KaitenTestThreads", "KaitenServer", "KaitenTestSupport"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenTestThreads", "KaitenStream", "KaitenTestSupport"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the
         // terms a peer's connection stands on, the block server's refusals.

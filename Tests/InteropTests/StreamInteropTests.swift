@@ -22,17 +22,9 @@ struct StreamInteropTests {
     /// Opens a TCP connection to 127.0.0.1:`port`, sends nothing, and returns how long the
     /// server took to close it (nil: still open after `giveUpAfter` seconds).
     static func secondsUntilClosed(port: Int, giveUpAfter: Int) throws -> Double? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
+        let fd = LoopbackSocket.connect(port: port)
+        guard fd >= 0 else { throw HarnessError("connect: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { throw HarnessError("connect: \(String(cString: strerror(errno)))") }
         var timeout = timeval(tv_sec: giveUpAfter, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let start = ContinuousClock.now

@@ -37,13 +37,7 @@ public final class TCPProxy: @unchecked Sendable {
 
     public var address: String { "tcp://127.0.0.1:\(port)" }
 
-    static func loopback(port: Int) -> sockaddr_in {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return address
-    }
+    static func loopback(port: Int) -> sockaddr_in { LoopbackSocket.address(port: port) }
 
     private func acceptLoop() {
         while !stopped.load(ordering: .relaxed) {
