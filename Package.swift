@@ -292,8 +292,9 @@ let package = Package(
         .testTarget(
             name: "KaitenServiceTests",
             dependencies: [
-                "KaitenService", "KaitenProtocol", "KaitenTestSupport", "KaitenTestThreads", .product(name: "NIOEmbedded", package: "swift-nio"),
-                .product(name: "NIOCore", package: "swift-nio"),
+                "KaitenService", "KaitenProtocol", "KaitenConfig", "KaitenStream", "KaitenTransfer", "KaitenTestSupport", "KaitenTestThreads",
+                .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenTestThreads", "KaitenSync", "KaitenConfig", "KaitenIndex", "KaitenProtocol", "KaitenTestSupport"]),

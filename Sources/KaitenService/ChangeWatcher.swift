@@ -27,10 +27,10 @@ public final class ChangeWatcher: @unchecked Sendable {
     }
 
     private let fd: Int32
-    /// A pipe (close-on-exec) ``stop()`` writes to, to wake the reading thread, which otherwise sleeps in
+    /// A socket pair (close-on-exec) ``stop()`` writes to, to wake the reading thread, which otherwise sleeps in
     /// poll(2) until the kernel has an event: an idle service does not wake to look at a flag.
-    private let wakeFD: Int32
-    private let wakeWriteFD: Int32
+    let wakeFD: Int32
+    let wakeWriteFD: Int32
     private let configName: String
     private var targets: [Int32: Target] = [:]
     private var roots: [String: String] = [:]
@@ -53,13 +53,13 @@ public final class ChangeWatcher: @unchecked Sendable {
     ) {
         self.warn = warn
         fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        var pipeFDs: [Int32] = [-1, -1]
-        if pipe(&pipeFDs) == 0 {
-            for end in pipeFDs { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
-        } else {
-            pipeFDs = [-1, -1]
+        var wakeEnds: [Int32] = [-1, -1]
+        // A socket pair rather than a pipe: a wake sent after the thread ended (and closed its
+        // end) is an error to ignore (MSG_NOSIGNAL), where a pipe would raise SIGPIPE.
+        if socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &wakeEnds) != 0 {
+            wakeEnds = [-1, -1]
         }
-        (wakeFD, wakeWriteFD) = (pipeFDs[0], pipeFDs[1])
+        (wakeFD, wakeWriteFD) = (wakeEnds[0], wakeEnds[1])
         configName = (configPath as NSString).lastPathComponent
         // Not bounded: the service tells its own writes from news path by path, and a dropped
         // path could be the news. The reader takes each at once; a flood of paths turns into
@@ -67,6 +67,7 @@ public final class ChangeWatcher: @unchecked Sendable {
         (changes, continuation) = AsyncStream<Change>.makeStream(bufferingPolicy: .unbounded)
         guard fd >= 0 else {
             warn("cannot watch for changes (inotify: \(String(cString: strerror(errno)))); the periodic rescan finds them")
+            for end in wakeEnds where end >= 0 { close(end) }
             return
         }
         for folder in folders {
@@ -87,9 +88,13 @@ public final class ChangeWatcher: @unchecked Sendable {
 
     public func stop() {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
-        if wakeWriteFD >= 0 {
+        // The write end is this side's to close, after the write: closed by the reading thread
+        // (which may see the flag and end before the write), the write could land in whatever
+        // the process opened next under the same number.
+        if thread != nil, wakeWriteFD >= 0 {
             var byte: UInt8 = 1
-            _ = write(wakeWriteFD, &byte, 1)
+            _ = send(wakeWriteFD, &byte, 1, Int32(MSG_NOSIGNAL))
+            close(wakeWriteFD)
         }
         continuation.finish()
     }
@@ -124,7 +129,6 @@ public final class ChangeWatcher: @unchecked Sendable {
         defer {
             close(fd)
             if wakeFD >= 0 { close(wakeFD) }
-            if wakeWriteFD >= 0 { close(wakeWriteFD) }
         }
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while !stopped.load(ordering: .relaxed) {

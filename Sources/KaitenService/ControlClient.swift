@@ -208,6 +208,9 @@ final class Connection: @unchecked Sendable {  // a send from the stop handler, 
         self.path = path
     }
 
+    /// A connection dropped without ``close()`` does not keep its descriptor.
+    deinit { close() }
+
     func close() {
         writing.lock()
         defer { writing.unlock() }

@@ -32,10 +32,22 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
     /// Where a service's log takes what a client's apply did, as its own rounds say it (`done`,
     /// `failed` with folder, path and action); nil: said through `log`.
     let events: (@Sendable (ServiceEvent) -> Void)?
-    private let channel = Mutex<(any Channel)?>(nil)
-    /// The clients' connections, so that stopping does not wait on one that says nothing.
-    private let clients = Mutex<[ObjectIdentifier: any Channel]>([:])
+    private let lifecycle = Mutex(Lifecycle())
     private let boundInode = Mutex<ino_t?>(nil)
+
+    /// Where the server is between start and stop. ``close()`` may come at any point of
+    /// ``run()``, before the socket is bound too: whatever is not open yet is never opened.
+    private struct Lifecycle {
+        /// ``close()`` was called.
+        var closing = false
+        /// The listening socket, once bound.
+        var listener: (any Channel)?
+        /// The clients' connections, so that stopping does not wait on one that says nothing.
+        var clients: [ObjectIdentifier: any Channel] = [:]
+        /// The grace after ``close()`` is over: connections still open are closed, and one
+        /// whose serving starts only now is closed at once.
+        var graceOver = false
+    }
 
     public init(
         home: KaitenHome, sessions: PeerSessions, files: RemoteFiles, folders: [String], role: String, stop: StopSignal,
@@ -56,7 +68,9 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
     /// live process answers on is left alone (said, and nothing served); a stale one is replaced.
     public func run() async throws {
         let path = ControlSocket.path(home.home)
-        if ControlClient.connect(path) != nil {
+        if lifecycle.withLock({ $0.closing }) { return }
+        if let other = ControlClient.connect(path) {
+            other.close()
             throw ServiceError("\(path): another kaiten process answers there; verbs beside it go to that one")
         }
         let temporary = path + ".\(getpid()).tmp"
@@ -79,20 +93,37 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         }
         var info = stat()
         if stat(path, &info) == 0 { boundInode.withLock { $0 = info.st_ino } }
-        channel.withLock { $0 = server.channel }
         defer { removeSocket(path) }
+        let closedMeanwhile = lifecycle.withLock { state -> Bool in
+            if !state.closing { state.listener = server.channel }
+            return state.closing
+        }
+        if closedMeanwhile { server.close() }
         await server.run()
     }
 
     /// Stops taking connections; those open get 5 s to finish (an apply stopping between
     /// blocks, as the service's stop asked it to, sends its report) and are then closed.
+    /// Called before ``run()`` has bound the socket, it makes `run` end without serving.
     public func close() {
-        channel.withLock { $0 }?.close(promise: nil)
+        let listener = lifecycle.withLock { state -> (any Channel)? in
+            guard !state.closing else { return nil }
+            state.closing = true
+            return state.listener
+        }
+        listener?.close(promise: nil)
         Task {
             try? await Task.sleep(for: .seconds(5))
-            for client in clients.withLock({ Array($0.values) }) { client.close(promise: nil) }
+            let open = lifecycle.withLock { state -> [any Channel] in
+                state.graceOver = true
+                return Array(state.clients.values)
+            }
+            for client in open { client.close(promise: nil) }
         }
     }
+
+    /// Clients whose connection is being served now.
+    var clientCount: Int { lifecycle.withLock { $0.clients.count } }
 
     /// Removes the socket file if it is still the one bound here.
     private func removeSocket(_ path: String) {
@@ -102,8 +133,12 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
 
     private func serve(_ connection: NIOAsyncChannel<ControlFrame, ByteBuffer>) async {
         let key = ObjectIdentifier(connection.channel)
-        clients.withLock { $0[key] = connection.channel }
-        defer { clients.withLock { $0[key] = nil } }
+        let late = lifecycle.withLock { state -> Bool in
+            state.clients[key] = connection.channel
+            return state.graceOver
+        }
+        if late { connection.channel.close(promise: nil) }
+        defer { lifecycle.withLock { _ = $0.clients.removeValue(forKey: key) } }
         try? await connection.executeThenClose { inbound, outbound in
             // The request first, then whatever the client says while it waits (stop), or the
             // end of its side (it went away: an apply stops between blocks).

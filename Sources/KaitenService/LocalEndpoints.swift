@@ -33,7 +33,7 @@ public final class LocalEndpoints: Sendable {
     public let files: RemoteFiles
     /// The HTTP server's address, once it listens.
     public let baseURL: String?
-    private let control: ControlServer
+    let control: ControlServer
     private let controlTask: Task<Void, Never>
     private let http: Task<Void, Error>?
     private let stopHTTP: HTTPStop

@@ -94,9 +94,9 @@ public final class Service: Sendable {
             // Peers stay connected across a reload unless their terms changed; a change of
             // listening or discovery starts the peers' side afresh.
             if link.fits(home) {
-                await link.reconfigure(home)
+                await saying("applying the new terms to the peers' connections", { await link.reconfigure(home) })
             } else {
-                await link.close(reason: "reloading")
+                await saying("closing the peers' connections", { await link.close(reason: "reloading") })
                 link = await PeerLink.start(home: home, settings: PeerSettings(readTimeout: options.peerReadTimeout), logger: logger, note: note)
             }
         }
@@ -318,8 +318,19 @@ public final class Service: Sendable {
         redial.cancel()
         watcher.stop()
         for feeder in feeders { feeder.cancel() }
-        await endpoints?.close()
+        await saying("closing the control socket and the on-demand server", { await endpoints?.close() })
         return outcome
+    }
+
+    /// Runs one step of a reload or a stop; one that takes longer than `limit` is said, once,
+    /// with what it is: a reload that stalls names what it waits for instead of going quiet.
+    private func saying(_ step: String, after limit: Duration = .seconds(15), _ body: () async -> Void) async {
+        let watch = Task { [emit] in
+            try await Task.sleep(for: limit)
+            emit(ServiceEvent("warning", "still \(step) after \(limit.components.seconds) s"))
+        }
+        await body()
+        watch.cancel()
     }
 
     /// Sorts the paths the watcher reported: the echo of the service's own writes (the disk

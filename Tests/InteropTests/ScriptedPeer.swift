@@ -19,6 +19,9 @@ final class ScriptedPeer: Sendable {
     let requests = NIOLockedValueBox<[String]>([])
     /// The latest connection from Kaiten (for requests the test sends it).
     let latest = NIOLockedValueBox<PeerConnection?>(nil)
+    /// The connections on which Kaiten's ClusterConfig arrived. A peer asks for blocks only
+    /// after it: Kaiten sets up its answers to requests before it sends one.
+    let configured = NIOLockedValueBox<Set<ObjectIdentifier>>([])
     /// How many of the next connections get only a `secondary` ClusterConfig, as from a
     /// syncthing that still holds an earlier connection of this device as its primary.
     let secondaryOnly = NIOLockedValueBox(0)
@@ -45,12 +48,18 @@ final class ScriptedPeer: Sendable {
         let secondaryOnly = self.secondaryOnly
         let passwordTokens = self.passwordTokens
         let planted = self.planted
+        let configured = self.configured
         let me = device.deviceID
         listener = try await PeerListener.bind(
             to: PeerAddress(host: "127.0.0.1", port: 0), identity: device.identity,
             hello: KaitenVersion.hello(deviceName: "scripted"), isAllowed: { $0 == allowed },
             onConnection: { connection in
                 latest.withLockedValue { $0 = connection }
+                Task {
+                    for await event in connection.events {
+                        if case .clusterConfig = event { configured.withLockedValue { _ = $0.insert(ObjectIdentifier(connection)) } }
+                    }
+                }
                 await connection.setRequestHandler { request in
                     requests.withLockedValue { $0.append("\(request.folder)/\(request.name)@\(request.offset)") }
                     var response = BEPResponse()

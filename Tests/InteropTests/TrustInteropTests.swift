@@ -78,7 +78,9 @@ struct TrustInteropTests {
                 ["serve", "--home", world.home, "--listen", "127.0.0.1:\(try FreePort.next())"], logPath: dir.file("serve.log"))
             defer { if serve.isRunning { kill(serve.processIdentifier, SIGKILL) } }
             try await st.waitUntil("kaiten serve holds the scripted peer", timeout: 60) {
-                peer.latest.withLockedValue { $0.map { $0.isOpen && ObjectIdentifier($0) != oneShots } ?? false }
+                peer.latest.withLockedValue { latest in
+                    latest.map { $0.isOpen && ObjectIdentifier($0) != oneShots && peer.configured.withLockedValue { [id = ObjectIdentifier($0)] in $0.contains(id) } } ?? false
+                }
             }
             let denied = try await peer.request(folder: Self.folder, "docs/a.txt", offset: 0, size: Int32(secret.utf8.count))
             #expect(denied.data.isEmpty, "a block of a folder not shared with the peer was sent")

@@ -1,0 +1,162 @@
+import Foundation
+import KaitenConfig
+import KaitenStream
+import KaitenTestSupport
+import KaitenTestThreads
+import KaitenTransfer
+import Logging
+import Synchronization
+import Testing
+
+@testable import KaitenService
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The control socket's life inside a service's configuration: a reload closes it at any point
+/// of its start, and the next configuration opens it again. A close that does not return
+/// stalls the service's reload for good (nothing is logged, the old configuration stays).
+///
+/// The server's tasks run on the shared pool, which the other suites keep busy when all run at
+/// once: the waits here are generous deadlines for "never", not measures of speed.
+@Suite(.timeLimit(.minutes(5)), .ownThread)
+final class ControlServerLifecycleTests {
+    let directory: TemporaryDirectory
+    let home: KaitenHome
+    let files: RemoteFiles
+
+    init() throws {
+        directory = try TemporaryDirectory()
+        let path = Home(path: directory.file("home"))
+        _ = try KaitenHome.initialize(path, name: "k", listenAddress: "tcp://127.0.0.1:0")
+        home = try KaitenHome.open(path)
+        files = RemoteFiles(home: home, logger: Logger(label: "test"))
+    }
+
+    deinit { directory.remove() }
+
+    func start() async throws -> LocalEndpoints {
+        try await LocalEndpoints.start(
+            home: home, files: files, peerAddresses: [], folders: [], role: "run", stop: StopSignal(), http: nil,
+            controlLog: { _ in }, controlFailed: { Issue.record("control socket failed: \($0)") })
+    }
+
+    /// Waits for `endpoints.close()` up to `limit`; false when it has not returned by then.
+    func closes(_ endpoints: LocalEndpoints, within limit: Duration) async -> Bool {
+        let done = Flag()
+        Task {
+            await endpoints.close()
+            done.set()
+        }
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if done.isSet { return true }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return false
+    }
+
+    @Test func aCloseRightAfterTheStartEndsTheSocketItHadNotBoundYet() async throws {
+        for round in 0..<20 {
+            let endpoints = try await start()
+            let closed = await closes(endpoints, within: .seconds(60))
+            #expect(closed, "round \(round): the control socket's close never returned")
+            guard closed else { return }
+            #expect(!FileManager.default.fileExists(atPath: ControlSocket.path(home.home)), "round \(round): the socket file is left")
+        }
+    }
+
+    @Test func theNextConfigurationAnswersAfterTheLastOneClosed() async throws {
+        for round in 0..<5 {
+            let endpoints = try await start()
+            let answered = await answers(within: .seconds(60))
+            #expect(answered, "round \(round): nobody answers on the control socket")
+            let closed = await closes(endpoints, within: .seconds(60))
+            #expect(closed, "round \(round): the control socket's close never returned")
+            guard closed else { return }
+            #expect(ControlClient.answering(home.home) == nil, "round \(round): still answering after close")
+        }
+    }
+
+    @Test func aClientThatSaysNothingDoesNotHoldTheCloseBeyondItsGrace() async throws {
+        let endpoints = try await start()
+        #expect(await answers(within: .seconds(60)))
+        // Connected is not yet accepted: the client counts once the server serves it (and the
+        // connection that asked whether the server answers is over first).
+        try await waitFor(clients: 0, on: endpoints)
+        let silent = try #require(ControlClient.connect(ControlSocket.path(home.home)))
+        defer { silent.close() }
+        try await waitFor(clients: 1, on: endpoints)
+        try #require(endpoints.control.clientCount == 1)
+        let started = ContinuousClock.now
+        #expect(await closes(endpoints, within: .seconds(60)), "a silent client held the close past its 5 s grace")
+        #expect(ContinuousClock.now - started >= .seconds(4), "the silent client was not given its grace")
+    }
+
+    func waitFor(clients: Int, on endpoints: LocalEndpoints) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while endpoints.control.clientCount != clients, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+    }
+
+    func answers(within limit: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if ControlClient.answering(home.home) != nil { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+}
+
+/// Set once, read from anywhere.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
+}
+
+/// The change watcher of each configuration: a reload stops one and starts the next, so what
+/// one opens is closed again once it is stopped, however its thread and its stop interleave.
+@Suite(.timeLimit(.minutes(5)), .ownThread)
+struct ChangeWatcherLifecycleTests {
+    /// What this process's descriptors are (`socket:[inode]`, `anon_inode:inotify`, …).
+    static func openDescriptors() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return names.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0) }
+    }
+
+    static func link(_ fd: Int32) -> String? { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)") }
+
+    @Test func aStoppedWatcherLeavesNoDescriptorOpen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let folder = directory.file("folder")
+        let selections = directory.file("selections")
+        for path in [folder, selections] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        let config = directory.file("config.xml")
+        // Other suites open sockets meanwhile (numbers are reused), but no other part of this
+        // process watches with inotify: the watcher's wake sockets are known by their inodes.
+        let inotify = { Self.openDescriptors().filter { $0 == "anon_inode:inotify" }.count }
+        let before = inotify()
+        var wakeSockets: [String] = []
+        for round in 0..<100 {
+            let watcher = ChangeWatcher(folders: [("f", folder)], selectionDirectory: selections, configPath: config, warn: { _ in })
+            wakeSockets += [watcher.wakeFD, watcher.wakeWriteFD].compactMap(Self.link)
+            // An event in flight as it stops, now and then: the thread may be awake or asleep.
+            if round % 2 == 0 { try Data("\(round)".utf8).write(to: URL(fileURLWithPath: config)) }
+            watcher.stop()
+        }
+        #expect(wakeSockets.count == 200 && wakeSockets.allSatisfy { $0.hasPrefix("socket:") })
+        // The threads close their ends as they end.
+        let deadline = ContinuousClock.now + .seconds(60)
+        var open: Set<String> = []
+        repeat {
+            open = Set(Self.openDescriptors()).intersection(wakeSockets)
+            if open.isEmpty && inotify() == before { break }
+            try await Task.sleep(for: .milliseconds(20))
+        } while ContinuousClock.now < deadline
+        #expect(inotify() == before)
+        #expect(open.isEmpty, "\(open.count) wake sockets still open")
+    }
+}
