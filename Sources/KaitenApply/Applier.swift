@@ -50,7 +50,7 @@ public enum Applier {
     ///   `requirePeers` connected peers to hold each sent change (0: do not wait).
     public static func execute(
         _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, sendTimeout: Double = 0, stop: StopSignal? = nil,
-        events: (ApplyEvent) -> Void
+        events: @escaping (ApplyEvent) -> Void
     ) async -> ApplyReport {
         var report = ApplyReport()
         let pulls = plan.folders.flatMap { $0.actions.filter { $0.action == .pull } }
@@ -71,7 +71,6 @@ public enum Applier {
                 let config = home.config.folders.first(where: { $0.id == folderPlan.id })
             else { continue }
             report.conflicts += folderPlan.conflicts.count
-            var tree = state.input.local
             let root = config.path
             let log = state.log
             let rule = log.conflictRule
@@ -84,35 +83,22 @@ public enum Applier {
                 report.notDone += folderPlan.actions.count
                 continue
             }
-            // Leftover temp files of an interrupted run: those of files this plan pulls are
-            // resumed (their verified blocks are kept); the others go.
-            let resumable = Set(folderPlan.actions.filter { $0.action == .pull }.map { SafePath.temporaryName(for: $0.path) })
-            for temp in state.scanStatistics.temporaries where !resumable.contains(temp) {
-                if unlink(root + "/" + temp) == 0 { events(.removedTemporary(folder: folderPlan.id, path: temp)) }
-            }
-            if folderPlan.stignore.changed {
-                let action = Action(action: .writeStIgnore, path: ".stignore", reason: "write .stignore", type: .file)
-                do {
-                    try AtomicFile.write(Array(folderPlan.stignore.content.utf8), to: root + "/.stignore")
-                    report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } catch {
-                    // Without the allowlist in place nothing may be deleted: stop this folder.
-                    report.failed.append(.init(folderPlan.id, ".stignore", "\(error)"))
-                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
-                    continue
-                }
-            }
+            let versioner = Versioner(folder: config)
+            let phases = FolderPhases(
+                folder: folderPlan.id, disk: FolderDisk(root: root, versioner: versioner), planned: planned, requirePeers: requirePeers,
+                stop: stop, report: report, events: events)
+            defer { report = phases.report }
+            phases.removeTemporaries(state.scanStatistics.temporaries, resuming: folderPlan.actions.filter { $0.action == .pull })
+            guard phases.writeIgnoreFile(folderPlan.stignore) else { continue }
             // A plan of named paths only (a service's round after a peer's update) copies blocks
             // from those paths' own local files, which an edit mostly keeps; indexing every block
             // of a big folder would cost more than such a pull. A whole plan indexes them all.
             let blockTree = state.input.scope.map { scope in
-                LocalTree(entries: Dictionary(uniqueKeysWithValues: scope.compactMap { path in tree[path].map { (path, $0) } }))
-            } ?? tree
+                LocalTree(entries: Dictionary(uniqueKeysWithValues: scope.compactMap { path in planned[path].map { (path, $0) } }))
+            } ?? planned
             let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: blockTree)
             let cachePath = home.home.scanCachePath(folderID: folderPlan.id)
             let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
-            let versioner = Versioner(folder: config)
             let puller = {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
                 puller.versioner = versioner
@@ -125,124 +111,23 @@ public enum Applier {
                 return puller
             }()
             var renamedInto: Set<String> = []
-            // The directories deletions and rmdirs removed entries from: each is fsynced once
-            // after its batch, not after every unlink (a deselect of 81,000 files waited for
-            // 81,000 directory flushes). Every per-file check still runs before its unlink.
-            var removedFrom: Set<String> = []
-            func syncRemovedFrom() async {
-                let directories = removedFrom
-                removedFrom = []
-                await SafePath.syncDirectories(directories)
+            let folderID = folderPlan.id
+            let holders: FolderPhases.Holders = {
+                let live = prepared.session.live(folder: folderID)
+                let index = log.index
+                return (live, { index.global($0) })
             }
 
-            // Deletions and rmdirs, each re-checked as it runs. Those that make room for a path the
-            // peers turned from a file into a directory (or back) run before the pulls.
-            // One deletion, checked and done; what it means for the report is recorded after.
-            // Nothing here touches the apply's state: deletions run on every core at once.
-            let folderID = folderPlan.id
-            let deleteOne: @Sendable (Action, Set<DeviceID>, GlobalIndex) -> DeleteOutcome = { action, live, index in
-                do {
-                    try SafePath.validate(action.path)
-                    try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
-                    switch DeletionRecheck.verdict(for: action, global: index.global(action.path), live: live, requirePeers: requirePeers) {
-                    case .proceed: break
-                    case .kept(let reason): return .kept(reason)
-                    case .refused(let reason): return .failed(reason)
-                    }
-                    try SafePath.prepareParentsExisting(root: root, name: action.path)
-                    // What the peers deleted or replaced is kept as the folder's versioning says;
-                    // a deselected file (still on the peers) or a moved one (its content pulled
-                    // under the new name) is not.
-                    if let versioner, action.cause == .deletedOnPeers || action.cause == .replaced {
-                        try versioner.archive(root: root, name: action.path)
-                    } else {
-                        try SafePath.unlinkMakingWritable(root + "/" + action.path, name: action.path)
-                    }
-                    return .deleted
-                } catch let error as ApplyError {
-                    return .failed(error.hint)
-                } catch {
-                    return .failed("\(error)")
-                }
-            }
-            func record(_ action: Action, _ outcome: DeleteOutcome) {
-                switch outcome {
-                case .deleted:
-                    removedFrom.insert((root + "/" + action.path as NSString).deletingLastPathComponent)
-                    tree[action.path] = nil
-                    report.freedBytes += action.size
-                    report.done += 1
-                    events(.done(folder: folderID, action: action, note: nil))
-                case .kept(let reason):
-                    report.keptForSafety.append(.init(folderID, action.path))
-                    events(.kept(folder: folderID, action: action, reason: reason))
-                case .failed(let hint):
-                    report.failed.append(.init(folderID, action.path, hint))
-                    events(.failed(folder: folderID, action: action, reason: hint))
-                }
-            }
-            // In batches: each batch's deletions at once (the kernel's work for an unlink, and a
-            // disk's discard, overlap), then recorded in plan order; a stop is honoured between
-            // batches. Archiving into .stversions creates directories: one at a time.
-            func runDeletes(_ actions: [Action]) async {
-                var start = 0
-                while start < actions.count && stop?.isSet != true {
-                    let batch = Array(actions[start..<min(start + 512, actions.count)])
-                    start += batch.count
-                    let live = prepared.session.live(folder: folderID)
-                    let index = log.index
-                    let archives = versioner != nil && batch.contains { $0.cause == .deletedOnPeers || $0.cause == .replaced }
-                    let outcomes = await Blocking.map(batch, concurrently: !archives) { deleteOne($0, live, index) }
-                    for (action, outcome) in zip(batch, outcomes) { record(action, outcome) }
-                }
-            }
-            func runRmdir(_ action: Action) {
-                var info = stat()
-                let full = root + "/" + action.path
-                guard (try? SafePath.validate(action.path)) != nil, lstat(full, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-                    report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: "already gone"))
-                    return
-                }
-                if rmdir(full) == 0 {
-                    removedFrom.insert((full as NSString).deletingLastPathComponent)
-                    tree[action.path] = nil
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } else if action.cause == .replaced {
-                    // The pull that takes its place cannot happen while it stands.
-                    let reason = "cannot remove it to make room: \(String(cString: strerror(errno)))"
-                    report.failed.append(.init(folderPlan.id, action.path, reason))
-                    events(.failed(folder: folderPlan.id, action: action, reason: reason))
-                    return
-                } else {
-                    events(.done(folder: folderPlan.id, action: action, note: "left in place: it still holds files"))
-                }
-                report.done += 1
-            }
+            // Deletions and rmdirs that make room for a path the peers turned from a file into a
+            // directory (or back) run before the pulls.
             let replacedRoots = folderPlan.actions.filter { $0.cause == .replaced }.map(\.path)
             let isMakingRoom: (Action) -> Bool = { action in
                 action.cause == .replaced || replacedRoots.contains { action.path.hasPrefix($0 + "/") }
             }
-            await runDeletes(folderPlan.actions.filter { $0.action == .delete && isMakingRoom($0) })
-            for action in folderPlan.actions where action.action == .rmdir && action.cause == .replaced { runRmdir(action) }
-            await syncRemovedFrom()
-
-            // Directory modes are set last, deepest first: a read-only directory made early would
-            // refuse the files pulled into it.
-            var directoryModes: [(path: String, mode: UInt32)] = []
-            for action in folderPlan.actions where action.action == .mkdir {
-                do {
-                    try SafePath.validate(action.path)
-                    try SafePath.prepareParents(root: root, name: action.path + "/x")
-                    if let mode = action.mode { directoryModes.append((action.path, mode)) }
-                    tree[action.path] = LocalFile(path: action.path, kind: .directory)
-                    report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } catch {
-                    report.failed.append(.init(folderPlan.id, action.path, "\(error)"))
-                    events(.failed(folder: folderPlan.id, action: action, reason: "\(error)"))
-                }
-            }
+            await phases.delete(folderPlan.actions.filter { $0.action == .delete && isMakingRoom($0) }, holders: holders)
+            for action in folderPlan.actions where action.action == .rmdir && action.cause == .replaced { phases.removeDirectory(action) }
+            await phases.flushRemovals()
+            phases.makeDirectories(folderPlan.actions.filter { $0.action == .mkdir })
 
             // Pulls, several files at once (one request per small file would wait a round trip each).
             let pullActions = Self.interleavedByDirectory(folderPlan.actions.filter { $0.action == .pull })
@@ -306,13 +191,13 @@ public enum Applier {
                         // that whatever happens to the pull its content stays here.
                         do {
                             let copy = try moveAsideForConflict(root: root, name: action.path, planned: planned[action.path], winner: global.file.modifiedBy)
-                            if var moved = tree[action.path] {
+                            if var moved = phases.tree[action.path] {
                                 moved.path = copy
                                 moved.synced = nil
-                                tree[copy] = moved
+                                phases.tree[copy] = moved
                             }
-                            tree[action.path] = nil
-                            report.conflictCopies.append(.init(folderPlan.id, copy))
+                            phases.tree[action.path] = nil
+                            phases.report.conflictCopies.append(.init(folderPlan.id, copy))
                             events(.conflictCopy(folder: folderPlan.id, path: action.path, copy: copy))
                         } catch {
                             group.addTask { (action, .failure(error), nil) }
@@ -396,27 +281,27 @@ public enum Applier {
                     filesDone += 1
                     switch result {
                     case .success(let file):
-                        tree[file.path] = file
+                        phases.tree[file.path] = file
                         renamedInto.insert((root + "/" + file.path as NSString).deletingLastPathComponent)
-                        report.pulledBytes += action.size
-                        report.done += 1
+                        phases.report.pulledBytes += action.size
+                        phases.report.done += 1
                         events(.done(folder: folderPlan.id, action: action, note: note))
                     case .failure(let error) where error.code == .interrupted:
-                        report.notDone += 1
+                        phases.report.notDone += 1
                     case .failure(let error):
-                        report.failed.append(.init(folderPlan.id, action.path, error.hint))
+                        phases.report.failed.append(.init(folderPlan.id, action.path, error.hint))
                         events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
                     }
                     events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: action.path))
                     while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
                 }
-                report.notDone += pullActions.count - next + deferred.count
+                phases.report.notDone += pullActions.count - next + deferred.count
             }
             // Interrupted: what was renamed stays recorded; nothing else is started.
             let stopping = stop?.isSet == true
             if stopping {
-                report.interruptedBy = stop?.signal
-                report.notDone += folderPlan.actions.filter { $0.action != .pull && $0.action != .mkdir }.count
+                phases.report.interruptedBy = stop?.signal
+                phases.report.notDone += folderPlan.actions.filter { $0.action != .pull && $0.action != .mkdir }.count
             }
             // Each directory that received files is fsynced once, before anything is deleted; the
             // synced journal is made durable first, so no rename outlives its record.
@@ -426,70 +311,36 @@ public enum Applier {
             let unflushed = await SafePath.syncDirectories(renamedInto)
             for (directory, error) in unflushed.sorted(by: { $0.key < $1.key }) {
                 let name = directory == root ? "." : String(directory.dropFirst(root.count + 1))
-                report.failed.append(
+                phases.report.failed.append(
                     .init(folderPlan.id, name, "cannot flush the directory to disk (\(String(cString: strerror(error)))): the files put into it "
                         + "may not survive a crash; nothing in this folder is deleted until an apply flushes it"))
             }
             let holdDeletions = !unflushed.isEmpty
             let stats = source.statistics
-            report.blocksCopiedLocally += stats.copied
-            report.blocksFetched += stats.fetched
-            report.blocksRejected += stats.rejected
-            report.blocksRefused += stats.refused
-            report.blocksLost += stats.lost
+            phases.report.blocksCopiedLocally += stats.copied
+            phases.report.blocksFetched += stats.fetched
+            phases.report.blocksRejected += stats.rejected
+            phases.report.blocksRefused += stats.refused
+            phases.report.blocksLost += stats.lost
 
-            for action in folderPlan.actions where action.action == .chmod && !stopping {
-                guard let mode = action.mode else { continue }
-                if action.type == .directory {
-                    directoryModes.append((action.path, mode))
-                    continue
-                }
-                do {
-                    try SafePath.validate(action.path)
-                    try SafePath.prepareParentsExisting(root: root, name: action.path)
-                    try checkUnchanged(root: root, name: action.path, planned: planned[action.path])
-                    try Self.setMode(root + "/" + action.path, mode, name: action.path)
-                    tree[action.path]?.permissions = mode
-                    report.done += 1
-                    events(.done(folder: folderPlan.id, action: action, note: nil))
-                } catch {
-                    report.failed.append(.init(folderPlan.id, action.path, error.hint))
-                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
-                }
-            }
-
+            phases.setModes(stopping ? [] : folderPlan.actions.filter { $0.action == .chmod })
             let deletions = folderPlan.actions.filter { $0.action == .delete && !isMakingRoom($0) }
             let rmdirs = folderPlan.actions.filter { $0.action == .rmdir && $0.cause != .replaced && !stopping }
             if holdDeletions {
-                if !stopping { report.notDone += deletions.count + rmdirs.count }
+                if !stopping { phases.report.notDone += deletions.count + rmdirs.count }
             } else {
-                await runDeletes(deletions)
-                for action in rmdirs { runRmdir(action) }
+                await phases.delete(deletions, holders: holders)
+                for action in rmdirs { phases.removeDirectory(action) }
             }
-            await syncRemovedFrom()
-            for (path, mode) in directoryModes.filter({ _ in !stopping }).sorted(by: { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }) {
-                let action = Action(action: .chmod, path: path, reason: "directory permissions", type: .directory, cause: .permissions, mode: mode)
-                do {
-                    try SafePath.validate(path)
-                    try SafePath.prepareParentsExisting(root: root, name: path)
-                    try Self.setMode(root + "/" + path, mode, name: path)
-                    tree[path]?.permissions = mode
-                    if folderPlan.actions.contains(where: { $0.action == .chmod && $0.path == path }) {
-                        report.done += 1
-                        events(.done(folder: folderPlan.id, action: action, note: nil))
-                    }
-                } catch {
-                    report.failed.append(.init(folderPlan.id, path, error.hint))
-                    events(.failed(folder: folderPlan.id, action: action, reason: error.hint))
-                }
-            }
+            await phases.flushRemovals()
+            if !stopping { phases.setDirectoryModes(listed: folderPlan.actions) }
             var sendActions = folderPlan.actions.filter { $0.action == .send || $0.action == .sendDelete }
             // A copy moved aside after losing a conflict is a new file here: sent with the rest,
             // as syncthing's scanner picks it up and announces it.
             var local = state.input.local
-            for item in report.conflictCopies where item.folder == folderPlan.id {
+            for item in phases.report.conflictCopies where item.folder == folderPlan.id {
                 let copy = item.path
-                guard let moved = tree[copy] else { continue }
+                guard let moved = phases.tree[copy] else { continue }
                 local[copy] = moved
                 sendActions.append(
                     Action(
@@ -499,11 +350,12 @@ public enum Applier {
             if !sendActions.isEmpty && !stopping {
                 var sendState = state
                 sendState.input.local = local
-                report.sent += recordSends(
-                    sendActions, folder: folderPlan.id, state: sendState, config: config, home: home, tree: &tree, journal: journal,
-                    report: &report, events: events)
+                let sent = recordSends(
+                    sendActions, folder: folderPlan.id, state: sendState, config: config, home: home, tree: &phases.tree, journal: journal,
+                    report: &phases.report, events: events)
+                phases.report.sent += sent
             }
-            if (try? ScanCache.save(tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
+            if (try? ScanCache.save(phases.tree, path: cachePath)) != nil { SyncedJournal.clear(path: SyncedJournal.path(forCache: cachePath)) }
         }
         // The peers learn what this device holds now (their completion of it moves), and what
         // it sends.

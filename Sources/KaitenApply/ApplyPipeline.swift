@@ -165,7 +165,7 @@ public struct ApplyPipeline {
     /// - Parameter prepare: plans afresh, on a session of its own or one lent by a service.
     public func run(
         lock lockWait: LockWait, prepare: () async throws -> Applier.Prepared, choice: Choice, stop: StopSignal? = nil,
-        events: (ApplyEvent) -> Void
+        events: @escaping (ApplyEvent) -> Void
     ) async throws -> Outcome {
         let lock: Applier.Lock
         switch await acquireLock(lockWait, stop: stop) {
@@ -194,7 +194,7 @@ public struct ApplyPipeline {
         return Outcome(prepared: prepared, ending: ending)
     }
 
-    private func apply(_ prepared: Applier.Prepared, choice: Choice, stop: StopSignal?, events: (ApplyEvent) -> Void) async throws -> Ending {
+    private func apply(_ prepared: Applier.Prepared, choice: Choice, stop: StopSignal?, events: @escaping (ApplyEvent) -> Void) async throws -> Ending {
         var plan: Plan
         var given = false
         switch choice {
