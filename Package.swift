@@ -297,7 +297,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenTestThreads", "KaitenSync", "KaitenConfig", "KaitenIndex", "KaitenProtocol", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenSyncTests", dependencies: ["KaitenTestThreads", "KaitenSync", "KaitenConfig", "KaitenIndex", "KaitenPeer", "KaitenProtocol", "KaitenTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "KaitenTransferTests", dependencies: ["KaitenTestThreads", "KaitenTransfer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(
             name: "KaitenMediaTests",

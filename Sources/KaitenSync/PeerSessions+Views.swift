@@ -107,9 +107,6 @@ extension PeerSessions {
         for task in intakes { task.cancel() }
         for connection in connections { await connection.close(reason: reason) }
         for continuation in subscribers { continuation.finish() }
-        intakeLogs.withLock { logs in
-            for log in logs.values { log.close() }
-            logs = [:]
-        }
+        intake.closeAll()
     }
 }

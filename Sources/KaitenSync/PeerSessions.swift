@@ -22,9 +22,8 @@ public struct IndexUpdate: Sendable {
 /// the files is the caller's (serving ranges, reconciling).
 public final class PeerSessions: @unchecked Sendable {  // the home behind its lock
     /// The configuration in force: replaced by ``reconfigure(_:)`` (a reload).
-    public var home: KaitenHome { homeLock.withLock { configuredHome } }
-    let homeLock = NSLock()
-    var configuredHome: KaitenHome
+    public var home: KaitenHome { configured.current }
+    let configured: ConfiguredHome
     let timeout: Double
     let logger: Logger
     let serve: IndexSync.RequestHandler?
@@ -54,8 +53,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// both pass the duplicate check, and each announces from the local index it refreshes.
     let exchanges = SerialQueue()
     let dialing = DialsInProgress()
-    /// The writers that take peers' updates in, by folder (each holds its lock per batch only).
-    let intakeLogs = Mutex<[String: IndexLog]>([:])
+    /// The logs that take peers' updates in, by folder.
+    let intake: IntakeLogs
     /// Where what happens on an open connection is said (a peer sharing a folder or stopping):
     /// the last `warn` a caller gave, which says things the way the rest of its output does.
     /// The sessions' timeouts and limits, for every connection dialled or accepted.
@@ -87,10 +86,16 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     ) {
         self.settings = settings
         self.addresses = addresses
-        self.configuredHome = home
+        let configured = ConfiguredHome(home)
+        self.configured = configured
         self.timeout = timeout
         self.logger = logger
         self.serve = serve
+        let logger = logger
+        intake = IntakeLogs(
+            open: { [configured] folder in
+                try PeerGenerations.openLog(home: configured.current, folder: folder, readOnly: false)
+            }, warn: { logger.warning("\($0)") })
     }
 
     // MARK: - Connecting
@@ -138,87 +143,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         let wanted = home.config.devices.filter { device in
             device.id != me && mayRoute(device) && home.config.folders.contains { $0.devices.contains(device.id) }
         }.map(\.id)
-        let changes = connectionChanges()
-        let rushed = Rushed()
-        let listener = found.map { found in
-            Task {
-                for await device in found where wanted.contains(device) {
-                    rushed.devices.withLock { _ = $0.insert(device) }
-                    self.connectionsChanged()
-                }
-            }
-        }
-        // A connection through a relay is replaced by a direct one when one can be made: tried
-        // every reconnectionIntervalS (as syncthing redials better addresses).
-        let interval = max(5, home.config.options.reconnectionIntervalS)
-        let upgrader = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(interval))
-                let relayed = Set(self.connections().filter { $0.value.isRelayed }.keys).intersection(wanted)
-                guard !relayed.isEmpty, !Task.isCancelled else { continue }
-                await self.exchanges.run {
-                    _ = try? await self.dial(folders: [], only: relayed, directOnly: true, warn: { self.logger.debug("\($0)") })
-                }
-            }
-        }
-        return Task {
-            defer {
-                listener?.cancel()
-                upgrader.cancel()
-            }
-            var schedule = RedialSchedule()
-            var changed = changes.makeAsyncIterator()
-            while !Task.isCancelled {
-                // Every peer connected (a peer that dialled in meanwhile needs no redial): sleep
-                // until a connection is lost rather than look every second.
-                let connected = self.connections()
-                for device in wanted where connected[device] != nil && schedule.isScheduled(device) { schedule.connected(device) }
-                if wanted.allSatisfy({ connected[$0] != nil }) {
-                    guard await changed.next() != nil else { return }
-                    continue
-                }
-                try? await Task.sleep(for: .seconds(1))
-                let open = self.connections()
-                let now = ContinuousClock.now
-                for device in wanted where open[device] == nil && schedule.lost(device, now: now) {
-                    // Lost a moment ago: said once, with why.
-                    if let why = self.state.withLock({ $0.lost.removeValue(forKey: device) }) {
-                        warn("\(device.shortDescription): connection lost: \(why); dialling again in \(RedialSchedule.firstDelay) s")
-                    }
-                }
-                // Just heard on the LAN: dialled now, whatever the backoff said.
-                for device in rushed.devices.withLock({ rushed in defer { rushed = [] }; return rushed }) where open[device] == nil {
-                    schedule.rush(device, now: now)
-                }
-                let missing = schedule.due(among: wanted.filter { open[$0] == nil }, now: now)
-                guard !missing.isEmpty, !Task.isCancelled else { continue }
-                // A peer may dial in while this waits its turn: the exchange drops the duplicate.
-                let still = Set(missing.filter { self.connections()[$0] == nil })
-                let found = Mutex<[DeviceID: String]>([:])
-                if !still.isEmpty {
-                    await self.exchanges.run {
-                        do {
-                            let reports = try await self.dial(folders: [], only: still, warn: warn)
-                            for report in reports where !report.ok {
-                                if let device = try? DeviceID(report.deviceID) { found.withLock { $0[device] = report.problem ?? "unreachable" } }
-                            }
-                        } catch {
-                            found.withLock { for device in still { $0[device] = "\(error)" } }
-                        }
-                    }
-                }
-                let problems = found.withLock { $0 }
-                let reached = self.connections()
-                for device in missing {
-                    switch schedule.dialled(device, reached: reached[device] != nil, problem: problems[device], now: now) {
-                    case .reconnected(let device): warn("reconnected to \(device.shortDescription)")
-                    case .failing(let device, let why):
-                        warn("\(device.shortDescription): \(why); dialling again with backoff (up to \(RedialSchedule.longestDelay) s)")
-                    case nil: break
-                    }
-                }
-            }
-        }
+        return Redialer.start(
+            wanted: wanted, target: self, found: found, upgradeInterval: max(5, home.config.options.reconnectionIntervalS), warn: warn)
     }
 
     func mayRoute(_ device: DeviceConfiguration) -> Bool {
@@ -226,60 +152,15 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         return ConfiguredAddresses(relaysEnabled: home.config.options.relaysEnabled).mayRoute(device) || Discovery.isNeeded(for: [device], options: home.config.options)
     }
 
-    /// Listens for peers on the config's tcp listen addresses (port 0 picks a free one), each
-    /// connection taken in by ``accept(_:warn:)``; only configured peers get past TLS. An address
-    /// that cannot be bound (a syncthing on the same machine has it) is said and skipped.
+    /// Listens for peers as config.xml says (``PeerListeners``), each connection taken in by
+    /// ``accept(_:warn:)``; a peer is allowed while the configuration in force names it (a
+    /// reload that removes a peer refuses it from then on).
     public func listen(warn: @escaping @Sendable (String) -> Void) async -> (listeners: [PeerEntrance], addresses: [String]) {
         let me = home.identity.deviceID
-        // Read at each connection: a reload that removes a peer refuses it from then on.
-        let isAllowed: @Sendable (DeviceID) -> Bool = { device in device != me && self.home.config.device(id: device) != nil }
-        let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
-        var listeners: [PeerEntrance] = []
-        var addresses: [String] = []
-        for text in home.config.options.tcpListenAddresses {
-            guard let address = PeerAddress.listening(text) else { continue }
-            do {
-                let listener = try await PeerListener.bind(
-                    to: address, identity: home.identity, hello: hello, settings: settings, logger: logger, isAllowed: isAllowed,
-                    onRejected: { id, remote in
-                        warn("refused a connection from \(id?.description ?? "a device without a certificate") at \(remote): not a configured peer")
-                    },
-                    onConnection: { connection in await self.accept(connection, warn: warn) })
-                listeners.append(listener)
-                addresses.append("tcp://\(address.host.contains(":") ? "[\(address.host)]" : address.host):\(listener.localPort)")
-            } catch {
-                warn("cannot listen for peers at \(text): \(error); peers cannot dial this device")
-            }
-        }
-        // A relay:// listen address: joined, and announced as written, so that peers that
-        // cannot dial this device reach it through the relay (with relaysEnabled, as syncthing).
-        for text in home.config.options.relayListenAddresses where home.config.options.relaysEnabled {
-            // A pool (`default` has syncthing's): the relay that answers soonest.
-            let relay: PeerAddress
-            if text.hasPrefix("dynamic+") {
-                guard let chosen = await RelayPool.choose(text, logger: logger, warn: warn) else { continue }
-                relay = chosen
-            } else {
-                guard let parsed = PeerAddress(text), parsed.isRelay else {
-                    warn("listen address \(text) is not a relay URI (relay://HOST:PORT/?id=RELAY-ID); skipped")
-                    continue
-                }
-                relay = parsed
-            }
-            listeners.append(
-                RelayListener.start(
-                    relay: relay, identity: home.identity, hello: hello, settings: settings, logger: logger, isAllowed: isAllowed,
-                    onRejected: { id, remote in
-                        warn("refused a connection from \(id?.description ?? "a device") \(remote): not a configured peer")
-                    },
-                    onConnection: { connection in await self.accept(connection, warn: warn) }, warn: warn))
-            addresses.append(text.hasPrefix("dynamic+") ? relay.description : text)
-        }
-        let unused = home.config.options.listenAddresses.filter { $0.hasPrefix("relay://") }
-        if !home.config.options.relaysEnabled && !unused.isEmpty {
-            warn("listen addresses \(unused.joined(separator: ", ")) are not used: relaysEnabled is false in config.xml")
-        }
-        return (listeners, addresses)
+        return await PeerListeners.open(
+            home: home, settings: settings, logger: logger,
+            isAllowed: { device in device != me && self.home.config.device(id: device) != nil },
+            accept: { connection in await self.accept(connection, warn: warn) }, warn: warn)
     }
 
     /// What a peer's connection stands on: its entry and the folders shared with it. A reload
@@ -299,7 +180,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// dialled again under the new terms; the others stay open, and nothing is said to them.
     public func reconfigure(_ new: KaitenHome) async {
         let old = home
-        homeLock.withLock { configuredHome = new }
+        configured.replace(new)
         let changed = connections().filter { device, _ in PeerTerms(device, in: old.config) != PeerTerms(device, in: new.config) }
         for (device, connection) in changed {
             sayConnection("\(peerLabel(device)): its terms in config.xml changed; connecting again under the new ones")
@@ -461,14 +342,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             // The batches it sends next are stored under its index ID; a new one (it sends its
             // index from the start then, as this device's ClusterConfig held another or none)
             // replaces what the log held of it.
-            let held: Int64 = try withIntakeLog(folder) { log in
-                try log.exclusively {
-                    if log.checkpoints[device]?.indexID != theirs.indexID {
-                        try log.apply(device: device, indexID: theirs.indexID, files: [], isFullIndex: true)
-                    }
-                    return log.checkpoints[device]?.maxSequence ?? 0
-                }
-            }
+            let held = try intake.begin(folder: folder, device: device, indexID: theirs.indexID)
             state.withLock { state in
                 state.announced[device, default: [:]][folder] = RemoteIndexState(indexID: viewOfUs.indexID, maxSequence: viewOfUs.maxSequence)
                 if held >= theirs.maxSequence {
@@ -517,53 +391,29 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         return stream
     }
 
-    /// Between the service's rounds: each intake log whose records since its snapshot are past
-    /// the threshold gets a new snapshot now (during a big intake maintain(warn:) waits for the
-    /// tail to reach half the snapshot, so up to a third of the view sits in memory), and its
-    /// view is then read from it.
-    public func settleIntake() {
-        intakeLogs.withLock { logs in
-            for log in logs.values {
-                log.maintain(eager: true, warn: { logger.warning("\($0)") })
-            }
-            for log in logs.values { log.index.releaseSnapshotPages() }
-        }
-    }
+    /// Between the service's rounds: the intake logs settle (``IntakeLogs/settle()``).
+    public func settleIntake() { intake.settle() }
 
-    /// The folder's intake log (opened the first time), held for `body`.
-    func withIntakeLog<T: Sendable>(_ folder: String, _ body: (IndexLog) throws -> T) throws -> T {
-        try intakeLogs.withLock { logs in
-            if logs[folder] == nil { logs[folder] = try PeerGenerations.openLog(home: home, folder: folder, readOnly: false) }
-            return try body(logs[folder]!)
-        }
-    }
-
+    /// Stores a batch, then counts the peer current for a folder it began to share on this
+    /// connection once its index is in.
     func storeBatch(folder: String, device: DeviceID, files: [BEPFileInfo], isFull: Bool) throws {
-        try withIntakeLog(folder) { log in
-            try log.exclusively {
-                // The index ID its ClusterConfig gave, stored by the exchange.
-                guard let indexID = log.checkpoints[device]?.indexID else {
-                    throw IndexLogError(.io, file: log.path, "no index ID of \(device.shortDescription) for this folder")
-                }
-                try log.apply(device: device, indexID: indexID, files: files, isFullIndex: isFull)
-                log.maintain(warn: { logger.warning("\($0)") })
-                // A folder it began to share on this connection is current once its index is in.
-                let held = log.checkpoints[device]?.maxSequence ?? 0
-                state.withLock { state in
-                    if let target = state.awaited[device]?[folder], held >= target {
-                        state.awaited[device]?[folder] = nil
-                        state.current[folder, default: []].insert(device)
-                    }
-                }
+        let held = try intake.store(folder: folder, device: device, files: files, isFull: isFull)
+        state.withLock { state in
+            if let target = state.awaited[device]?[folder], held >= target {
+                state.awaited[device]?[folder] = nil
+                state.current[folder, default: []].insert(device)
             }
         }
     }
-
 }
 
-/// The peers discovery just found, waiting for the redial loop to dial them.
-private final class Rushed: Sendable {
-    let devices = Mutex<Set<DeviceID>>([])
+/// The configuration the sessions work under, replaced by a reload.
+final class ConfiguredHome: @unchecked Sendable {  // behind its lock; KaitenHome is read-only once loaded
+    private let lock = NSLock()
+    private var home: KaitenHome
+    init(_ home: KaitenHome) { self.home = home }
+    var current: KaitenHome { lock.withLock { home } }
+    func replace(_ new: KaitenHome) { lock.withLock { home = new } }
 }
 
 /// Runs async work one piece after another (an actor would interleave them at every await).
@@ -583,5 +433,35 @@ public final class SerialQueue: Sendable {
             return next
         }
         await task.value
+    }
+}
+
+extension PeerSessions: RedialTarget {
+    func connectedPeers() -> [DeviceID: Bool] { connections().mapValues(\.isRelayed) }
+
+    func takeLossReason(_ device: DeviceID) -> String? { state.withLock { $0.lost.removeValue(forKey: device) } }
+
+    /// Dials with the other exchanges, one at a time. An upgrade from a relay (`directOnly`)
+    /// is tried quietly: the relayed connection stays whatever happens.
+    func dial(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String] {
+        let problems = Mutex<[DeviceID: String]>([:])
+        let logger = logger
+        let warn: @Sendable (String) -> Void
+        if directOnly {
+            warn = { logger.debug("\($0)") }
+        } else {
+            warn = { [weak self] in self?.notice($0) }
+        }
+        await exchanges.run {
+            do {
+                let reports = try await self.dial(folders: [], only: devices, directOnly: directOnly, warn: warn)
+                for report in reports where !report.ok {
+                    if let device = try? DeviceID(report.deviceID) { problems.withLock { $0[device] = report.problem ?? "unreachable" } }
+                }
+            } catch {
+                problems.withLock { for device in devices { $0[device] = "\(error)" } }
+            }
+        }
+        return problems.withLock { $0 }
     }
 }
