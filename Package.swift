@@ -59,7 +59,7 @@ let package = Package(
         .target(
             name: "KaitenProtocol",
             dependencies: [
-                "CLZ4",
+                "KaitenErrors", "CLZ4",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -68,7 +68,8 @@ let package = Package(
         ),
         // Writing files so that a crash leaves the old content or the new (temp file, fsync,
         // rename, directory fsync), and flushing directories: the one place every layer uses.
-        .target(name: "KaitenFiles"),
+        .target(name: "KaitenErrors"),
+        .target(name: "KaitenFiles", dependencies: ["KaitenErrors"]),
         // zlib from the system, for CRC32 in index log records.
         .systemLibrary(name: "CZlib", path: "Sources/C/CZlib", providers: [.apt(["zlib1g-dev"])]),
         // zlib's CRC-32, folded with carry-less multiplication where the CPU has it: every log
@@ -327,7 +328,8 @@ let package = Package(
         .testTarget(
             name: "KaitenAppTests",
             dependencies: [
-                "KaitenApp", "KaitenApply", "KaitenConfig", "KaitenProtocol", "KaitenReconcile", "KaitenService", "KaitenTestSupport",
+                "KaitenApp", "KaitenApply", "KaitenConfig", "KaitenProtocol", "KaitenReconcile", "KaitenService", "KaitenTestSupport", "KaitenErrors",
+                "KaitenFiles", "KaitenIndex", "KaitenPeer", "KaitenScan", "KaitenSelection", "KaitenStream", "KaitenTransfer", "KaitenMedia",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

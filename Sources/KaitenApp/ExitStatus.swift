@@ -1,3 +1,4 @@
+import KaitenErrors
 import KaitenConfig
 import KaitenProtocol
 import KaitenService
@@ -58,8 +59,8 @@ public struct VerbEnded: Error, Sendable, CustomStringConvertible {
 }
 
 /// A malformed argument found while a verb runs: one line naming it, exit 64.
-public struct ArgumentError: Error, Sendable, CustomStringConvertible {
+public struct ArgumentError: KaitenError {
     public let message: String
+    public var location: String? { nil }
     public init(_ message: String) { self.message = message }
-    public var description: String { message }
 }

@@ -1,10 +1,11 @@
+import KaitenErrors
 import KaitenFiles
 
 /// A problem with a file Kaiten reads or writes in its home: config.xml, cert.pem, key.pem.
 ///
 /// `description` is the one line a user sees: it names the file (and the line, where known),
 /// says what is wrong and, where it helps, what to do.
-public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct ConfigError: KaitenError, Equatable {
     /// What went wrong, for programs and tests; people read `description`.
     public enum Code: Equatable, Sendable {
         case malformedXML
@@ -41,10 +42,7 @@ public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    public var description: String {
-        if let line { return "\(file):\(line): \(message)" }
-        return "\(file): \(message)"
-    }
+    public var location: String? { line.map { "\(file):\($0)" } ?? file }
 }
 
 extension ConfigError {

@@ -1,3 +1,4 @@
+import KaitenErrors
 import Foundation
 import Synchronization
 
@@ -85,7 +86,7 @@ public enum AtomicFile {
 }
 
 /// A file that could not be written whole and durable: which, and why.
-public struct FileWriteError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct FileWriteError: KaitenError, Equatable {
     public let file: String
     public let message: String
 
@@ -94,5 +95,5 @@ public struct FileWriteError: Error, Equatable, Sendable, CustomStringConvertibl
         self.message = message
     }
 
-    public var description: String { "\(file): \(message)" }
+    public var location: String? { file }
 }

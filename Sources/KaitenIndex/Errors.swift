@@ -1,5 +1,7 @@
+import KaitenErrors
+
 /// A problem with an index log. `description` names the file, the byte offset and the remedy.
-public struct IndexLogError: Error, Sendable, CustomStringConvertible {
+public struct IndexLogError: KaitenError {
     public enum Code: Sendable, Equatable {
         case notAnIndexLog
         case unsupportedVersion
@@ -20,8 +22,5 @@ public struct IndexLogError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    public var description: String {
-        let at = offset.map { " at byte \($0)" } ?? ""
-        return "\(file)\(at): \(message)"
-    }
+    public var location: String? { file + (offset.map { " at byte \($0)" } ?? "") }
 }

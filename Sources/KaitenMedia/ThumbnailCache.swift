@@ -1,3 +1,4 @@
+import KaitenErrors
 import Foundation
 import KaitenConfig
 import KaitenProtocol
@@ -102,7 +103,8 @@ public struct ThumbnailCache: Sendable {
 }
 
 /// Why a thumbnail (or another media step) failed, in words naming the file.
-public struct MediaError: Error, Sendable, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
+public struct MediaError: KaitenError {
+    public let message: String
+    public var location: String? { nil }
+    public init(_ message: String) { self.message = message }
 }

@@ -1,7 +1,8 @@
+import KaitenErrors
 import KaitenProtocol
 
 /// Why talking to a peer failed. `description` names the peer (short device ID or address).
-public struct PeerError: Error, Sendable, CustomStringConvertible {
+public struct PeerError: KaitenError {
     public enum Code: Sendable, Equatable {
         case unreachable
         case tlsRefused
@@ -33,7 +34,8 @@ public struct PeerError: Error, Sendable, CustomStringConvertible {
         self.reason = reason
     }
 
-    public var description: String { "peer \(peer): \(reason)" }
+    public var location: String? { "peer \(peer)" }
+    public var message: String { reason }
 }
 
 /// How a connection ended.

@@ -1,3 +1,4 @@
+import KaitenErrors
 import Crypto
 
 /// A Syncthing device ID: the SHA-256 of the device's certificate (DER), 32 bytes.
@@ -122,7 +123,7 @@ public struct DeviceID: Hashable, Sendable, Comparable, CustomStringConvertible 
 }
 
 /// Why a device ID could not be parsed.
-public struct DeviceIDError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct DeviceIDError: KaitenError, Equatable {
     public enum Reason: Equatable, Sendable {
         case wrongLength(Int)
         case wrongByteLength(Int)
@@ -132,7 +133,9 @@ public struct DeviceIDError: Error, Equatable, Sendable, CustomStringConvertible
     public let input: String
     public let reason: Reason
 
-    public var description: String {
+    public var location: String? { nil }
+
+    public var message: String {
         switch reason {
         case .wrongLength(let n):
             return "invalid device ID \"\(input)\": \(n) characters, want 56 (or 52 without check characters)"

@@ -1,5 +1,7 @@
+import KaitenErrors
+
 /// Why a folder could not be scanned.
-public struct ScanError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct ScanError: KaitenError, Equatable {
     public enum Code: Sendable, Equatable {
         /// `.stfolder` is missing: the folder may be an unmounted disk.
         case markerMissing
@@ -18,5 +20,6 @@ public struct ScanError: Error, Equatable, Sendable, CustomStringConvertible {
         self.hint = hint
     }
 
-    public var description: String { "\(path): \(hint)" }
+    public var location: String? { path }
+    public var message: String { hint }
 }

@@ -1,5 +1,7 @@
+import KaitenErrors
+
 /// A mistake in a selection file, located by file and line.
-public struct SelectionError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct SelectionError: KaitenError, Equatable {
     public enum Code: Sendable, Equatable {
         case escapesFolder
         case emptyPath
@@ -23,8 +25,10 @@ public struct SelectionError: Error, Equatable, Sendable, CustomStringConvertibl
 
     /// `FILE:LINE: why` for a line of a file; for a command-line argument (no line) the
     /// sentence alone, which names the argument itself.
-    public var description: String {
-        if line > 0 { return "\(file):\(line): \(hint)" }
-        return file == "argument" ? hint : "\(file): \(hint)"
+    /// `file:line`; a pattern given as an argument has no place but itself.
+    public var location: String? {
+        if line > 0 { return "\(file):\(line)" }
+        return file == "argument" ? nil : file
     }
+    public var message: String { hint }
 }

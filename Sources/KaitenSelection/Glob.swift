@@ -1,3 +1,5 @@
+import KaitenErrors
+
 /// A syncthing-style glob (lib/ignore, gobwas/glob with `/` as separator): `*` matches a run
 /// without `/`, `**` any run, `?` one character other than `/`, `[abc]`, `[a-z]` and `[!abc]`
 /// classes, `{a,b}` alternatives, and `\` escapes the next character.
@@ -252,8 +254,9 @@ public struct Glob: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// Why a glob pattern does not parse.
-public struct GlobError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct GlobError: KaitenError, Equatable {
     public let pattern: String
     public let reason: String
-    public var description: String { "bad pattern \"\(pattern)\": \(reason)" }
+    public var location: String? { "bad pattern \"\(pattern)\"" }
+    public var message: String { reason }
 }

@@ -1,3 +1,4 @@
+import KaitenErrors
 import Foundation
 import KaitenFiles
 import KaitenConfig
@@ -113,7 +114,8 @@ public struct ServiceRecord: Codable, Sendable {
     }
 }
 
-public struct ServiceError: Error, CustomStringConvertible, Sendable {
-    public let description: String
-    public init(_ description: String) { self.description = description }
+public struct ServiceError: KaitenError {
+    public let message: String
+    public var location: String? { nil }
+    public init(_ message: String) { self.message = message }
 }

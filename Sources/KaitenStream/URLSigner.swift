@@ -1,3 +1,4 @@
+import KaitenErrors
 import Crypto
 import Foundation
 import KaitenFiles
@@ -126,7 +127,7 @@ public struct ServerRecord: Codable, Sendable {
 }
 
 /// Why a file could not be served or fetched.
-public struct StreamError: Error, Sendable, CustomStringConvertible {
+public struct StreamError: KaitenError {
     public enum Code: Sendable {
         case badRequest, forbidden, notFound, unavailable, peerFailed
         /// Peers hold it, none of them connected (a verb that has not dialled yet may, and ask again).
@@ -141,7 +142,8 @@ public struct StreamError: Error, Sendable, CustomStringConvertible {
         self.hint = hint
     }
 
-    public var description: String { hint }
+    public var location: String? { nil }
+    public var message: String { hint }
 
     var status: Int {
         switch code {

@@ -1,5 +1,7 @@
+import KaitenErrors
+
 /// Why an action (or a whole apply) failed.
-public struct ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct ApplyError: KaitenError, Equatable {
     public enum Code: Sendable, Equatable {
         case unsafePath
         case io
@@ -26,5 +28,6 @@ public struct ApplyError: Error, Equatable, Sendable, CustomStringConvertible {
         self.hint = hint
     }
 
-    public var description: String { path.isEmpty ? hint : "\(path): \(hint)" }
+    public var location: String? { path.isEmpty ? nil : path }
+    public var message: String { hint }
 }
