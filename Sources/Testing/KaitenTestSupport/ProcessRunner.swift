@@ -34,9 +34,12 @@ extension Process {
         try awaitReaping(what: what, ended: ended ?? "ended")
     }
 
-    /// Waits until Foundation has seen the end the kernel reports, at most a few seconds.
+    /// Waits until Foundation has seen the end the kernel reports, up to a minute: it reaps on
+    /// a queue of its own, which every suite starting at once on two cores keeps waiting for
+    /// seconds; a child never reaped (seen once: `<defunct>` for good) fails the test instead
+    /// of hanging it.
     private func awaitReaping(what: String, ended: String) throws {
-        let deadline = Date().addingTimeInterval(5)
+        let deadline = Date().addingTimeInterval(60)
         while isRunning, Date() < deadline { usleep(10_000) }
         guard !isRunning else {
             throw HarnessError("\(what) \(endSeenByKernel() ?? ended), but Foundation did not reap it (left a zombie)")
