@@ -27,6 +27,10 @@ enum Redialer {
     ) -> Task<Void, Never> {
         let changes = target.connectionChanges()
         let rushed = Rushed()
+        // Woken by a connection change or a peer found on the LAN (told before the loop starts
+        // waits for it: nothing found meanwhile is missed).
+        let (wakes, waker) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        rushed.onWake { waker.yield() }
         let listener = found.map { found in
             Task {
                 for await device in found where wanted.contains(device) {
@@ -51,9 +55,6 @@ enum Redialer {
                 upgrader.cancel()
             }
             var schedule = RedialSchedule()
-            // Woken by a connection change or a peer found on the LAN.
-            let (wakes, waker) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-            rushed.onWake { waker.yield() }
             let relay = Task {
                 for await _ in changes { waker.yield() }
                 waker.finish()
