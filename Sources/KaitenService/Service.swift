@@ -85,9 +85,10 @@ public final class Service: Sendable {
             let outcome = await generation(home, link: link, first: first, started: started, stop: stop, reloads: reloads)
             first = false
             guard outcome == .reload else { break }
+            var reread = false
             do {
                 home = try KaitenHome.open(homePath)
-                emit(ServiceEvent("config", "config.xml read again; peers and folders follow it"))
+                reread = true
             } catch {
                 emit(ServiceEvent("error", "\(error); config.xml does not load: the service keeps running on the last good configuration"))
             }
@@ -99,6 +100,8 @@ public final class Service: Sendable {
                 await saying("closing the peers' connections", { await link.close(reason: "reloading") })
                 link = await PeerLink.start(home: home, settings: PeerSettings(readTimeout: options.peerReadTimeout), logger: logger, note: note)
             }
+            // Said once the peers' side is under the new terms: a peer removed is refused from here.
+            if reread { emit(ServiceEvent("config", "config.xml read again; peers and folders follow it")) }
         }
         await link.close(reason: "stopping")
         emit(ServiceEvent("stopped", "stopped"))
