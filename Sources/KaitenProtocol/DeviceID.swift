@@ -224,3 +224,21 @@ extension DeviceID {
         return String(Base32.encode(bytes).prefix(7))
     }
 }
+
+/// In JSON, a device ID is the string a person reads and syncthing writes (`ABCDEFG-…`); one
+/// that does not parse is refused as the value it is.
+extension DeviceID: Codable {
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        do {
+            self = try DeviceID(text)
+        } catch {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "\(error)"))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}

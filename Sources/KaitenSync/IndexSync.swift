@@ -106,7 +106,7 @@ public enum IndexSync {
     public static func refreshedPeers(_ reports: [Report]) -> [String: Set<DeviceID>] {
         var refreshed: [String: Set<DeviceID>] = [:]
         for report in reports where report.ok {
-            if let device = try? DeviceID(report.deviceID) { refreshed[report.folder, default: []].insert(device) }
+            refreshed[report.folder, default: []].insert(report.deviceID)
         }
         return refreshed
     }
@@ -114,7 +114,7 @@ public enum IndexSync {
     /// What happened with one peer and one folder.
     public struct Report: Sendable, Codable {
         public var folder: String
-        public var deviceID: String
+        public var deviceID: DeviceID
         public var name: String
         public var ok: Bool
         public var problem: String?
@@ -124,7 +124,7 @@ public enum IndexSync {
         public var sequence: Int64 = 0
 
         /// The peer as a line names it.
-        public var peerLabel: String { DeviceID.label(deviceID, name: name) }
+        public var peerLabel: String { DeviceID.label(deviceID.description, name: name) }
 
         // snake_case, as every other JSON Kaiten prints.
         enum CodingKeys: String, CodingKey {
@@ -219,7 +219,7 @@ public enum IndexSync {
             guard !shared.isEmpty else { continue }
             var perFolder = Dictionary(
                 uniqueKeysWithValues: shared.map {
-                    ($0.id, Report(folder: $0.id, deviceID: device.id.description, name: device.name, ok: false))
+                    ($0.id, Report(folder: $0.id, deviceID: device.id, name: device.name, ok: false))
                 })
             // A peer that still counts a connection of ours as alive (its predecessor was killed a
             // moment ago) accepts a new one and closes it before its ClusterConfig, until it
@@ -394,7 +394,7 @@ public enum IndexSync {
         let indexIDs = try announcer.indexIDs(for: home.config.folders.map(\.id))
         PeerGenerations.record([device.id: connection.hello], home: home.home)
         var perFolder = Dictionary(
-            uniqueKeysWithValues: shared.map { ($0.id, Report(folder: $0.id, deviceID: device.id.description, name: device.name, ok: false)) })
+            uniqueKeysWithValues: shared.map { ($0.id, Report(folder: $0.id, deviceID: device.id, name: device.name, ok: false)) })
         let announced = try await exchange(
             connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer, indexIDs: indexIDs,
             timeout: timeout, serve: serve, perFolder: &perFolder)

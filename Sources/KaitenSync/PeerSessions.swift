@@ -456,7 +456,7 @@ extension PeerSessions: RedialTarget {
             do {
                 let reports = try await self.dial(folders: [], only: devices, directOnly: directOnly, warn: warn)
                 for report in reports where !report.ok {
-                    if let device = try? DeviceID(report.deviceID) { problems.withLock { $0[device] = report.problem ?? "unreachable" } }
+                    problems.withLock { $0[report.deviceID] = report.problem ?? "unreachable" }
                 }
             } catch {
                 problems.withLock { for device in devices { $0[device] = "\(error)" } }

@@ -17,7 +17,7 @@ public enum PeerView {
     }
 
     public static func lines(_ r: PeerCheckResult) -> [String] {
-        let who = Terminal.peerWithID(r.deviceID, name: r.name)
+        let who = Terminal.peerWithID(r.deviceID.description, name: r.name)
         let at = r.address.map { " at \($0)" + (r.reachedVia.map { " (\($0))" } ?? "") } ?? ""
         var lines: [String] = []
         if let client = r.clientName {
@@ -62,7 +62,7 @@ public enum FolderView {
 public enum IndexView {
     public static func lines(_ reports: [IndexReport]) -> [String] {
         reports.map { r in
-            let who = Terminal.peerWithID(r.deviceID, name: r.name)
+            let who = Terminal.peerWithID(r.deviceID.description, name: r.name)
             guard r.ok else { return "\(r.folder)  \(who): FAILED: \(r.problem ?? "unknown error")" }
             return "\(r.folder)  \(who): \(r.filesReceived) files received\(r.fullIndex ? " (full index)" : ""), sequence now \(r.sequence)"
         }
