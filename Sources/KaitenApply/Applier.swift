@@ -75,17 +75,17 @@ public enum Applier {
             let log = state.log
             let rule = log.conflictRule
             let planned = state.input.local
-            // A pull or deletion only goes ahead while the path is what the plan saw.
-            let check: FilePuller.LocalCheck = { name throws(ApplyError) in
-                try Self.checkUnchanged(root: root, name: name, planned: planned[name])
-            }
             if stop?.isSet == true {
                 report.notDone += folderPlan.actions.count
                 continue
             }
-            let versioner = Versioner(folder: config)
+            let disk = FolderDisk(root: root, versioner: Versioner(folder: config))
+            // A pull, like a deletion, only goes ahead while the path is what the plan saw.
+            let check: FilePuller.LocalCheck = { name throws(ApplyError) in
+                try disk.checkUnchanged(name, planned: planned[name])
+            }
             let phases = FolderPhases(
-                folder: folderPlan.id, disk: FolderDisk(root: root, versioner: versioner), planned: planned, requirePeers: requirePeers,
+                folder: folderPlan.id, disk: disk, planned: planned, requirePeers: requirePeers,
                 stop: stop, report: report, events: events)
             defer { report = phases.report }
             phases.removeTemporaries(state.scanStatistics.temporaries, resuming: folderPlan.actions.filter { $0.action == .pull })
@@ -101,7 +101,7 @@ public enum Applier {
             let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
             let puller = {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
-                puller.versioner = versioner
+                puller.versioner = disk.versioner
                 puller.journal = journal
                 puller.groupSync = GroupSync(root: root)
                 puller.budget = AsyncBudget(FilePuller.applyBudget)

@@ -443,7 +443,7 @@ extension PeerSessions: RedialTarget {
 
     /// Dials with the other exchanges, one at a time. An upgrade from a relay (`directOnly`)
     /// is tried quietly: the relayed connection stays whatever happens.
-    func dial(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String] {
+    func dialReportingProblems(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String] {
         let problems = Mutex<[DeviceID: String]>([:])
         let logger = logger
         let warn: @Sendable (String) -> Void

@@ -10,7 +10,7 @@ protocol RedialTarget: Sendable {
     func takeLossReason(_ device: DeviceID) -> String?
     /// Dials `devices` (one at a time with the other exchanges); the problem of each not reached.
     /// With `directOnly`, relays are not tried (a relayed connection being upgraded).
-    func dial(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String]
+    func dialReportingProblems(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String]
     /// Yields when a connection is kept or lost; ends when the target closes.
     func connectionChanges() -> AsyncStream<Void>
 }
@@ -46,7 +46,7 @@ enum Redialer {
                 try? await Task.sleep(for: .seconds(upgradeInterval))
                 let relayed = Set(target.connectedPeers().filter(\.value).keys).intersection(wanted)
                 guard !relayed.isEmpty, !Task.isCancelled else { continue }
-                _ = await target.dial(relayed, directOnly: true)
+                _ = await target.dialReportingProblems(relayed, directOnly: true)
             }
         }
         return Task {
@@ -85,7 +85,7 @@ enum Redialer {
                 guard !missing.isEmpty, !Task.isCancelled else { continue }
                 // A peer may dial in while this waits its turn: the exchange drops the duplicate.
                 let still = Set(missing.filter { target.connectedPeers()[$0] == nil })
-                let problems = still.isEmpty ? [:] : await target.dial(still, directOnly: false)
+                let problems = still.isEmpty ? [:] : await target.dialReportingProblems(still, directOnly: false)
                 let reached = target.connectedPeers()
                 for device in missing {
                     switch schedule.dialled(device, reached: reached[device] != nil, problem: problems[device], now: now) {

@@ -27,7 +27,7 @@ struct RedialerTests {
         func takeLossReason(_ device: DeviceID) -> String? { state.withLock { $0.lossReasons.removeValue(forKey: device) } }
         func connectionChanges() -> AsyncStream<Void> { changes }
 
-        func dial(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String] {
+        func dialReportingProblems(_ devices: Set<DeviceID>, directOnly: Bool) async -> [DeviceID: String] {
             state.withLock { state in
                 var problems: [DeviceID: String] = [:]
                 for device in devices.sorted(by: { $0.description < $1.description }) {

@@ -1,0 +1,51 @@
+import Foundation
+import KaitenTestSupport
+import KaitenTestThreads
+import Testing
+
+@testable import KaitenService
+
+/// The change watcher of each configuration: a reload stops one and starts the next, so what
+/// one opens is closed again once it is stopped, however its thread and its stop interleave.
+@Suite(.timeLimit(.minutes(5)), .ownThread)
+struct ChangeWatcherLifecycleTests {
+    /// What this process's descriptors are (`socket:[inode]`, `anon_inode:inotify`, …).
+    static func openDescriptors() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return names.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0) }
+    }
+
+    static func link(_ fd: Int32) -> String? { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)") }
+
+    @Test func aStoppedWatcherLeavesNoDescriptorOpen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let folder = directory.file("folder")
+        let selections = directory.file("selections")
+        for path in [folder, selections] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        let config = directory.file("config.xml")
+        // Other suites open sockets meanwhile (numbers are reused), but no other part of this
+        // process watches with inotify: the watcher's wake sockets are known by their inodes.
+        let inotify = { Self.openDescriptors().filter { $0 == "anon_inode:inotify" }.count }
+        let before = inotify()
+        var wakeSockets: [String] = []
+        for round in 0..<100 {
+            let watcher = ChangeWatcher(folders: [("f", folder)], selectionDirectory: selections, configPath: config, warn: { _ in })
+            wakeSockets += [watcher.wakeFD, watcher.wakeWriteFD].compactMap(Self.link)
+            // An event in flight as it stops, now and then: the thread may be awake or asleep.
+            if round % 2 == 0 { try Data("\(round)".utf8).write(to: URL(fileURLWithPath: config)) }
+            watcher.stop()
+        }
+        #expect(wakeSockets.count == 200 && wakeSockets.allSatisfy { $0.hasPrefix("socket:") })
+        // The threads close their ends as they end.
+        let deadline = ContinuousClock.now + .seconds(60)
+        var open: Set<String> = []
+        repeat {
+            open = Set(Self.openDescriptors()).intersection(wakeSockets)
+            if open.isEmpty && inotify() == before { break }
+            try await Task.sleep(for: .milliseconds(20))
+        } while ContinuousClock.now < deadline
+        #expect(inotify() == before)
+        #expect(open.isEmpty, "\(open.count) wake sockets still open")
+    }
+}
