@@ -110,7 +110,22 @@ let package = Package(
         // they exist (the control socket, the HTTP servers).
         .target(
             name: "KaitenServer",
-            dependencies: [.product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        // syncthing's REST API over a device's live state: who may ask (API key, Host check),
+        // the endpoints with syncthing's JSON shapes, the HTTP listener. The service gives it
+        // the state; nothing here decides about files.
+        .target(
+            name: "KaitenHTTPAPI",
+            dependencies: [
+                "KaitenServer", "KaitenConfig", "KaitenProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         // Apply: runs a plan (the order, deletions re-checked, the lock, stale-plan and
         // safety-brake checks) with the transfers.
@@ -195,7 +210,7 @@ let package = Package(
             dependencies: [
                 "KaitenFiles", "KaitenServer",
                 "KaitenDiscovery", "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
-                "KaitenProtocol",
+                "KaitenProtocol", "KaitenHTTPAPI",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -286,6 +301,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "KaitenTerminalTests", dependencies: ["KaitenTerminal", "KaitenApp"]),
+        .testTarget(name: "KaitenHTTPAPITests", dependencies: ["KaitenTestThreads", "KaitenHTTPAPI", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenServerTests", dependencies: ["KaitenTestThreads", "KaitenServer", "KaitenTestSupport"]),
         .testTarget(name: "KaitenStreamTests", dependencies: ["KaitenTestThreads", "KaitenStream", "KaitenTestSupport"]),
         // The orchestrators' parts, without a syncthing: the service's trigger coalescer, the

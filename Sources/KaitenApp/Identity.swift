@@ -8,10 +8,10 @@ extension App {
     /// Makes the home: a new device identity and a Syncthing-compatible config.xml. Never
     /// overwrites one that exists.
     public func initialize(
-        name: String?, listenAddress: String, keyType: KeyType, discovery: Bool, relays: Bool
+        name: String?, listenAddress: String, keyType: KeyType, guiAddress: String = "127.0.0.1:8384", discovery: Bool, relays: Bool
     ) throws -> (deviceID: DeviceID, home: String) {
         let created = try KaitenHome.initialize(
-            home, name: name, listenAddress: listenAddress, keyType: keyType, discovery: discovery, relays: relays)
+            home, name: name, listenAddress: listenAddress, keyType: keyType, guiAddress: guiAddress, discovery: discovery, relays: relays)
         return (created.deviceID, created.home.path)
     }
 

@@ -29,6 +29,7 @@ extension App {
         let opened = try open()
         _ = try Self.folders(request.service.folders, in: opened)
         var options = request.service
+        options.restAPI = true
         options.imports =
             try request.imports.map { try Self.importWatch($0, opened: opened, offloadAfter: request.offloadAfter) }
             + Self.viewWatches(opened)

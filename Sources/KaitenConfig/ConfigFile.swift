@@ -113,11 +113,11 @@ public final class ConfigFile {
     /// discovery on only with `discovery`, relays only with `relays` (by default Kaiten talks
     /// only to the addresses it is given).
     public static func makeNew(
-        path: String, myID: DeviceID, name: String, listenAddress: String, apiKey: String, discovery: Bool = false,
-        relays: Bool = false
+        path: String, myID: DeviceID, name: String, listenAddress: String, apiKey: String, guiAddress: String = "127.0.0.1:8384",
+        discovery: Bool = false, relays: Bool = false
     ) throws(ConfigError) -> ConfigFile {
         let text = ConfigTemplate.render(
-            myID: myID, name: name, listenAddress: listenAddress, apiKey: apiKey, discovery: discovery, relays: relays)
+            myID: myID, name: name, listenAddress: listenAddress, apiKey: apiKey, guiAddress: guiAddress, discovery: discovery, relays: relays)
         return try parse(data: Data(text.utf8), path: path)
     }
 
@@ -198,13 +198,18 @@ public final class ConfigFile {
         return ["1", "t", "T", "true", "TRUE", "True"].contains(text)
     }
 
-    /// The `<gui>` element's address and API key.
+    /// The `<gui>` element.
     public var gui: GUIConfiguration {
         let element = root.elements(forName: "gui").first
-        return GUIConfiguration(
-            isEnabled: element?.attribute(forName: "enabled")?.stringValue != "false",
-            address: element?.elements(forName: "address").first?.stringValue ?? "",
-            apiKey: element?.elements(forName: "apikey").first?.stringValue ?? "")
+        let text = { (name: String) in element?.elements(forName: name).first?.stringValue ?? "" }
+        var gui = GUIConfiguration(
+            isEnabled: element?.attribute(forName: "enabled")?.stringValue != "false", address: text("address"), apiKey: text("apikey"))
+        gui.useTLS = Self.flagValue(element?.attribute(forName: "tls")?.stringValue)
+        gui.user = text("user")
+        gui.password = text("password")
+        gui.insecureSkipHostcheck = Self.flagValue(text("insecureSkipHostcheck"))
+        gui.metricsWithoutAuth = Self.flagValue(text("metricsWithoutAuth"))
+        return gui
     }
 
     /// One folder by ID.

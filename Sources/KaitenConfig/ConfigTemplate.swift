@@ -4,7 +4,8 @@ import KaitenProtocol
 /// (config version 36), with everything that reaches beyond the given addresses switched off.
 enum ConfigTemplate {
     static func render(
-        myID: DeviceID, name: String, listenAddress: String, apiKey: String, discovery: Bool = false, relays: Bool = false
+        myID: DeviceID, name: String, listenAddress: String, apiKey: String, guiAddress: String = "127.0.0.1:8384", discovery: Bool = false,
+        relays: Bool = false
     ) -> String {
         let id = myID.description
         return """
@@ -20,7 +21,7 @@ enum ConfigTemplate {
                     <remoteGUIPort>0</remoteGUIPort>
                 </device>
                 <gui enabled="true" tls="false" debugging="false">
-                    <address>127.0.0.1:8384</address>
+                    <address>\(escape(guiAddress))</address>
                     <apikey>\(apiKey)</apikey>
                     <theme>default</theme>
                 </gui>

@@ -42,12 +42,14 @@ public struct KaitenHome {
     ///   - name: this device's name as peers see it; the host name when nil.
     ///   - listenAddress: where peers reach Kaiten, `tcp://HOST:PORT`.
     ///   - keyType: Ed25519 (as syncthing 2.x makes) or ECDSA P-384 (as 1.x).
+    ///   - guiAddress: where `kaiten run` serves the REST API (`<gui>`), `host:port`.
     /// - Throws: ``ConfigError/Code/alreadyExists`` naming every file already present.
     public static func initialize(
         _ home: Home, name: String?, listenAddress: String = "tcp://0.0.0.0:22000", keyType: Identity.KeyType = .default,
-        discovery: Bool = false, relays: Bool = false, now: Date = Date()
+        guiAddress: String = "127.0.0.1:8384", discovery: Bool = false, relays: Bool = false, now: Date = Date()
     ) throws(ConfigError) -> Created {
         try validateListenAddress(listenAddress, file: home.configPath)
+        try validateGUIAddress(guiAddress, file: home.configPath)
         let existing = [home.configPath, home.certificatePath, home.keyPath].filter {
             FileManager.default.fileExists(atPath: $0)
         }
@@ -72,7 +74,7 @@ public struct KaitenHome {
         let deviceName = name ?? ProcessInfo.processInfo.hostName
         let config = try ConfigFile.makeNew(
             path: home.configPath, myID: identity.deviceID, name: deviceName, listenAddress: listenAddress,
-            apiKey: randomAPIKey(), discovery: discovery, relays: relays)
+            apiKey: randomAPIKey(), guiAddress: guiAddress, discovery: discovery, relays: relays)
         try identity.write(certificatePath: home.certificatePath, keyPath: home.keyPath)
         do {
             try ConfigError.writing { () throws(FileWriteError) in try AtomicFile.write(Array(config.serialized().utf8), to: home.configPath, mode: 0o600, exclusive: true) }
@@ -92,6 +94,13 @@ public struct KaitenHome {
         else {
             throw ConfigError(
                 .invalidValue, file: file, "invalid listen address \"\(address)\": want tcp://HOST:PORT, e.g. tcp://0.0.0.0:22000")
+        }
+    }
+
+    /// A `<gui>` address Kaiten can listen on: `HOST:PORT` (`[::1]:PORT` for IPv6).
+    public static func validateGUIAddress(_ address: String, file: String) throws(ConfigError) {
+        guard GUIConfiguration.hostAndPort(address) != nil else {
+            throw ConfigError(.invalidValue, file: file, "invalid GUI address \"\(address)\": want HOST:PORT, e.g. 127.0.0.1:8384")
         }
     }
 

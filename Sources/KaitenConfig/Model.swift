@@ -142,11 +142,43 @@ public struct OptionsConfiguration: Sendable, Equatable {
     }
 }
 
-/// The parts of `<gui>` Kaiten uses (to reach a syncthing REST API on the same home, in tests).
+/// `<gui>`: where the REST API listens and who may use it, as syncthing reads it.
 public struct GUIConfiguration: Sendable, Equatable {
     public var isEnabled: Bool
     public var address: String
     public var apiKey: String
+    /// `tls="true"`: HTTPS with the home's https-cert.pem/https-key.pem.
+    public var useTLS = false
+    /// Basic auth: the user and the bcrypt hash of the password (both empty: none).
+    public var user = ""
+    public var password = ""
+    /// Answers requests whatever their Host header says (a proxy in front).
+    public var insecureSkipHostcheck = false
+    /// `/metrics` without credentials.
+    public var metricsWithoutAuth = false
+
+    public init(isEnabled: Bool, address: String, apiKey: String) {
+        self.isEnabled = isEnabled
+        self.address = address
+        self.apiKey = apiKey
+    }
+
+    /// `address` as a host and a port to bind: `127.0.0.1:8384`, `[::1]:8384`, `http://…`
+    /// (as syncthing also accepts); nil for anything else (a Unix socket is not served).
+    public static func hostAndPort(_ address: String) -> (host: String, port: Int)? {
+        var text = address
+        for scheme in ["http://", "https://"] where text.hasPrefix(scheme) { text = String(text.dropFirst(scheme.count)) }
+        if text.hasSuffix("/") { text.removeLast() }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") {
+            host = String(host.dropFirst().dropLast())
+        } else if host.contains(":") {
+            return nil
+        }
+        guard !host.isEmpty, !host.contains("/") else { return nil }
+        return (host, port)
+    }
 }
 
 /// syncthing's minDiskFree: a share of the file system (`%`) or an amount (`kB`, `MB`, `GB`,

@@ -22,6 +22,8 @@ public final class PeerConnection: Sendable {
     public let remoteAddress: String
     /// The peer's IP address, without the port (nil through a relay or a non-IP channel).
     public let remoteHost: String?
+    /// When the connection was made.
+    public let openedAt = Date()
 
     /// An address as people write it: `127.0.0.1:22000`, `[::1]:22000` (NIO's description is
     /// `[IPv4]127.0.0.1/127.0.0.1:22000`).

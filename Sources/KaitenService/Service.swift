@@ -42,6 +42,8 @@ public final class Service: Sendable {
         /// The on-demand HTTP server (`--serve`), on the service's live sessions.
         public var serve: (host: String, port: Int)?
         public var cacheBytes = 16 << 20
+        /// Answers syncthing's REST API on config.xml's `<gui>` address (`kaiten run` does).
+        public var restAPI = false
         /// Makes `/thumb` answer on the server (the CLI composes the media parts): given the
         /// files the server reads, a thumbnail maker and what ends it; nil: no thumbnails.
         public var thumbnails: (@Sendable (RemoteFiles) async -> (make: StreamServer.ThumbnailMaker, close: @Sendable () async -> Void)?)?
@@ -60,12 +62,18 @@ public final class Service: Sendable {
     let options: Options
     let logger: Logger
     let emit: @Sendable (ServiceEvent) -> Void
+    /// The warnings and errors said, for the REST API.
+    let said = ServiceMessages()
+    let startTime = Date()
 
     public init(home: Home, options: Options, logger: Logger, events: @escaping @Sendable (ServiceEvent) -> Void) {
         self.homePath = home
         self.options = options
         self.logger = logger
-        self.emit = events
+        self.emit = { [said] event in
+            said.record(event)
+            events(event)
+        }
     }
 
     /// Runs until `stop` is raised (SIGTERM, SIGINT); `reload` (SIGHUP) reads config.xml again.
@@ -261,6 +269,7 @@ public final class Service: Sendable {
                 controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
                 controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
         }
+        if options.restAPI, let url = await endpoints?.startAPI(api(home, sessions: sessions, addresses: addresses)) { status.restAPI(url) }
         if first {
             emit(ServiceEvent("started", "running: folders \(folderIDs.joined(separator: ", ")), apply \(options.mode.rawValue), pid \(getpid())"))
         }
@@ -322,6 +331,15 @@ public final class Service: Sendable {
         for feeder in feeders { feeder.cancel() }
         await saying("closing the control socket and the on-demand server", { await endpoints?.close() })
         return outcome
+    }
+
+    /// The REST API of this configuration: config.xml's `<gui>`, over the live sessions.
+    private func api(_ home: KaitenHome, sessions: PeerSessions, addresses: [String]) -> LocalEndpoints.API {
+        LocalEndpoints.API(
+            gui: home.config.gui,
+            state: ServiceAPIState(home: home, sessions: sessions, said: said, addresses: addresses, startTime: startTime),
+            log: { [logger] in logger.debug("rest: \($0)") },
+            said: { [emit] kind, message in emit(ServiceEvent(kind, message)) })
     }
 
     /// Runs one step of a reload or a stop; one that takes longer than `limit` is said, once,

@@ -48,6 +48,8 @@ public struct ServiceRecord: Codable, Sendable {
     public var lastIndexUpdate: String?
     public var lastRound: Round?
     public var serveURL: String?
+    /// Where syncthing's REST API answers (config.xml's `<gui>`), when it does.
+    public var restURL: String?
     /// A round that has run for a while (``Busy/after`` seconds): since when and what it is
     /// doing now. nil between rounds and in a round's first seconds.
     public var busy: Busy?
@@ -61,7 +63,7 @@ public struct ServiceRecord: Codable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case pid, startedAt = "started_at", applyMode = "apply_mode", requirePeers = "require_peers", folders, peers
-        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url", busy
+        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url", restURL = "rest_url", busy
     }
 
     static func path(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("service.json") }

@@ -43,6 +43,11 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         save()
     }
 
+    func restAPI(_ url: String) {
+        record.withLock { $0.restURL = url }
+        save()
+    }
+
     func peers(_ connections: [DeviceID: PeerConnection]) {
         let me = home.identity.deviceID
         let peers = home.config.devices.filter { $0.id != me }.map {

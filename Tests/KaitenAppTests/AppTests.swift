@@ -17,7 +17,7 @@ import Testing
 
     static func app(_ dir: TemporaryDirectory, said: Said) throws -> App {
         let home = Home(path: dir.file("home"))
-        _ = try KaitenHome.initialize(home, name: "app-test", listenAddress: "tcp://127.0.0.1:0")
+        _ = try KaitenHome.initialize(home, name: "app-test", listenAddress: "tcp://127.0.0.1:0", guiAddress: "127.0.0.1:0")
         return App(
             home: home, logger: .init(label: "test"),
             diagnostics: Diagnostics(error: said.add, warning: { said.add("warning: " + $0) }, note: said.add))

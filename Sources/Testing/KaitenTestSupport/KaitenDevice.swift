@@ -9,7 +9,7 @@ public struct KaitenDevice: Sendable {
 
     public init(in directory: String, name: String = "kaiten") throws {
         home = Home(path: (directory as NSString).appendingPathComponent(name))
-        _ = try KaitenHome.initialize(home, name: name, listenAddress: "tcp://127.0.0.1:0")
+        _ = try KaitenHome.initialize(home, name: name, listenAddress: "tcp://127.0.0.1:0", guiAddress: "127.0.0.1:0")
         identity = try Identity.load(certificatePath: home.certificatePath, keyPath: home.keyPath)
     }
 

@@ -162,12 +162,21 @@ public enum KaitenCLI {
         }
     }
 
+    /// A home made by a test answers the REST API on a port of its own (tests run side by
+    /// side; 127.0.0.1:8384 is one port), unless the test names the address itself.
+    static func withTestGUIAddress(_ arguments: [String]) -> [String] {
+        guard arguments.first == "init", !arguments.contains(where: { $0.hasPrefix("--gui-address") }), !arguments.contains("--help") else {
+            return arguments
+        }
+        return arguments + ["--gui-address", "127.0.0.1:0"]
+    }
+
     /// Runs `kaiten ARGS…` with a clean environment (no KAITEN_HOME leaking in from the user).
     public static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws
         -> ProcessResult
     {
         var env = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
         env.merge(environment) { _, new in new }
-        return try ProcessRunner.run(executable, arguments, environment: env, stdin: stdin)
+        return try ProcessRunner.run(executable, withTestGUIAddress(arguments), environment: env, stdin: stdin)
     }
 }

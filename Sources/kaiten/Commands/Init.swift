@@ -47,6 +47,12 @@ extension Kaiten {
                 valueName: "tcp://host:port"))
         var listen: String = "tcp://0.0.0.0:22000"
 
+        @Option(
+            help: ArgumentHelp(
+                "Where `kaiten run` answers syncthing's REST API (config.xml's <gui> address), for the tools that watch syncthing. Port 0: any free port.",
+                valueName: "host:port"))
+        var guiAddress: String = "127.0.0.1:8384"
+
         @Option(help: ArgumentHelp("The device key: ed25519 (what syncthing 2.x makes) or ecdsa (P-384, as 1.x).", valueName: "type"))
         var keyType: KeyTypeArgument = .ed25519
 
@@ -70,7 +76,8 @@ extension Kaiten {
         func run() async throws {
             try await reportingErrors {
                 let created = try global.app.initialize(
-                    name: name, listenAddress: listen, keyType: KeyType(rawValue: keyType.rawValue)!, discovery: discovery == .on,
+                    name: name, listenAddress: listen, keyType: KeyType(rawValue: keyType.rawValue)!, guiAddress: guiAddress,
+                    discovery: discovery == .on,
                     relays: relays == .on)
                 if json {
                     try Terminal.json(["device_id": created.deviceID.description, "home": created.home])

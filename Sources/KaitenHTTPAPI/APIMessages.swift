@@ -1,0 +1,64 @@
+import Foundation
+
+/// One request to the REST API, as the router sees it: no socket, so every decision about it
+/// can be tested with values.
+public struct APIRequest: Sendable {
+    public var method: String
+    /// The path without the query: `/rest/system/status`.
+    public var path: String
+    public var query: [String: String]
+    /// Header values by lowercased name (the first of each).
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(method: String, uri: String, headers: [String: String] = [:], body: [UInt8] = []) {
+        self.method = method
+        let components = URLComponents(string: uri)
+        self.path = components?.percentEncodedPath.removingPercentEncoding ?? uri
+        var query: [String: String] = [:]
+        for item in components?.queryItems ?? [] where query[item.name] == nil { query[item.name] = item.value ?? "" }
+        self.query = query
+        self.headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        self.body = body
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// The answer: a status, a content type and a body.
+public struct APIResponse: Sendable, Equatable {
+    public var status: Int
+    public var contentType: String
+    public var body: [UInt8]
+
+    public init(status: Int, contentType: String, body: [UInt8]) {
+        self.status = status
+        self.contentType = contentType
+        self.body = body
+    }
+
+    /// JSON indented as syncthing indents it.
+    public static func json(_ object: Any, status: Int = 200) -> APIResponse {
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+        return APIResponse(status: status, contentType: "application/json; charset=utf-8", body: Array(data) + [0x0A])
+    }
+
+    /// A plain-text answer, as syncthing's http.Error writes it.
+    public static func text(_ message: String, status: Int) -> APIResponse {
+        APIResponse(status: status, contentType: "text/plain; charset=utf-8", body: Array((message + "\n").utf8))
+    }
+
+    public static func notFound(_ message: String = "404 page not found") -> APIResponse { .text(message, status: 404) }
+}
+
+/// Times as syncthing writes them (RFC 3339, with the fraction of a second when there is one).
+enum APITime {
+    static func string(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: date)
+    }
+
+    /// Go's zero time, which syncthing shows for "never".
+    static let never = "0001-01-01T00:00:00Z"
+}

@@ -1,0 +1,139 @@
+import Foundation
+import KaitenProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Answers a request allowed through ``APIAccess``: syncthing's endpoints with syncthing's JSON
+/// shapes (the keys syncthing 2.1.3 answers with, a superset of 1.19.2's), over ``APIState``.
+public struct APIRouter: Sendable {
+    public let state: any APIState
+    public let version: APIVersion
+
+    public init(state: any APIState, version: APIVersion) {
+        self.state = state
+        self.version = version
+    }
+
+    public func respond(to request: APIRequest) async -> APIResponse {
+        let route = (request.method, request.path)
+        switch route {
+        case ("GET", "/rest/noauth/health"): return .json(["status": "OK"])
+        case ("GET", "/rest/system/ping"), ("POST", "/rest/system/ping"): return .json(["ping": "pong"])
+        case ("GET", "/rest/system/version"): return .json(versionJSON())
+        case ("GET", "/rest/system/status"): return .json(statusJSON())
+        case ("GET", "/rest/system/connections"): return .json(connectionsJSON())
+        case ("GET", "/rest/system/discovery"): return .json([String: Any]())
+        case ("GET", "/rest/system/error"):
+            let errors = state.messages().filter { $0.level != .info }
+            return .json(["errors": errors.isEmpty ? NSNull() : errors.map(Self.messageJSON) as Any])
+        case ("GET", "/rest/system/log"):
+            return .json(["messages": state.messages().map(Self.messageJSON)])
+        case ("GET", "/rest/system/paths"): return .json([String: Any]())
+        case ("GET", "/rest/config"), ("GET", "/rest/system/config"): return .json(state.configJSON())
+        case ("GET", "/rest/config/restart-required"): return .json(["requiresRestart": false])
+        case ("GET", "/rest/config/folders"): return .json(state.configJSON()["folders"] ?? [Any]())
+        case ("GET", "/rest/config/devices"): return .json(state.configJSON()["devices"] ?? [Any]())
+        case ("GET", "/rest/config/options"), ("GET", "/rest/config/gui"), ("GET", "/rest/config/ldap"), ("GET", "/rest/config/defaults/folder"),
+            ("GET", "/rest/config/defaults/device"), ("GET", "/rest/config/defaults/ignores"):
+            return .json(configPart(request.path) ?? [String: Any]())
+        case ("POST", "/rest/db/override"), ("POST", "/rest/db/revert"):
+            return .text(
+                "Kaiten does not override or revert a folder: what is sent and what is pulled follow the selection and the plan (kaiten plan, kaiten apply)",
+                status: 501)
+        default:
+            if request.method == "GET", request.path.hasPrefix("/rest/config/folders/") || request.path.hasPrefix("/rest/config/devices/") {
+                return configEntry(request.path)
+            }
+            if request.path.hasPrefix("/rest/") { return .notFound() }
+            return .notFound()
+        }
+    }
+
+    private func configPart(_ path: String) -> Any? {
+        let parts = path.dropFirst("/rest/config/".count).split(separator: "/").map(String.init)
+        var value: Any? = state.configJSON()
+        for part in parts { value = (value as? [String: Any])?[part] }
+        return value
+    }
+
+    /// `/rest/config/folders/ID` and `/rest/config/devices/ID`.
+    private func configEntry(_ path: String) -> APIResponse {
+        let isFolder = path.hasPrefix("/rest/config/folders/")
+        let id = String(path.dropFirst(isFolder ? "/rest/config/folders/".count : "/rest/config/devices/".count))
+        let list = state.configJSON()[isFolder ? "folders" : "devices"] as? [[String: Any]] ?? []
+        let key = isFolder ? "id" : "deviceID"
+        let wanted = isFolder ? id : ((try? DeviceID(id))?.description ?? id)
+        guard let entry = list.first(where: { ($0[key] as? String) == wanted }) else {
+            return .notFound(isFolder ? "no folder with the ID \(id)" : "no device with the ID \(id)")
+        }
+        return .json(entry)
+    }
+
+    private func versionJSON() -> [String: Any] {
+        var system = utsname()
+        uname(&system)
+        let machine = withUnsafeBytes(of: &system.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let arch = ["x86_64": "amd64", "aarch64": "arm64"][machine] ?? machine
+        return [
+            "arch": arch, "os": "linux", "codename": "Kaiten", "container": false, "date": "", "extra": "kaiten",
+            "isBeta": false, "isCandidate": false, "isRelease": true,
+            "longVersion": "kaiten \(version.version) (swift linux-\(arch))", "stamp": "", "tags": ["kaiten"], "user": "",
+            "version": version.version,
+        ]
+    }
+
+    private func statusJSON() -> [String: Any] {
+        var services: [String: Any] = [:]
+        for listener in state.listeners() {
+            services[listener.address] = [
+                "error": listener.error.map { $0 as Any } ?? NSNull(),
+                "lanAddresses": [listener.address], "wanAddresses": [listener.address],
+            ]
+        }
+        return [
+            "alloc": Self.residentBytes(), "sys": Self.residentBytes(), "connectionServiceStatus": services, "cpuPercent": 0,
+            "goroutines": 0, "guiAddressOverridden": false, "guiAddressUsed": state.guiAddressUsed, "lastDialStatus": [String: Any](),
+            "myID": state.myID.description, "pathSeparator": "/", "startTime": APITime.string(state.startTime),
+            "tilde": ProcessInfo.processInfo.environment["HOME"] ?? "", "uptime": Int(Date().timeIntervalSince(state.startTime)),
+            "urVersionMax": 3,
+        ]
+    }
+
+    private func connectionsJSON() -> [String: Any] {
+        let now = APITime.string(Date())
+        var connections: [String: Any] = [:]
+        var totalIn: Int64 = 0
+        var totalOut: Int64 = 0
+        for connection in state.connections() {
+            totalIn += connection.inBytesTotal
+            totalOut += connection.outBytesTotal
+            let link: [String: Any] = [
+                "at": connection.connected ? now : APITime.never, "inBytesTotal": connection.inBytesTotal,
+                "outBytesTotal": connection.outBytesTotal, "startedAt": connection.startedAt.map(APITime.string) ?? APITime.never,
+                "address": connection.address, "type": connection.type, "crypto": connection.crypto,
+                "isLocal": connection.connected && !connection.type.hasPrefix("relay"),
+            ]
+            var entry = link.merging(["connected": connection.connected, "paused": connection.paused, "clientVersion": connection.clientVersion]) { a, _ in a }
+            // syncthing 2.x: the connection carrying the traffic, when there is one.
+            if connection.connected { entry["primary"] = link }
+            connections[connection.deviceID.description] = entry
+        }
+        return [
+            "connections": connections,
+            "total": ["at": now, "inBytesTotal": totalIn, "outBytesTotal": totalOut],
+        ]
+    }
+
+    static func messageJSON(_ message: APIMessage) -> [String: Any] {
+        ["when": APITime.string(message.when), "message": message.message, "level": message.level.rawValue]
+    }
+
+    /// This process's resident memory (`/proc/self/statm`), what syncthing's `alloc`/`sys` approximate.
+    static func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let pages = text.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import KaitenProtocol
+import KaitenServer
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+/// The REST API's HTTP listener: each request is checked by ``APIAccess`` and answered by
+/// ``APIRouter``. Bodies are bounded, a slow client is let go, and no answer to a refused
+/// request carries data.
+public final class APIServer: Sendable {
+    public let access: APIAccess
+    let log: @Sendable (String) -> Void
+    private let router = Mutex<APIRouter?>(nil)
+    /// The largest request body read (a whole config.xml as JSON is a few hundred KiB).
+    public static let maximumBody = 4 << 20
+
+    /// A server that answers once ``answer(with:)`` gives it its router (503 until then).
+    public init(access: APIAccess, log: @escaping @Sendable (String) -> Void) {
+        self.access = access
+        self.log = log
+    }
+
+    public convenience init(access: APIAccess, router: APIRouter, log: @escaping @Sendable (String) -> Void) {
+        self.init(access: access, log: log)
+        answer(with: router)
+    }
+
+    /// Where requests go from now on.
+    public func answer(with router: APIRouter) { self.router.withLock { $0 = router } }
+
+    /// Binds `host:port`; returns the server (its `port` is the one bound) to run and close.
+    public func bind(host: String, port: Int) async throws -> ConnectionServer {
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        return try await ConnectionServer.bind(
+            bootstrap, to: .host(host, port: port),
+            wrap: { channel in
+                try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                try channel.pipeline.syncOperations.addHandler(RequestHeadDeadline(seconds: 15))
+                return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                    wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
+            },
+            serve: { connection in await self.serve(connection) })
+    }
+
+    func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                var head: HTTPRequestHead?
+                var body: [UInt8] = []
+                var tooLarge = false
+                for try await part in inbound {
+                    switch part {
+                    case .head(let h):
+                        head = h
+                        body = []
+                        tooLarge = false
+                    case .body(var buffer):
+                        if body.count + buffer.readableBytes > Self.maximumBody {
+                            tooLarge = true
+                        } else if let bytes = buffer.readBytes(length: buffer.readableBytes) {
+                            body += bytes
+                        }
+                    case .end:
+                        guard let h = head else { continue }
+                        head = nil
+                        let response: APIResponse
+                        if tooLarge {
+                            response = .text("request body larger than \(Self.maximumBody) bytes", status: 413)
+                        } else {
+                            response = await answer(h, body: body)
+                        }
+                        let keepAlive = h.isKeepAlive && !tooLarge
+                        try await write(response, to: h, keepAlive: keepAlive, outbound)
+                        if !keepAlive {
+                            outbound.finish()
+                            return
+                        }
+                    }
+                }
+            }
+        } catch {
+            // The client went away or sent garbage: its connection ends, the server goes on.
+        }
+    }
+
+    func answer(_ head: HTTPRequestHead, body: [UInt8]) async -> APIResponse {
+        var headers: [String: String] = [:]
+        for (name, value) in head.headers where headers[name.lowercased()] == nil { headers[name.lowercased()] = value }
+        let request = APIRequest(method: head.method.rawValue, uri: head.uri, headers: headers, body: body)
+        let response: APIResponse
+        if let refusal = access.refusal(for: request) {
+            response = refusal
+        } else if let router = router.withLock({ $0 }) {
+            response = await router.respond(to: request)
+        } else {
+            response = .text("starting", status: 503)
+        }
+        // The path only: a query may hold what should not be in a log.
+        log("\(request.method) \(request.path) \(response.status)")
+        return response
+    }
+
+    func write(
+        _ response: APIResponse, to head: HTTPRequestHead, keepAlive: Bool, _ out: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>
+    ) async throws {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: response.contentType)
+        headers.add(name: "Content-Length", value: "\(head.method == .HEAD ? 0 : response.body.count)")
+        headers.add(name: "Cache-Control", value: "max-age=0, no-cache, no-store")
+        headers.add(name: "X-Content-Type-Options", value: "nosniff")
+        headers.add(name: "X-Frame-Options", value: "SAMEORIGIN")
+        if response.status != 403 || response.body != APIResponse.text("Host check error", status: 403).body,
+            let id = router.withLock({ $0 })?.state.myID
+        {
+            headers.add(name: "X-Syncthing-Id", value: id.description)
+        }
+        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        let status = HTTPResponseStatus(statusCode: response.status)
+        try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
+        if head.method != .HEAD, !response.body.isEmpty {
+            try await out.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
+        }
+        try await out.write(.end(nil))
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import KaitenProtocol
+
+/// What the REST API reads of the device serving it; the service gives it its live state.
+public protocol APIState: Sendable {
+    var myID: DeviceID { get }
+    var startTime: Date { get }
+    /// The GUI address the listener is bound to, as `host:port`.
+    var guiAddressUsed: String { get }
+    /// The configuration in syncthing's JSON form (``KaitenConfig/ConfigFile/syncthingJSON()``).
+    func configJSON() -> [String: Any]
+    /// Where this device listens for peers, and any listener's problem.
+    func listeners() -> [APIListener]
+    /// Every configured peer, connected or not.
+    func connections() -> [APIConnection]
+    /// Warnings and errors said since the start, oldest first (at most a bounded number).
+    func messages() -> [APIMessage]
+}
+
+public struct APIListener: Sendable {
+    public var address: String
+    public var error: String?
+
+    public init(address: String, error: String? = nil) {
+        self.address = address
+        self.error = error
+    }
+}
+
+/// One peer's connection, as `/rest/system/connections` shows it.
+public struct APIConnection: Sendable {
+    public var deviceID: DeviceID
+    public var connected: Bool
+    public var paused: Bool
+    public var address: String
+    public var clientVersion: String
+    /// `tcp-client`, `tcp-server`, `relay-client`, `relay-server`.
+    public var type: String
+    public var crypto: String
+    public var startedAt: Date?
+    public var inBytesTotal: Int64
+    public var outBytesTotal: Int64
+
+    public init(
+        deviceID: DeviceID, connected: Bool, paused: Bool = false, address: String = "", clientVersion: String = "", type: String = "",
+        crypto: String = "", startedAt: Date? = nil, inBytesTotal: Int64 = 0, outBytesTotal: Int64 = 0
+    ) {
+        self.deviceID = deviceID
+        self.connected = connected
+        self.paused = paused
+        self.address = address
+        self.clientVersion = clientVersion
+        self.type = type
+        self.crypto = crypto
+        self.startedAt = startedAt
+        self.inBytesTotal = inBytesTotal
+        self.outBytesTotal = outBytesTotal
+    }
+}
+
+/// A line the service said, for `/rest/system/error` (warnings and errors) and `/rest/system/log`.
+public struct APIMessage: Sendable {
+    public enum Level: Int, Sendable {
+        // syncthing's levels: debug 0, verbose 1, info 2, warning 3, error 4.
+        case info = 2, warning = 3, error = 4
+    }
+
+    public var when: Date
+    public var level: Level
+    public var message: String
+
+    public init(when: Date, level: Level, message: String) {
+        self.when = when
+        self.level = level
+        self.message = message
+    }
+}
+
+/// Kaiten's version as `/rest/system/version` says it.
+public struct APIVersion: Sendable {
+    public var version: String
+
+    public init(version: String) { self.version = version }
+}

@@ -1,0 +1,210 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `kaiten run` answers syncthing's REST API on config.xml's `<gui>` address: the real
+/// `syncthing cli` of the generation under test reads it as it reads syncthing, every
+/// endpoint has the keys the real syncthing beside it answers with, and who may ask is
+/// decided as syncthing decides it (each refusal compared with the real one).
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
+struct RESTInteropTests {
+    typealias World = ApplyInteropTests.World
+    typealias Running = RunInteropTests.Running
+    static let folder = ApplyInteropTests.folder
+
+    /// A Kaiten running beside the real syncthing that shares the folder with it, connected;
+    /// `body` gets Kaiten's REST base URL and API key.
+    static func withKaitenBesideSyncthing(
+        _ prefix: String, _ body: (World, SyncthingInstance, _ base: String, _ apiKey: String) async throws -> Void
+    ) async throws {
+        try await RunInteropTests.withDocsSelected(prefix) { world, st, dir in
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"))
+            defer { run.stop() }
+            let recordPath = world.home + "/state/service.json"
+            var base = ""
+            try await RunInteropTests.waitFor("the REST API listening", log: run) {
+                let record = FileManager.default.contents(atPath: recordPath).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+                base = record?["rest_url"] as? String ?? ""
+                return !base.isEmpty
+            }
+            let config = try String(contentsOfFile: world.home + "/config.xml", encoding: .utf8)
+            let key = try #require(config.firstMatch(of: /<apikey>([^<]+)<\/apikey>/)).1
+            let stID = st.deviceID.description
+            try await RunInteropTests.waitFor("syncthing connected, as Kaiten's REST API says", log: run) {
+                let connections = try? Self.json(Self.curl(base + "/rest/system/connections", headers: ["X-API-Key: \(key)"]).body)
+                return ((connections?["connections"] as? [String: Any])?[stID] as? [String: Any])?["connected"] as? Bool == true
+            }
+            try await body(world, st, base, String(key))
+        }
+    }
+
+    /// `curl` with its status code: what a client sends, Host header included, byte for byte.
+    static func curl(_ url: String, method: String = "GET", headers: [String] = []) throws -> (status: Int, body: String) {
+        let arguments = ["-sS", "-m", "30", "-X", method, "-w", "\n%{http_code}", url] + headers.flatMap { ["-H", $0] }
+        let result = try ProcessRunner.run("/usr/bin/curl", arguments, environment: ["PATH": "/usr/bin:/bin"], timeout: 60)
+        var lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let status = Int(lines.popLast() ?? "") ?? 0
+        return (status, lines.joined(separator: "\n"))
+    }
+
+    static func json(_ text: String) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "not a JSON object: \(text.prefix(300))")
+    }
+
+    /// `syncthing cli` of the generation under test, pointed at `base`.
+    static func cli(_ base: String, key: String, _ arguments: [String], home: String) throws -> ProcessResult {
+        let binary = try #require(SyncthingInstance.binary)
+        let address = String(base.dropFirst("http://".count))
+        return try ProcessRunner.run(
+            binary, ["cli", "--gui-address", address, "--gui-apikey", key] + arguments, environment: ["PATH": "/usr/bin:/bin", "HOME": home],
+            timeout: 60)
+    }
+
+    @Test func syncthingsOwnCLIReadsKaitenAsItReadsSyncthing() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-cli") { world, st, base, key in
+            let home = world.dir.file("cli-home")
+            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+            func cli(_ arguments: String...) throws -> ProcessResult { try Self.cli(base, key: key, arguments, home: home) }
+
+            let system = try cli("show", "system")
+            #expect(system.status == 0, "\(system.stdout)\(system.stderr)")
+            #expect(try Self.json(system.stdout)["myID"] as? String == world.me.description)
+            let connections = try cli("show", "connections")
+            #expect(connections.status == 0, "\(connections.stderr)")
+            let peer = (try Self.json(connections.stdout)["connections"] as? [String: Any])?[st.deviceID.description] as? [String: Any]
+            #expect(peer?["connected"] as? Bool == true && (peer?["clientVersion"] as? String)?.hasPrefix(SyncthingInstance.versionTag) == true, "\(connections.stdout)")
+            let version = try cli("show", "version")
+            let versionJSON = try Self.json(version.stdout)
+            #expect(version.status == 0 && (versionJSON["longVersion"] as? String)?.hasPrefix("kaiten ") == true, "\(version.stdout)")
+            let folders = try cli("config", "folders", "list")
+            #expect(folders.status == 0 && folders.stdout.split(separator: "\n").contains(Substring(Self.folder)), "\(folders.stdout)\(folders.stderr)")
+            let devices = try cli("config", "devices", "list")
+            #expect(devices.status == 0, "\(devices.stderr)")
+            #expect(Set(devices.stdout.split(separator: "\n").map(String.init)) == [world.me.description, st.deviceID.description], "\(devices.stdout)")
+            let errors = try cli("errors", "show")
+            let errorsJSON = try Self.json(errors.stdout)
+            #expect(errors.status == 0 && errorsJSON.keys.contains("errors"), "\(errors.stdout)\(errors.stderr)")
+            // An override has no meaning here (the selection and the plan decide what is sent):
+            // refused, with a non-zero exit, and the folder as it was.
+            let selections = world.home + "/selections"
+            func selected() throws -> [String: Data] {
+                let names = try FileManager.default.subpathsOfDirectory(atPath: selections)
+                return Dictionary(uniqueKeysWithValues: names.compactMap { name in FileManager.default.contents(atPath: selections + "/" + name).map { (name, $0) } })
+            }
+            let before = try selected()
+            let override = try cli("operations", "folder-override", Self.folder)
+            #expect(override.status != 0, "\(override.stdout)\(override.stderr)")
+            #expect(try selected() == before && !before.isEmpty)
+            // A folder that does not exist is refused by the client itself, as with syncthing.
+            #expect(try cli("operations", "folder-override", "no-such-folder").status != 0)
+        }
+    }
+
+    /// Keys only one generation has; Kaiten answers with both generations' keys.
+    static let keysOfOneGeneration: Set<String> = [
+        // 1.19.2 only
+        "disableTempIndexes", "weakHashThresholdPct", "debugging", "cacheIgnoredFiles", "databaseTuning", "insecureAllowOldTLSVersions",
+        "restartOnWakeup",
+        // 2.x only
+        "blockIndexing", "fsWatcherTimeoutS", "group", "pullerDelayS", "sendOwnership", "sendXattrs", "syncOwnership", "syncXattrs",
+        "xattrFilter", "numConnections", "metricsWithoutAuth", "sendBasicAuthPrompt", "sessionCookieDurationS", "sessionCookiePath",
+        "auditEnabled", "auditFile", "connectionPriorityQuicLan", "connectionPriorityQuicWan", "connectionPriorityRelay",
+        "connectionPriorityTcpLan", "connectionPriorityTcpWan", "connectionPriorityUpgradeThreshold", "container", "extra", "isLocal", "primary",
+    ]
+
+    /// Where the two answers' keys differ: a key syncthing has and Kaiten lacks anywhere, or one
+    /// Kaiten has that neither generation has. Maps keyed by IDs or addresses compare their
+    /// entries' shapes; lists compare their first elements.
+    static func keyDifferences(kaiten: Any, syncthing: Any, at path: String = "") -> [String] {
+        switch (kaiten, syncthing) {
+        case (let k as [String: Any], let s as [String: Any]):
+            let dynamic = { (keys: Dictionary<String, Any>.Keys) in keys.contains { $0.contains(":") || $0.contains("-") && $0.count > 50 } }
+            if dynamic(k.keys) || dynamic(s.keys) || path.hasSuffix(".params") {
+                guard let kv = k.values.first, let sv = s.values.first else { return [] }
+                return keyDifferences(kaiten: kv, syncthing: sv, at: path + ".*")
+            }
+            var differences: [String] = []
+            for key in s.keys.sorted() {
+                if let kv = k[key] {
+                    differences += keyDifferences(kaiten: kv, syncthing: s[key]!, at: path + "." + key)
+                } else {
+                    differences.append("missing \(path).\(key)")
+                }
+            }
+            for key in k.keys.sorted() where s[key] == nil && !keysOfOneGeneration.contains(key) { differences.append("extra \(path).\(key)") }
+            return differences
+        case (let k as [Any], let s as [Any]):
+            guard let kv = k.first, let sv = s.first else { return [] }
+            return keyDifferences(kaiten: kv, syncthing: sv, at: path + "[]")
+        default:
+            return []
+        }
+    }
+
+    @Test func everyEndpointHasTheKeysTheRealSyncthingAnswersWith() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-keys") { world, st, base, key in
+            try await st.waitUntil("syncthing sees Kaiten connected") {
+                let connections = try await st.get("/rest/system/connections") as? [String: Any]
+                return ((connections?["connections"] as? [String: Any])?[world.me.description] as? [String: Any])?["connected"] as? Bool == true
+            }
+            var endpoints = [
+                "/rest/system/ping", "/rest/system/status", "/rest/system/version", "/rest/system/connections", "/rest/system/error",
+                "/rest/system/discovery", "/rest/config", "/rest/system/config", "/rest/config/restart-required", "/rest/config/options",
+                "/rest/config/gui", "/rest/config/ldap", "/rest/config/defaults/folder", "/rest/config/defaults/device",
+                "/rest/config/folders/\(Self.folder)",
+            ]
+            if SyncthingInstance.majorVersion >= 2 { endpoints.append("/rest/noauth/health") }
+            for endpoint in endpoints {
+                var theirs = try await st.get(endpoint)
+                let answer = try Self.curl(base + endpoint, headers: ["X-API-Key: \(key)"])
+                #expect(answer.status == 200, "\(endpoint): \(answer.status) \(answer.body)")
+                var ours: Any = try JSONSerialization.jsonObject(with: Data(answer.body.utf8))
+                if endpoint == "/rest/system/connections" {
+                    // Each side's entry for the other: both connected.
+                    ours = ((ours as? [String: Any])?["connections"] as? [String: Any])?[st.deviceID.description] as Any
+                    theirs = ((theirs as? [String: Any])?["connections"] as? [String: Any])?[world.me.description] as Any
+                }
+                let differences = Self.keyDifferences(kaiten: ours, syncthing: theirs)
+                #expect(differences.isEmpty, "\(endpoint) (syncthing \(SyncthingInstance.versionTag)): \(differences)")
+            }
+            // The list endpoints: the same folder, the same devices.
+            let folders = try JSONSerialization.jsonObject(with: Data(try Self.curl(base + "/rest/config/folders", headers: ["X-API-Key: \(key)"]).body.utf8)) as? [[String: Any]]
+            #expect(folders?.map { $0["id"] as? String } == [Self.folder])
+        }
+    }
+
+    @Test func whoMayAskIsDecidedAsSyncthingDecidesIt() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-auth") { world, st, base, key in
+            let theirBase = "http://127.0.0.1:\(st.guiPort)"
+            let cases: [(String, String, [String])] = [
+                ("no key", "/rest/system/config", []),
+                ("a wrong key", "/rest/system/config", ["X-API-Key: not-the-key"]),
+                ("the key in the query string", "/rest/system/config?apikey=KEY&api_key=KEY", []),
+                ("a wrong bearer token", "/rest/system/status", ["Authorization: Bearer not-the-key"]),
+                ("a foreign Host with the key", "/rest/system/config", ["Host: evil.example:8384", "X-API-Key: KEY"]),
+                ("a browser's POST without the CSRF token", "/rest/system/shutdown", ["Origin: http://evil.example"]),
+            ]
+            for (what, path, headers) in cases {
+                let ours = try Self.curl(
+                    base + path.replacingOccurrences(of: "KEY", with: key), method: path.hasSuffix("shutdown") ? "POST" : "GET",
+                    headers: headers.map { $0.replacingOccurrences(of: "KEY", with: key) })
+                let theirs = try Self.curl(
+                    theirBase + path.replacingOccurrences(of: "KEY", with: st.apiKey), method: path.hasSuffix("shutdown") ? "POST" : "GET",
+                    headers: headers.map { $0.replacingOccurrences(of: "KEY", with: st.apiKey) })
+                #expect(ours.status == theirs.status && ours.status == 403, "\(what): Kaiten \(ours.status), syncthing \(theirs.status)")
+                #expect(ours.body.trimmingCharacters(in: .whitespacesAndNewlines) == theirs.body.trimmingCharacters(in: .whitespacesAndNewlines), "\(what)")
+                // Nothing of the configuration in a refusal.
+                #expect(!ours.body.contains(Self.folder) && !ours.body.contains(st.deviceID.description) && !ours.body.contains(key), "\(what)")
+            }
+            #expect(try Self.curl(base + "/rest/system/ping", headers: ["Authorization: Bearer \(key)"]).status == 200)
+            // The service is still up after the refused shutdown.
+            #expect(try Self.curl(base + "/rest/system/ping", headers: ["X-API-Key: \(key)"]).body.contains("pong"))
+            _ = world
+        }
+    }
+}
