@@ -31,6 +31,7 @@ public struct APIRouter: Sendable {
         case ("GET", "/rest/system/log"):
             return .json(["messages": state.messages().map(Self.messageJSON)])
         case ("GET", "/rest/system/paths"): return .json([String: Any]())
+        case ("GET", "/rest/events"), ("GET", "/rest/events/disk"): return await events(request)
         case ("GET", "/rest/config"), ("GET", "/rest/system/config"): return .json(state.configJSON())
         case ("GET", "/rest/config/restart-required"): return .json(["requiresRestart": false])
         case ("GET", "/rest/config/folders"): return .json(state.configJSON()["folders"] ?? [Any]())
@@ -49,6 +50,30 @@ public struct APIRouter: Sendable {
             if request.path.hasPrefix("/rest/") { return .notFound() }
             return .notFound()
         }
+    }
+
+    /// The longest a poll waits, whatever it asks.
+    static let longestPoll: Duration = .seconds(3600)
+
+    /// `/rest/events[/disk]?since=N&limit=N&timeout=S&events=A,B`: what happened after `since`,
+    /// waiting up to `timeout` (60 s) for something when nothing did.
+    private func events(_ request: APIRequest) async -> APIResponse {
+        func number(_ name: String, _ fallback: Int) -> Int? {
+            guard let text = request.query[name], !text.isEmpty else { return fallback }
+            return Int(text)
+        }
+        guard let since = number("since", 0), since >= 0 else { return .text("invalid since: want a number", status: 400) }
+        guard let limit = number("limit", 0) else { return .text("invalid limit: want a number", status: 400) }
+        guard let timeout = number("timeout", 60), timeout >= 0 else { return .text("invalid timeout: want seconds", status: 400) }
+        var types: Set<String>?
+        if request.path == "/rest/events/disk" {
+            types = EventLog.diskTypes
+        } else if let names = request.query["events"], !names.isEmpty {
+            types = Set(names.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        }
+        let found = await state.events.events(
+            since: since, types: types, limit: limit > 0 ? limit : nil, timeout: min(.seconds(timeout), Self.longestPoll))
+        return APIResponse(status: 200, contentType: "application/json; charset=utf-8", body: EventLog.json(found))
     }
 
     private func configPart(_ path: String) -> Any? {

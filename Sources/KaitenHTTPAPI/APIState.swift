@@ -15,6 +15,8 @@ public protocol APIState: Sendable {
     func connections() -> [APIConnection]
     /// Warnings and errors said since the start, oldest first (at most a bounded number).
     func messages() -> [APIMessage]
+    /// The event stream of `/rest/events`.
+    var events: EventLog { get }
 }
 
 public struct APIListener: Sendable {

@@ -64,14 +64,17 @@ public final class Service: Sendable {
     let emit: @Sendable (ServiceEvent) -> Void
     /// The warnings and errors said, for the REST API.
     let said = ServiceMessages()
+    /// What it does, as syncthing's events, for the REST API.
+    let apiEvents = APIEvents()
     let startTime = Date()
 
     public init(home: Home, options: Options, logger: Logger, events: @escaping @Sendable (ServiceEvent) -> Void) {
         self.homePath = home
         self.options = options
         self.logger = logger
-        self.emit = { [said] event in
+        self.emit = { [said, apiEvents] event in
             said.record(event)
+            apiEvents.record(event)
             events(event)
         }
     }
@@ -82,6 +85,7 @@ public final class Service: Sendable {
         let lock = try ServiceRecord.lock(homePath, role: "run")
         defer { withExtendedLifetime(lock) {} }
         var home = try KaitenHome.open(homePath)
+        apiEvents.starting(home: homePath.path, myID: home.identity.deviceID)
         let started = ISO8601DateFormatter().string(from: Date())
         let reloads = Reloads(reload)
         let note: @Sendable (String) -> Void = { [emit] in emit(ServiceEvent("peer", $0)) }
@@ -109,7 +113,10 @@ public final class Service: Sendable {
                 link = await PeerLink.start(home: home, settings: PeerSettings(readTimeout: options.peerReadTimeout), logger: logger, note: note)
             }
             // Said once the peers' side is under the new terms: a peer removed is refused from here.
-            if reread { emit(ServiceEvent("config", "config.xml read again; peers and folders follow it")) }
+            if reread {
+                apiEvents.configSaved(home.config.syncthingJSON())
+                emit(ServiceEvent("config", "config.xml read again; peers and folders follow it"))
+            }
         }
         await link.close(reason: "stopping")
         emit(ServiceEvent("stopped", "stopped"))
@@ -175,8 +182,10 @@ public final class Service: Sendable {
         let trigger = Triggers()
         var feeders: [Task<Void, Never>] = []
         let updates = sessions.updates()
-        feeders.append(Task {
+        let labels = Dictionary(folders.map { ($0.id, $0.label) }, uniquingKeysWith: { first, _ in first })
+        feeders.append(Task { [apiEvents] in
             for await update in updates {
+                apiEvents.remoteIndexUpdated(update, label: labels[update.folder] ?? update.folder)
                 status.indexUpdated()
                 trigger.yield(.peers(update.device, folder: update.folder, names: update.files.map(\.name), full: update.isFullIndex))
             }
@@ -230,12 +239,16 @@ public final class Service: Sendable {
         }
         reloads.attach(trigger)
         let changes = sessions.connectionChanges()
-        feeders.append(Task {
-            var connected = Set(sessions.connections().keys)
+        let initial = sessions.connections()
+        for connection in initial.values { apiEvents.connected(connection) }
+        feeders.append(Task { [apiEvents] in
+            var connected = Set(initial.keys)
             for await _ in changes {
                 // Peers come and go: the status says who is connected now.
                 let connections = sessions.connections()
                 status.peers(connections)
+                for (device, connection) in connections where !connected.contains(device) { apiEvents.connected(connection) }
+                for device in connected where connections[device] == nil { apiEvents.disconnected(device) }
                 // A peer (re)connected: what it announced while away came in its first exchange,
                 // which names no paths to the loop, so the next round looks at every path; that
                 // exchange brought the index up to date.
@@ -271,6 +284,7 @@ public final class Service: Sendable {
         }
         if options.restAPI, let url = await endpoints?.startAPI(api(home, sessions: sessions, addresses: addresses)) { status.restAPI(url) }
         if first {
+            apiEvents.startupComplete(myID: home.identity.deviceID)
             emit(ServiceEvent("started", "running: folders \(folderIDs.joined(separator: ", ")), apply \(options.mode.rawValue), pid \(getpid())"))
         }
         status.peers(sessions.connections())
@@ -294,7 +308,9 @@ public final class Service: Sendable {
         var woken = Triggers.Woken()
         woken.whole = true
         loop: while true {
+            for folder in folderIDs { apiEvents.stateChanged(folder: folder, from: "idle", to: "scanning") }
             let retryWhole = await rounds.run(woken: woken, reason: reason)
+            for folder in folderIDs { apiEvents.stateChanged(folder: folder, from: "scanning", to: "idle") }
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
             // on a round's peak.
             sessions.settleIntake()
@@ -337,7 +353,7 @@ public final class Service: Sendable {
     private func api(_ home: KaitenHome, sessions: PeerSessions, addresses: [String]) -> LocalEndpoints.API {
         LocalEndpoints.API(
             gui: home.config.gui,
-            state: ServiceAPIState(home: home, sessions: sessions, said: said, addresses: addresses, startTime: startTime),
+            state: ServiceAPIState(home: home, sessions: sessions, said: said, events: apiEvents.log, addresses: addresses, startTime: startTime),
             log: { [logger] in logger.debug("rest: \($0)") },
             said: { [emit] kind, message in emit(ServiceEvent(kind, message)) })
     }

@@ -12,11 +12,13 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     let home: KaitenHome
     let sessions: PeerSessions
     let said: ServiceMessages
+    let events: EventLog
     let addresses: [String]
     let startTime: Date
     private let bound = Mutex("")
 
-    init(home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, addresses: [String], startTime: Date) {
+    init(home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, events: EventLog, addresses: [String], startTime: Date) {
+        self.events = events
         self.home = home
         self.sessions = sessions
         self.said = said

@@ -20,10 +20,10 @@ struct RESTInteropTests {
     /// A Kaiten running beside the real syncthing that shares the folder with it, connected;
     /// `body` gets Kaiten's REST base URL and API key.
     static func withKaitenBesideSyncthing(
-        _ prefix: String, _ body: (World, SyncthingInstance, _ base: String, _ apiKey: String) async throws -> Void
+        _ prefix: String, runArguments: [String] = [], _ body: (World, SyncthingInstance, _ base: String, _ apiKey: String) async throws -> Void
     ) async throws {
         try await RunInteropTests.withDocsSelected(prefix) { world, st, dir in
-            let run = try Running.start(home: world.home, logPath: dir.file("run.log"))
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), runArguments)
             defer { run.stop() }
             let recordPath = world.home + "/state/service.json"
             var base = ""
@@ -205,6 +205,62 @@ struct RESTInteropTests {
             // The service is still up after the refused shutdown.
             #expect(try Self.curl(base + "/rest/system/ping", headers: ["X-API-Key: \(key)"]).body.contains("pong"))
             _ = world
+        }
+    }
+
+    @Test func anEventPollSeesThePeerAndAChangedSelectedFileArriveAndSinceNeverReplays() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-events", runArguments: ["--apply", "all"]) { world, st, base, key in
+            func poll(_ query: String, path: String = "/rest/events") throws -> [[String: Any]] {
+                let answer = try Self.curl(base + path + "?" + query, headers: ["X-API-Key: \(key)"])
+                #expect(answer.status == 200, "\(answer.body)")
+                return try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [[String: Any]], "\(answer.body)")
+            }
+            func data(_ event: [String: Any]) -> [String: Any] { event["data"] as? [String: Any] ?? [:] }
+            let past = try poll("since=0&timeout=0")
+            let types = past.map { $0["type"] as? String ?? "" }
+            #expect(types.first == "Starting" && types.contains("StartupComplete"), "\(types)")
+            #expect(past.contains { $0["type"] as? String == "DeviceConnected" && data($0)["id"] as? String == st.deviceID.description }, "\(past)")
+            var since = try #require(past.last?["id"] as? Int)
+
+            // The peer changes a selected file: its index arrives, the file is pulled.
+            try TestFiles.write(world.peerData + "/docs/a.txt", "a, changed on the peer\n")
+            try await ApplyInteropTests.rescan(st)
+            var seen: [[String: Any]] = []
+            let deadline = Date().addingTimeInterval(90)
+            while Date() < deadline, !seen.contains(where: { $0["type"] as? String == "ItemFinished" && data($0)["item"] as? String == "docs/a.txt" }) {
+                let events = try poll("since=\(since)&timeout=5")
+                // Only what came after `since`, in order, each once.
+                let ids = events.compactMap { $0["id"] as? Int }
+                #expect(ids.allSatisfy { $0 > since } && ids == ids.sorted() && Set(ids).count == ids.count, "since \(since): \(ids)")
+                since = ids.last ?? since
+                seen += events
+            }
+            let finished = seen.first { $0["type"] as? String == "ItemFinished" && data($0)["item"] as? String == "docs/a.txt" }
+            #expect(finished.map(data)?["action"] as? String == "update" && finished.map(data)?["error"] is NSNull, "\(seen)")
+            #expect(seen.contains { $0["type"] as? String == "ItemStarted" && data($0)["item"] as? String == "docs/a.txt" })
+            #expect(seen.contains {
+                $0["type"] as? String == "RemoteIndexUpdated" && data($0)["device"] as? String == st.deviceID.description
+                    && data($0)["folder"] as? String == Self.folder
+            }, "\(seen.map { $0["type"] ?? "" })")
+            #expect(RunInteropTests.content(world.local + "/docs/a.txt") == "a, changed on the peer\n")
+            // The change as /rest/events/disk says it; not in the default stream.
+            let disk = try poll("since=0&timeout=0", path: "/rest/events/disk")
+            #expect(disk.contains { $0["type"] as? String == "RemoteChangeDetected" && data($0)["path"] as? String == "docs/a.txt" }, "\(disk)")
+            #expect(!seen.contains { $0["type"] as? String == "RemoteChangeDetected" })
+            // A filter: only what was asked for.
+            let filtered = try poll("since=0&timeout=0&events=DeviceConnected")
+            #expect(!filtered.isEmpty && filtered.allSatisfy { $0["type"] as? String == "DeviceConnected" })
+
+            // The peer goes away.
+            st.stop()
+            var gone = false
+            let goneBy = Date().addingTimeInterval(60)
+            while !gone && Date() < goneBy {
+                let events = try poll("since=\(since)&timeout=5")
+                since = (events.last?["id"] as? Int) ?? since
+                gone = events.contains { $0["type"] as? String == "DeviceDisconnected" && data($0)["id"] as? String == st.deviceID.description }
+            }
+            #expect(gone)
         }
     }
 }

@@ -23,6 +23,7 @@ struct APIRouterTests {
                 crypto: "TLS1.3-TLS_AES_128_GCM_SHA256", startedAt: startTime)]
         }
         func messages() -> [APIMessage] { [APIMessage(when: startTime, level: .warning, message: "a warning")] }
+        let events = EventLog()
     }
 
     static let config = """
