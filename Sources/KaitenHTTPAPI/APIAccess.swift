@@ -11,11 +11,14 @@ public struct APIAccess: Sendable {
     public let hasUser: Bool
     /// The listener is on a loopback address and the Host check is not switched off.
     public let checksHost: Bool
+    /// `/metrics` is open (`<metricsWithoutAuth>`).
+    public let metricsOpen: Bool
 
     public init(gui: GUIConfiguration, listensOnLoopback: Bool) {
         apiKey = gui.apiKey
         hasUser = !gui.user.isEmpty && !gui.password.isEmpty
         checksHost = listensOnLoopback && !gui.insecureSkipHostcheck
+        metricsOpen = gui.metricsWithoutAuth
     }
 
     /// nil when the request may go on; otherwise the refusal to send, which says nothing of the data.
@@ -23,7 +26,7 @@ public struct APIAccess: Sendable {
         if checksHost, !Self.isLocalHost(request.header("host") ?? "") {
             return .text("Host check error", status: 403)
         }
-        if request.path.hasPrefix("/rest/noauth/") { return nil }
+        if request.path.hasPrefix("/rest/noauth/") || (metricsOpen && request.path == "/metrics") { return nil }
         if !apiKey.isEmpty {
             if let key = request.header("x-api-key"), Self.equal(key, apiKey) { return nil }
             if let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),

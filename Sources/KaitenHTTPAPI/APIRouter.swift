@@ -32,6 +32,8 @@ public struct APIRouter: Sendable {
             return .json(["messages": state.messages().map(Self.messageJSON)])
         case ("GET", "/rest/system/paths"): return .json([String: Any]())
         case ("GET", "/rest/events"), ("GET", "/rest/events/disk"): return await events(request)
+        case ("GET", "/metrics"):
+            return APIResponse(status: 200, contentType: PrometheusText.contentType, body: Array(PrometheusText.render(state.metrics()).utf8))
         case ("GET", "/rest/config"), ("GET", "/rest/system/config"): return .json(state.configJSON())
         case ("GET", "/rest/config/restart-required"): return .json(["requiresRestart": false])
         case ("GET", "/rest/config/folders"): return .json(state.configJSON()["folders"] ?? [Any]())

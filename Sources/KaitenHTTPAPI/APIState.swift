@@ -17,6 +17,8 @@ public protocol APIState: Sendable {
     func messages() -> [APIMessage]
     /// The event stream of `/rest/events`.
     var events: EventLog { get }
+    /// What `/metrics` shows now.
+    func metrics() -> [MetricFamily]
 }
 
 public struct APIListener: Sendable {

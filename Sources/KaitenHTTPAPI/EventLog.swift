@@ -26,6 +26,8 @@ public final class EventLog: Sendable {
         var nextID = 1
         var waiting: [Int: CheckedContinuation<Void, Never>] = [:]
         var nextWaiter = 0
+        /// How many events of each type were made (all of them, not only those kept).
+        var made: [String: Int] = [:]
     }
 
     private let state = Mutex(State())
@@ -40,6 +42,7 @@ public final class EventLog: Sendable {
         let encoded = (try? JSONSerialization.data(withJSONObject: data, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes])).map(Array.init) ?? Array("null".utf8)
         let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.events.append(Event(id: state.nextID, time: time, type: type, data: encoded))
+            state.made[type, default: 0] += 1
             state.nextID += 1
             if state.events.count > capacity { state.events.removeFirst(state.events.count - capacity) }
             let woken = Array(state.waiting.values)
@@ -104,6 +107,9 @@ public final class EventLog: Sendable {
 
     /// The id of the latest event (the `since` that waits for the next one).
     public var lastID: Int { state.withLock { $0.nextID - 1 } }
+
+    /// How many events of each type were made since the start.
+    public var madeByType: [String: Int] { state.withLock { $0.made } }
 
     /// How many polls wait now.
     var waitingCount: Int { state.withLock { $0.waiting.count } }

@@ -5,6 +5,7 @@ import KaitenProtocol
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 import NIOPosix
 import NIOSSL
 
@@ -59,9 +60,10 @@ public final class PeerConnection: Sendable {
 
     init(
         deviceID: DeviceID, hello: BEPHello, channel: Channel, handler: NIOLoopBound<BEPConnectionHandler>,
-        stats: NIOLockedValueBox<PeerStats>, closed: EventLoopFuture<PeerCloseReason>, events: AsyncStream<PeerEvent>,
+        stats: NIOLockedValueBox<PeerStats>, totals: ByteTotals, closed: EventLoopFuture<PeerCloseReason>, events: AsyncStream<PeerEvent>,
         reachedVia: String
     ) {
+        self.totals = totals
         self.via = NIOLockedValueBox(reachedVia)
         self.deviceID = deviceID
         self.hello = hello
@@ -91,6 +93,11 @@ public final class PeerConnection: Sendable {
 
     /// Counters about this connection.
     public var stats: PeerStats { statsBox.withLockedValue { $0 } }
+
+    /// The bytes of BEP received and sent on this connection (inside TLS; a lane's are its own).
+    public var bytesReceived: Int { totals.received.load(ordering: .relaxed) }
+    public var bytesSent: Int { totals.sent.load(ordering: .relaxed) }
+    private let totals: ByteTotals
 
     /// Sends any message.
     public func send(_ message: BEPMessage) async throws {
@@ -256,6 +263,7 @@ enum PeerPipeline {
     struct Parts: Sendable {
         let handler: NIOLoopBound<BEPConnectionHandler>
         let stats: NIOLockedValueBox<PeerStats>
+        let totals: ByteTotals
         let hello: EventLoopFuture<BEPHello>
         let closed: EventLoopFuture<PeerCloseReason>
     }
@@ -267,14 +275,44 @@ enum PeerPipeline {
         let handler = BEPConnectionHandler(
             hello: hello, settings: settings, logger: logger, events: events, eventLoop: channel.eventLoop,
             peerLabel: peerLabel)
+        let totals = ByteTotals()
         try channel.pipeline.syncOperations.addHandlers([
             tls,
+            ByteCounter(totals),
             ByteToMessageHandler(FrameDecoder(limits: settings.limits)),
             FrameWriter(),
             handler,
         ])
         return Parts(
-            handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), stats: handler.stats,
+            handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), stats: handler.stats, totals: totals,
             hello: handler.helloPromise.futureResult, closed: handler.closedPromise.futureResult)
+    }
+}
+
+/// The bytes a connection received and sent, read from any thread.
+final class ByteTotals: Sendable {
+    let received = Atomic<Int>(0)
+    let sent = Atomic<Int>(0)
+}
+
+/// Counts the bytes that pass between TLS and BEP's framing, both ways.
+final class ByteCounter: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let totals: ByteTotals
+
+    init(_ totals: ByteTotals) { self.totals = totals }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        totals.received.add(unwrapInboundIn(data).readableBytes, ordering: .relaxed)
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        totals.sent.add(unwrapOutboundIn(data).readableBytes, ordering: .relaxed)
+        context.write(data, promise: promise)
     }
 }

@@ -66,15 +66,17 @@ public final class Service: Sendable {
     let said = ServiceMessages()
     /// What it does, as syncthing's events, for the REST API.
     let apiEvents = APIEvents()
+    let counters = ServiceCounters()
     let startTime = Date()
 
     public init(home: Home, options: Options, logger: Logger, events: @escaping @Sendable (ServiceEvent) -> Void) {
         self.homePath = home
         self.options = options
         self.logger = logger
-        self.emit = { [said, apiEvents] event in
+        self.emit = { [said, apiEvents, counters] event in
             said.record(event)
             apiEvents.record(event)
+            counters.record(event)
             events(event)
         }
     }
@@ -282,7 +284,9 @@ public final class Service: Sendable {
                 controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
                 controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
         }
-        if options.restAPI, let url = await endpoints?.startAPI(api(home, sessions: sessions, addresses: addresses)) { status.restAPI(url) }
+        if options.restAPI, let url = await endpoints?.startAPI(api(home, sessions: sessions, status: status, addresses: addresses)) {
+            status.restAPI(url)
+        }
         if first {
             apiEvents.startupComplete(myID: home.identity.deviceID)
             emit(ServiceEvent("started", "running: folders \(folderIDs.joined(separator: ", ")), apply \(options.mode.rawValue), pid \(getpid())"))
@@ -311,6 +315,7 @@ public final class Service: Sendable {
             for folder in folderIDs { apiEvents.stateChanged(folder: folder, from: "idle", to: "scanning") }
             let retryWhole = await rounds.run(woken: woken, reason: reason)
             for folder in folderIDs { apiEvents.stateChanged(folder: folder, from: "scanning", to: "idle") }
+            counters.roundEnded()
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
             // on a round's peak.
             sessions.settleIntake()
@@ -350,10 +355,12 @@ public final class Service: Sendable {
     }
 
     /// The REST API of this configuration: config.xml's `<gui>`, over the live sessions.
-    private func api(_ home: KaitenHome, sessions: PeerSessions, addresses: [String]) -> LocalEndpoints.API {
+    private func api(_ home: KaitenHome, sessions: PeerSessions, status: StatusKeeper, addresses: [String]) -> LocalEndpoints.API {
         LocalEndpoints.API(
             gui: home.config.gui,
-            state: ServiceAPIState(home: home, sessions: sessions, said: said, events: apiEvents.log, addresses: addresses, startTime: startTime),
+            state: ServiceAPIState(
+                home: home, sessions: sessions, said: said, events: apiEvents.log, counters: counters, status: status, addresses: addresses,
+                startTime: startTime),
             log: { [logger] in logger.debug("rest: \($0)") },
             said: { [emit] kind, message in emit(ServiceEvent(kind, message)) })
     }

@@ -13,12 +13,19 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     let sessions: PeerSessions
     let said: ServiceMessages
     let events: EventLog
+    let counters: ServiceCounters
+    let status: StatusKeeper
     let addresses: [String]
     let startTime: Date
     private let bound = Mutex("")
 
-    init(home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, events: EventLog, addresses: [String], startTime: Date) {
+    init(
+        home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, events: EventLog, counters: ServiceCounters, status: StatusKeeper,
+        addresses: [String], startTime: Date
+    ) {
         self.events = events
+        self.counters = counters
+        self.status = status
         self.home = home
         self.sessions = sessions
         self.said = said
@@ -48,11 +55,59 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
             return APIConnection(
                 deviceID: device.id, connected: true, paused: device.isPaused, address: connection.remoteAddress,
                 clientVersion: hello.clientName == "syncthing" ? hello.clientVersion : "\(hello.clientName) \(hello.clientVersion)",
-                type: (relayed ? "relay" : "tcp") + (incoming ? "-server" : "-client"), crypto: "TLS1.3", startedAt: connection.openedAt)
+                type: (relayed ? "relay" : "tcp") + (incoming ? "-server" : "-client"), crypto: "TLS1.3", startedAt: connection.openedAt,
+                inBytesTotal: Int64(connection.bytesReceived), outBytesTotal: Int64(connection.bytesSent))
         }
     }
 
     func messages() -> [APIMessage] { said.all() }
+
+    func metrics() -> [MetricFamily] {
+        typealias Sample = MetricFamily.Sample
+        let config = home.config
+        let open = sessions.connections()
+        let peers = config.devices.filter { $0.id != myID }
+        let items = counters.items.sorted { ($0.key.folder, $0.key.action, $0.key.outcome) < ($1.key.folder, $1.key.action, $1.key.outcome) }
+        let round = status.lastRound
+        return [
+            MetricFamily(
+                "syncthing_build_info", .gauge, help: "A metric with a constant '1' value labeled by version information.",
+                [Sample([("program", "kaiten"), ("version", KaitenVersion.current), ("codename", "Kaiten")], 1)]),
+            MetricFamily(
+                "syncthing_config_device_info", .gauge, help: "Provides additional information labels on devices",
+                config.devices.map { device in
+                    Sample(
+                        [("device", device.id.description), ("introducer", "\(device.isIntroducer)"), ("name", device.name),
+                            ("paused", "\(device.isPaused)"), ("untrusted", "\(device.isUntrusted)")], 1)
+                }),
+            MetricFamily(
+                "syncthing_config_folder_info", .gauge, help: "Provides additional information labels on folders",
+                config.folders.map { folder in
+                    Sample([("folder", folder.id), ("label", folder.label), ("path", folder.path), ("paused", "\(folder.isPaused)"), ("type", folder.type.rawValue)], 1)
+                }),
+            MetricFamily(
+                "syncthing_connections_active", .gauge, help: "Number of currently active connections, per device. If value is 0, the device is disconnected.",
+                peers.map { Sample([("device", $0.id.description)], open[$0.id] == nil ? 0 : 1) }),
+            MetricFamily(
+                "syncthing_protocol_recv_bytes_total", .counter, help: "Total amount of data received, per device (from 0 again on each new connection)",
+                peers.map { Sample([("device", $0.id.description)], Double(open[$0.id]?.bytesReceived ?? 0)) }),
+            MetricFamily(
+                "syncthing_protocol_sent_bytes_total", .counter, help: "Total amount of data sent, per device (from 0 again on each new connection)",
+                peers.map { Sample([("device", $0.id.description)], Double(open[$0.id]?.bytesSent ?? 0)) }),
+            MetricFamily(
+                "syncthing_events_total", .counter, help: "Total number of created/forwarded/dropped events",
+                events.madeByType.sorted { $0.key < $1.key }.map { Sample([("event", $0.key), ("state", "created")], Double($0.value)) }),
+            MetricFamily("kaiten_apply_rounds_total", .counter, help: "Rounds the service ran (plan, then what --apply admits)", [Sample([], Double(counters.rounds))]),
+            MetricFamily(
+                "kaiten_plan_actions_total", .counter,
+                help: "Actions of the service's plans by folder, kind and outcome: done, failed, kept (held back by a brake or not admitted by --apply)",
+                items.map { Sample([("folder", $0.key.folder), ("action", $0.key.action), ("outcome", $0.key.outcome)], Double($0.value)) }),
+            MetricFamily(
+                "kaiten_plan_pending_actions", .gauge, help: "Actions the last round's plan left for review (not admitted, or held by a brake)",
+                [Sample([], Double(round?.pending ?? 0))]),
+            MetricFamily("kaiten_plan_conflicts", .gauge, help: "Conflicts the last round's plan left for kaiten resolve", [Sample([], Double(round?.conflicts ?? 0))]),
+        ]
+    }
 }
 
 /// The warnings and errors a service said, the latest ``limit`` of them, for `/rest/system/error`.

@@ -126,6 +126,9 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         save()
     }
 
+    /// The last round's outcome, nil before the first.
+    var lastRound: ServiceRecord.Round? { record.withLock { $0.lastRound } }
+
     func round(planned: Int, applied: Int, failed: Int, pending: Int, conflicts: Int, error: String?, paths: Int? = nil) {
         let at = now()
         record.withLock {

@@ -263,4 +263,49 @@ struct RESTInteropTests {
             #expect(gone)
         }
     }
+
+    /// promtool from Debian's prometheus package (scripts/test unpacks it: KAITEN_PROMTOOL).
+    static let promtool: String? = {
+        if let path = ProcessInfo.processInfo.environment["KAITEN_PROMTOOL"], FileManager.default.isExecutableFile(atPath: path) { return path }
+        return ProcessRunner.which("promtool")
+    }()
+
+    /// The value of the sample whose line starts with `prefix` (a name and its labels, as written).
+    static func sample(_ text: String, _ prefix: String) -> Double? {
+        text.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Double($0.split(separator: " ").last ?? "") }
+    }
+
+    @Test(.enabled(if: RESTInteropTests.promtool != nil, "no promtool (scripts/test unpacks Debian's: KAITEN_PROMTOOL)"))
+    func metricsPassPromtoolAndMoveWhenFilesMove() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-metrics", runArguments: ["--apply", "all"]) { world, st, base, key in
+            let promtool = try #require(Self.promtool)
+            func scrape() throws -> String {
+                let answer = try Self.curl(base + "/metrics", headers: ["X-API-Key: \(key)"])
+                #expect(answer.status == 200)
+                let check = try ProcessRunner.run(promtool, ["check", "metrics"], environment: ["PATH": "/usr/bin:/bin"], stdin: answer.body, timeout: 60)
+                #expect(check.status == 0, "promtool: \(check.stdout)\(check.stderr)\n\(answer.body)")
+                return answer.body
+            }
+            #expect(try Self.curl(base + "/metrics").status == 403)
+            let stID = st.deviceID.description
+            let pulled = "kaiten_plan_actions_total{folder=\"\(Self.folder)\",action=\"pull\",outcome=\"done\"}"
+            let received = "syncthing_protocol_recv_bytes_total{device=\"\(stID)\"}"
+            // The docs/ selection is pulled by the first rounds: wait for them to be counted.
+            try await RunInteropTests.waitFor("the first pulls counted") { (Self.sample(try scrape(), pulled) ?? 0) >= 2 }
+            let before = try scrape()
+            #expect(Self.sample(before, "syncthing_connections_active{device=\"\(stID)\"}") == 1)
+            #expect(before.contains("syncthing_config_folder_info{folder=\"\(Self.folder)\""))
+
+            // A selected file changes on the peer: pulled, and the numbers move.
+            try TestFiles.write(world.peerData + "/docs/b.txt", String(repeating: "b, much longer now\n", count: 5000))
+            try await ApplyInteropTests.rescan(st)
+            try await RunInteropTests.waitFor("the change pulled") {
+                RunInteropTests.content(world.local + "/docs/b.txt")?.count == 19 * 5000
+            }
+            try await RunInteropTests.waitFor("the pull counted") { (Self.sample(try scrape(), pulled) ?? 0) > (Self.sample(before, pulled) ?? 0) }
+            let after = try scrape()
+            #expect((Self.sample(after, received) ?? 0) >= (Self.sample(before, received) ?? 0) + 19 * 5000 / 10, "\(after)")
+            #expect((Self.sample(after, "kaiten_apply_rounds_total") ?? 0) > (Self.sample(before, "kaiten_apply_rounds_total") ?? 0))
+        }
+    }
 }

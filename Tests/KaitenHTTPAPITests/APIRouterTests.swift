@@ -24,6 +24,7 @@ struct APIRouterTests {
         }
         func messages() -> [APIMessage] { [APIMessage(when: startTime, level: .warning, message: "a warning")] }
         let events = EventLog()
+        func metrics() -> [MetricFamily] { [MetricFamily("kaiten_test", .gauge, help: "a \\ test\nline", [.init([("folder", "a\"b")], 1.5)])] }
     }
 
     static let config = """
@@ -94,5 +95,26 @@ struct APIRouterTests {
         #expect(try await get("/rest/noauth/health").json as? [String: String] == ["status": "OK"])
         #expect(try await get("/rest/nothing").status == 404)
         #expect(try await get("/rest/noauth/../system/config").status == 404)
+    }
+}
+
+/// Prometheus's text format, escaped as its parser wants (checked by promtool in
+/// RESTInteropTests, here without it).
+struct PrometheusTextTests {
+    @Test func familiesAreWrittenWithHelpTypeAndEscapedLabels() {
+        let text = PrometheusText.render([
+            MetricFamily("b_total", .counter, help: "B", [.init([("device", "X")], 3), .init([("device", "Y\\\"\n")], 0)]),
+            MetricFamily("a", .gauge, help: "A\nsecond", [.init([], 2.5)]),
+        ])
+        #expect(text == """
+            # HELP a A\\nsecond
+            # TYPE a gauge
+            a 2.5
+            # HELP b_total B
+            # TYPE b_total counter
+            b_total{device="X"} 3
+            b_total{device="Y\\\\\\"\\n"} 0
+
+            """)
     }
 }

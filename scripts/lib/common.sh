@@ -68,6 +68,26 @@ ensure_peer_servers() {
     [[ -x $KAITEN_STDISCOSRV && -x $KAITEN_STRELAYSRV ]] || die "no stdiscosrv/strelaysrv in the unpacked packages"
 }
 
+# promtool, which checks the REST API's /metrics as Prometheus reads it: Debian's prometheus
+# package unpacked beside the peer servers rather than installed, because installing it starts a
+# Prometheus server on port 9090. The tests find it through KAITEN_PROMTOOL.
+ensure_promtool() {
+    export KAITEN_PROMTOOL="$PEER_SERVERS/usr/bin/promtool"
+    [[ -x $KAITEN_PROMTOOL ]] && return 0
+    log "unpacking prometheus's promtool into $PEER_SERVERS (not installed: no server starts)"
+    local tmp sudo=()
+    tmp=$(mktemp -d)
+    [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+    if ! (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null); then
+        "${sudo[@]}" apt-get update -qq
+        (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null) || die "cannot download prometheus with apt-get"
+    fi
+    mkdir -p "$PEER_SERVERS"
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/unpacked"
+    install -D -m 0755 "$tmp/unpacked/usr/bin/promtool" "$KAITEN_PROMTOOL"
+    rm -rf "$tmp"
+}
+
 missing_packaging_deps() {
     local missing=()
     command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
