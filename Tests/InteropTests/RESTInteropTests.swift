@@ -308,4 +308,42 @@ struct RESTInteropTests {
             #expect((Self.sample(after, "kaiten_apply_rounds_total") ?? 0) > (Self.sample(before, "kaiten_apply_rounds_total") ?? 0))
         }
     }
+
+    @Test func aHundredWaitingPollsDoNotHoldUpTheSyncAndAllWake() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-polls", runArguments: ["--apply", "all"]) { world, st, base, key in
+            let latest = try #require(
+                try JSONSerialization.jsonObject(with: Data(Self.curl(base + "/rest/events?since=0&timeout=0", headers: ["X-API-Key: \(key)"]).body.utf8))
+                    as? [[String: Any]])
+            let since = try #require(latest.last?["id"] as? Int)
+            // A hundred clients waiting at once, each on a connection of its own.
+            let out = world.dir.file("polls")
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+            let script = "for i in $(seq 100); do curl -sS -m 120 -H 'X-API-Key: \(key)' -o '\(out)/'$i -w '%{http_code}' "
+                + "'\(base)/rest/events?since=\(since)&timeout=90&events=ItemFinished' > '\(out)/'$i.status & done; wait"
+            let polls = Process()
+            polls.executableURL = URL(fileURLWithPath: "/bin/bash")
+            polls.arguments = ["-c", script]
+            try polls.run()
+            defer { if polls.isRunning { kill(polls.processIdentifier, SIGKILL) } }
+            try await RunInteropTests.waitFor("a hundred polls connected") {
+                let ss = try ProcessRunner.run("/usr/bin/ss", ["-Htn", "state", "established", "dport", "= :\(base.split(separator: ":").last!)"],
+                    environment: ["PATH": "/usr/bin:/bin"], timeout: 30)
+                return ss.stdout.split(separator: "\n").count >= 100
+            }
+            // The API and the sync go on: a ping answers, a peer's change is pulled.
+            let started = Date()
+            #expect(try Self.curl(base + "/rest/system/ping", headers: ["X-API-Key: \(key)"]).body.contains("pong"))
+            #expect(Date().timeIntervalSince(started) < 10)
+            try TestFiles.write(world.peerData + "/docs/a.txt", "a, changed while a hundred wait\n")
+            try await ApplyInteropTests.rescan(st)
+            try await RunInteropTests.waitFor("the change pulled") { RunInteropTests.content(world.local + "/docs/a.txt") == "a, changed while a hundred wait\n" }
+            // Every poll woke with it.
+            try await RunInteropTests.waitFor("the polls answered", timeout: 120) { !polls.isRunning }
+            for i in 1...100 {
+                let status = RunInteropTests.content(out + "/\(i).status")
+                let body = RunInteropTests.content(out + "/\(i)") ?? ""
+                #expect(status == "200" && body.contains("\"item\":\"docs/a.txt\""), "poll \(i): \(status ?? "-") \(body.prefix(200))")
+            }
+        }
+    }
 }

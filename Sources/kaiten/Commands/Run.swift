@@ -42,6 +42,10 @@ extension Kaiten {
                 the plan and asks, and it applies after checking the plan again like a saved \
                 one (exit 3 if it moved). With --serve, `kaiten url` links work too.
 
+                It answers syncthing's REST API, its event stream and /metrics on config.xml's \
+                <gui> address with its API key, so `syncthing cli`, scripts and Prometheus can \
+                watch it (Docs/rest.md); an address it cannot take is said, and it runs on.
+
                 Examples:
                   kaiten run
                   kaiten run photos --apply none --json
