@@ -13,6 +13,17 @@ public final class APIServer: Sendable {
     public let access: APIAccess
     let log: @Sendable (String) -> Void
     private let router = Mutex<APIRouter?>(nil)
+    /// What is open now: a close ends it all at once (a long poll waits up to an hour, an idle
+    /// client keeps its connection; neither may hold up a reload).
+    private let open = Mutex(Open())
+
+    private struct Open {
+        var closed = false
+        var server: ConnectionServer?
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        var requests: [Int: Task<APIResponse, Never>] = [:]
+        var nextRequest = 0
+    }
     /// The largest request body read (a whole config.xml as JSON is a few hundred KiB).
     public static let maximumBody = 4 << 20
 
@@ -30,10 +41,11 @@ public final class APIServer: Sendable {
     /// Where requests go from now on.
     public func answer(with router: APIRouter) { self.router.withLock { $0 = router } }
 
-    /// Binds `host:port`; returns the server (its `port` is the one bound) to run and close.
-    public func bind(host: String, port: Int) async throws -> ConnectionServer {
+    /// Binds `host:port`; returns the port bound (with 0, the one the system chose). Serving
+    /// goes on until ``close()``; ``run()`` waits for it.
+    public func bind(host: String, port: Int) async throws -> Int {
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-        return try await ConnectionServer.bind(
+        let server = try await ConnectionServer.bind(
             bootstrap, to: .host(host, port: port),
             wrap: { channel in
                 try channel.pipeline.syncOperations.configureHTTPServerPipeline()
@@ -42,9 +54,42 @@ public final class APIServer: Sendable {
                     wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
             },
             serve: { connection in await self.serve(connection) })
+        let closedMeanwhile = open.withLock { open -> Bool in
+            open.server = server
+            return open.closed
+        }
+        if closedMeanwhile { server.close() }
+        return server.port ?? port
+    }
+
+    /// Until the listener is closed and every connection has ended.
+    public func run() async {
+        await open.withLock { $0.server }?.run()
+    }
+
+    /// Stops listening, cancels the requests being answered (a waiting poll answers what it
+    /// has) and closes every connection.
+    public func close() {
+        let (server, channels, requests) = open.withLock { open in
+            open.closed = true
+            return (open.server, Array(open.channels.values), Array(open.requests.values))
+        }
+        server?.close()
+        for request in requests { request.cancel() }
+        for channel in channels { channel.close(promise: nil) }
     }
 
     func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+        let channel = connection.channel
+        let key = ObjectIdentifier(channel)
+        guard open.withLock({ open -> Bool in
+            if !open.closed { open.channels[key] = channel }
+            return !open.closed
+        }) else {
+            try? await connection.executeThenClose { _, _ in }
+            return
+        }
+        defer { _ = open.withLock { $0.channels.removeValue(forKey: key) } }
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var head: HTTPRequestHead?
@@ -71,7 +116,7 @@ public final class APIServer: Sendable {
                         } else {
                             response = await answer(h, body: body)
                         }
-                        let keepAlive = h.isKeepAlive && !tooLarge
+                        let keepAlive = h.isKeepAlive && !tooLarge && !open.withLock { $0.closed }
                         try await write(response, to: h, keepAlive: keepAlive, outbound)
                         if !keepAlive {
                             outbound.finish()
@@ -93,12 +138,27 @@ public final class APIServer: Sendable {
         if let refusal = access.refusal(for: request) {
             response = refusal
         } else if let router = router.withLock({ $0 }) {
-            response = await router.respond(to: request)
+            response = await answering(request, with: router)
         } else {
             response = .text("starting", status: 503)
         }
         // The path only: a query may hold what should not be in a log.
         log("\(request.method) \(request.path) \(response.status)")
+        return response
+    }
+
+    /// The router's answer, in a task a close cancels.
+    private func answering(_ request: APIRequest, with router: APIRouter) async -> APIResponse {
+        let task = Task { await router.respond(to: request) }
+        let ticket = open.withLock { open -> Int? in
+            guard !open.closed else { return nil }
+            open.nextRequest += 1
+            open.requests[open.nextRequest] = task
+            return open.nextRequest
+        }
+        if ticket == nil { task.cancel() }
+        let response = await task.value
+        if let ticket { _ = open.withLock { $0.requests.removeValue(forKey: ticket) } }
         return response
     }
 

@@ -58,7 +58,7 @@ public final class EventLog: Sendable {
         let deadline = ContinuousClock.now + timeout
         while true {
             let (found, next) = matching(since: since, types: types, limit: limit)
-            if !found.isEmpty || ContinuousClock.now >= deadline { return found }
+            if !found.isEmpty || ContinuousClock.now >= deadline || Task.isCancelled { return found }
             guard await waitForEvent(numbered: next, until: deadline) else { return found }
         }
     }

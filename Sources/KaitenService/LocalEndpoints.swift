@@ -50,7 +50,7 @@ public final class LocalEndpoints: Sendable {
     private let http: Task<Void, Error>?
     private let stopHTTP: HTTPStop
     private let closeThumbnails: (@Sendable () async -> Void)?
-    private let api = Mutex<(server: ConnectionServer, task: Task<Void, Never>)?>(nil)
+    private let api = Mutex<(server: APIServer, task: Task<Void, Never>)?>(nil)
 
     private init(
         files: RemoteFiles, baseURL: String?, control: ControlServer, controlTask: Task<Void, Never>, http: Task<Void, Error>?,
@@ -148,21 +148,20 @@ public final class LocalEndpoints: Sendable {
             api.said("warning", "the REST API is off: config.xml asks for TLS on \(api.gui.address), which Kaiten does not serve yet")
             return nil
         }
-        let bound: ConnectionServer
+        let server = APIServer(access: APIAccess(gui: api.gui, listensOnLoopback: Self.isLoopback(host)), log: api.log)
         var address = api.gui.address
         do {
-            let server = APIServer(access: APIAccess(gui: api.gui, listensOnLoopback: Self.isLoopback(host)), log: api.log)
-            bound = try await server.bind(host: host, port: port)
+            let bound = try await server.bind(host: host, port: port)
             // The state says the address bound (port 0: the one the system chose).
-            address = "\(host.contains(":") ? "[\(host)]" : host):\(bound.port ?? port)"
+            address = "\(host.contains(":") ? "[\(host)]" : host):\(bound)"
             api.state.guiAddressUsed = address
             server.answer(with: APIRouter(state: api.state, version: APIVersion(version: KaitenVersion.current)))
         } catch {
             api.said("warning", "the REST API is off: cannot listen on \(api.gui.address): \(error)")
             return nil
         }
-        let task = Task { await bound.run() }
-        self.api.withLock { $0 = (bound, task) }
+        let task = Task { await server.run() }
+        self.api.withLock { $0 = (server, task) }
         api.said("api", "syncthing's REST API on http://\(address)")
         return "http://\(address)"
     }
