@@ -32,6 +32,8 @@ public struct APIRouter: Sendable {
             return .json(["messages": state.messages().map(Self.messageJSON)])
         case ("GET", "/rest/system/paths"): return .json([String: Any]())
         case ("GET", "/rest/events"), ("GET", "/rest/events/disk"): return await events(request)
+        case ("GET", "/rest/db/status"): return dbStatus(request)
+        case ("GET", "/rest/db/completion"): return dbCompletion(request)
         case ("GET", "/metrics"):
             return APIResponse(status: 200, contentType: PrometheusText.contentType, body: Array(PrometheusText.render(state.metrics()).utf8))
         case ("GET", "/rest/config"), ("GET", "/rest/system/config"): return .json(state.configJSON())
@@ -76,6 +78,86 @@ public struct APIRouter: Sendable {
         let found = await state.events.events(
             since: since, types: types, limit: limit > 0 ? limit : nil, timeout: min(.seconds(timeout), Self.longestPoll))
         return APIResponse(status: 200, contentType: "application/json; charset=utf-8", body: EventLog.json(found))
+    }
+
+    /// `/rest/db/status?folder=F`: the folder's counts, need in Kaiten's meaning.
+    private func dbStatus(_ request: APIRequest) -> APIResponse {
+        guard let folder = request.query["folder"], !folder.isEmpty else { return .text("missing folder", status: 400) }
+        let summary: APIFolderSummary
+        do {
+            guard let found = try state.folderSummary(folder, device: nil) else { return .notFound("no folder with the ID \(folder)") }
+            summary = found
+        } catch {
+            return .text("\(error)", status: 500)
+        }
+        let sequence = summary.sequences[state.myID] ?? 0
+        var remote: [String: Any] = [:]
+        for (device, value) in summary.sequences where device != state.myID { remote[device.description] = value }
+        let zero = APIFolderSummary.Counts()
+        var body: [String: Any] = [
+            "errors": 0, "pullErrors": 0, "invalid": "", "error": "", "watchError": "", "ignorePatterns": false,
+            "state": summary.state, "stateChanged": summary.stateChanged.map(APITime.string) ?? APITime.never,
+            "version": sequence, "sequence": sequence, "remoteSequence": remote,
+            "inSyncFiles": max(0, summary.global.files - summary.need.files),
+            "inSyncBytes": max(0, summary.global.bytes - summary.need.bytes),
+        ]
+        for (scope, counts) in [("global", summary.global), ("local", summary.local), ("need", summary.need), ("receiveOnlyChanged", zero)] {
+            body[scope + "Files"] = counts.files
+            body[scope + "Directories"] = counts.directories
+            body[scope + "Symlinks"] = counts.symlinks
+            body[scope + (scope == "need" || scope == "receiveOnlyChanged" ? "Deletes" : "Deleted")] = counts.deleted
+            body[scope + "Bytes"] = counts.bytes
+            body[scope == "receiveOnlyChanged" ? "receiveOnlyTotalItems" : scope + "TotalItems"] = counts.items
+        }
+        return .json(body)
+    }
+
+    /// `/rest/db/completion[?folder=F][&device=D]`: how much of what is wanted is had; without
+    /// a device, this one (its selection), without a folder, every folder together.
+    private func dbCompletion(_ request: APIRequest) -> APIResponse {
+        var device: DeviceID?
+        if let text = request.query["device"], !text.isEmpty {
+            guard let id = try? DeviceID(text) else { return .text("invalid device ID \(text)", status: 400) }
+            device = id == state.myID ? nil : id
+        }
+        let folders: [String]
+        if let folder = request.query["folder"], !folder.isEmpty {
+            folders = [folder]
+        } else {
+            folders = (state.configJSON()["folders"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+        }
+        var global = APIFolderSummary.Counts()
+        var need = APIFolderSummary.Counts()
+        var completions: [Double] = []
+        var sequence: Int64 = 0
+        var remoteState = device == nil ? "unknown" : "valid"
+        for folder in folders {
+            let summary: APIFolderSummary
+            do {
+                guard let found = try state.folderSummary(folder, device: device) else { return .notFound("no folder with the ID \(folder)") }
+                summary = found
+            } catch {
+                return .text("\(error)", status: 500)
+            }
+            global.files += summary.global.files
+            global.directories += summary.global.directories
+            global.symlinks += summary.global.symlinks
+            global.bytes += summary.global.bytes
+            need.files += summary.need.files
+            need.directories += summary.need.directories
+            need.symlinks += summary.need.symlinks
+            need.deleted += summary.need.deleted
+            need.bytes += summary.need.bytes
+            completions.append(summary.completion)
+            sequence = max(sequence, summary.sequences[device ?? state.myID] ?? 0)
+            if device != nil && summary.remoteState != "valid" { remoteState = summary.remoteState }
+        }
+        let completion = folders.count == 1 ? completions[0] : (need.items == 0 ? 100 : min(95, completions.reduce(0, +) / Double(max(1, completions.count))))
+        return .json([
+            "completion": completion, "globalBytes": global.bytes, "globalItems": global.items - global.deleted, "needBytes": need.bytes,
+            "needDeletes": need.deleted, "needItems": need.files + need.directories + need.symlinks, "remoteState": remoteState,
+            "sequence": sequence,
+        ])
     }
 
     private func configPart(_ path: String) -> Any? {

@@ -19,6 +19,40 @@ public protocol APIState: Sendable {
     var events: EventLog { get }
     /// What `/metrics` shows now.
     func metrics() -> [MetricFamily]
+    /// A folder's summary for this device (`device` nil) or a peer; nil: no such folder.
+    func folderSummary(_ folder: String, device: DeviceID?) throws -> APIFolderSummary?
+}
+
+/// A folder's counts as `/rest/db/status` and `/rest/db/completion` say them.
+public struct APIFolderSummary: Sendable {
+    public struct Counts: Sendable {
+        public var files = 0, directories = 0, symlinks = 0, deleted = 0
+        public var bytes: Int64 = 0
+        public var items: Int { files + directories + symlinks + deleted }
+
+        public init(files: Int = 0, directories: Int = 0, symlinks: Int = 0, deleted: Int = 0, bytes: Int64 = 0) {
+            self.files = files
+            self.directories = directories
+            self.symlinks = symlinks
+            self.deleted = deleted
+            self.bytes = bytes
+        }
+    }
+
+    public var global = Counts()
+    public var local = Counts()
+    public var need = Counts()
+    /// 0…100: how much of what is wanted is had.
+    public var completion: Double = 100
+    /// `idle`, `scanning`…, and since when.
+    public var state = "idle"
+    public var stateChanged: Date?
+    /// The highest sequence of each device's index of the folder.
+    public var sequences: [DeviceID: Int64] = [:]
+    /// For a peer: `valid` when its index is known, else `unknown`.
+    public var remoteState = "unknown"
+
+    public init() {}
 }
 
 public struct APIListener: Sendable {

@@ -3,11 +3,16 @@ import KaitenHTTPAPI
 import KaitenPeer
 import KaitenProtocol
 import KaitenSync
+import Synchronization
 
 /// What the service does, as syncthing's events (`/rest/events`): each method is one
 /// happening the service knows as a value, said with syncthing's event type and data keys.
 final class APIEvents: Sendable {
     let log = EventLog()
+    /// Each folder's state as last said, and since when.
+    private let states = Mutex<[String: (state: String, since: Date)]>([:])
+
+    func state(of folder: String) -> (state: String, since: Date)? { states.withLock { $0[folder] } }
 
     func starting(home: String, myID: DeviceID) {
         log.append("Starting", ["home": home, "myID": myID.description])
@@ -57,6 +62,7 @@ final class APIEvents: Sendable {
     }
 
     func stateChanged(folder: String, from: String, to: String) {
+        states.withLock { $0[folder] = (to, Date()) }
         log.append("StateChanged", ["folder": folder, "from": from, "to": to])
     }
 

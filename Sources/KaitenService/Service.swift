@@ -359,7 +359,7 @@ public final class Service: Sendable {
         LocalEndpoints.API(
             gui: home.config.gui,
             state: ServiceAPIState(
-                home: home, sessions: sessions, said: said, events: apiEvents.log, counters: counters, status: status, addresses: addresses,
+                home: home, sessions: sessions, said: said, events: apiEvents, counters: counters, status: status, addresses: addresses,
                 startTime: startTime),
             log: { [logger] in logger.debug("rest: \($0)") },
             said: { [emit] kind, message in emit(ServiceEvent(kind, message)) })

@@ -3,6 +3,7 @@ import KaitenConfig
 import KaitenHTTPAPI
 import KaitenPeer
 import KaitenProtocol
+import KaitenReconcile
 import KaitenSync
 import Synchronization
 
@@ -12,7 +13,8 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     let home: KaitenHome
     let sessions: PeerSessions
     let said: ServiceMessages
-    let events: EventLog
+    let apiEvents: APIEvents
+    var events: EventLog { apiEvents.log }
     let counters: ServiceCounters
     let status: StatusKeeper
     let addresses: [String]
@@ -20,10 +22,10 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     private let bound = Mutex("")
 
     init(
-        home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, events: EventLog, counters: ServiceCounters, status: StatusKeeper,
+        home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, events: APIEvents, counters: ServiceCounters, status: StatusKeeper,
         addresses: [String], startTime: Date
     ) {
-        self.events = events
+        self.apiEvents = events
         self.counters = counters
         self.status = status
         self.home = home
@@ -61,6 +63,30 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     }
 
     func messages() -> [APIMessage] { said.all() }
+
+    /// Read from the folder's log and scan cache as `kaiten status` reads them beside the
+    /// service (read-only; the service's rounds keep both current).
+    func folderSummary(_ folderID: String, device: DeviceID?) throws -> APIFolderSummary? {
+        guard let folder = home.config.folder(id: folderID) else { return nil }
+        let log = try PeerGenerations.openLog(home: home, folder: folderID, readOnly: true, warn: { _ in })
+        defer { log.close() }
+        let completion = try device.map { FolderCompletion.remote(global: log.index, device: $0) } ?? Planner.completion(folder, home: home, log: log)
+        func counts(_ c: FolderCompletion.Counts) -> APIFolderSummary.Counts {
+            APIFolderSummary.Counts(files: c.files, directories: c.directories, symlinks: c.symlinks, deleted: c.deleted, bytes: c.bytes)
+        }
+        var summary = APIFolderSummary()
+        summary.global = counts(completion.global)
+        summary.local = counts(completion.local)
+        summary.need = counts(completion.need)
+        summary.completion = completion.percent
+        if let (state, since) = apiEvents.state(of: folderID) {
+            summary.state = state
+            summary.stateChanged = since
+        }
+        summary.sequences = log.checkpoints.mapValues { Int64($0.maxSequence) }
+        if let device { summary.remoteState = log.checkpoints[device] == nil ? "unknown" : "valid" }
+        return summary
+    }
 
     func metrics() -> [MetricFamily] {
         typealias Sample = MetricFamily.Sample

@@ -71,6 +71,16 @@ public enum Planner {
         return tree
     }
 
+    /// How much of what the selection asks for is here (``FolderCompletion/local(global:selection:tree:)``),
+    /// from the scan cache and the journal of what applies wrote: no disk is scanned.
+    public static func completion(_ folder: FolderConfiguration, home: KaitenHome, log: IndexLog) throws -> FolderCompletion {
+        let (file, _) = try readSelection(home.home.selectionPath(folderID: folder.id))
+        let cachePath = home.home.scanCachePath(folderID: folder.id)
+        var tree = ScanCache.load(path: cachePath)
+        SyncedJournal.merge(path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
+        return FolderCompletion.local(global: log.index, selection: Selection(file, global: log.index), tree: tree)
+    }
+
     /// What the reconciler is given for a folder, from what was read of it.
     /// - Parameter announced: this device's announcements, asked only of a folder that sends.
     static func input(

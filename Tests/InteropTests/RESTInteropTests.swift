@@ -52,6 +52,22 @@ struct RESTInteropTests {
         return (status, lines.joined(separator: "\n"))
     }
 
+    /// Once the first pulls of the selection (docs/a.txt, docs/b.txt) are said done: the events
+    /// until then, so that a test's `since` comes after them.
+    static func firstPullsSaid(_ base: String, key: String) async throws -> [[String: Any]] {
+        var events: [[String: Any]] = []
+        try await RunInteropTests.waitFor("the first pulls said done") {
+            let answer = try curl(base + "/rest/events?since=0&timeout=0", headers: ["X-API-Key: \(key)"])
+            events = try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [[String: Any]] ?? []
+            let finished = Set(events.compactMap { event -> String? in
+                guard event["type"] as? String == "ItemFinished" else { return nil }
+                return (event["data"] as? [String: Any])?["item"] as? String
+            })
+            return finished.isSuperset(of: ["docs/a.txt", "docs/b.txt"])
+        }
+        return events
+    }
+
     static func json(_ text: String) throws -> [String: Any] {
         try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "not a JSON object: \(text.prefix(300))")
     }
@@ -115,6 +131,8 @@ struct RESTInteropTests {
         "xattrFilter", "numConnections", "metricsWithoutAuth", "sendBasicAuthPrompt", "sessionCookieDurationS", "sessionCookiePath",
         "auditEnabled", "auditFile", "connectionPriorityQuicLan", "connectionPriorityQuicWan", "connectionPriorityRelay",
         "connectionPriorityTcpLan", "connectionPriorityTcpWan", "connectionPriorityUpgradeThreshold", "container", "extra", "isLocal", "primary",
+        "error", "receiveOnlyChangedBytes", "receiveOnlyChangedDeletes", "receiveOnlyChangedDirectories", "receiveOnlyChangedFiles",
+        "receiveOnlyChangedSymlinks", "receiveOnlyTotalItems", "remoteSequence", "watchError", "remoteState",
     ]
 
     /// Where the two answers' keys differ: a key syncthing has and Kaiten lacks anywhere, or one
@@ -216,7 +234,7 @@ struct RESTInteropTests {
                 return try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [[String: Any]], "\(answer.body)")
             }
             func data(_ event: [String: Any]) -> [String: Any] { event["data"] as? [String: Any] ?? [:] }
-            let past = try poll("since=0&timeout=0")
+            let past = try await Self.firstPullsSaid(base, key: key)
             let types = past.map { $0["type"] as? String ?? "" }
             #expect(types.first == "Starting" && types.contains("StartupComplete"), "\(types)")
             #expect(past.contains { $0["type"] as? String == "DeviceConnected" && data($0)["id"] as? String == st.deviceID.description }, "\(past)")
@@ -302,18 +320,20 @@ struct RESTInteropTests {
             try await RunInteropTests.waitFor("the change pulled") {
                 RunInteropTests.content(world.local + "/docs/b.txt")?.count == 19 * 5000
             }
-            try await RunInteropTests.waitFor("the pull counted") { (Self.sample(try scrape(), pulled) ?? 0) > (Self.sample(before, pulled) ?? 0) }
+            // The pull is counted as it is done, the round once it ends (a moment later).
+            let rounds = "kaiten_apply_rounds_total"
+            try await RunInteropTests.waitFor("the pull and its round counted") {
+                let now = try scrape()
+                return (Self.sample(now, pulled) ?? 0) > (Self.sample(before, pulled) ?? 0) && (Self.sample(now, rounds) ?? 0) > (Self.sample(before, rounds) ?? 0)
+            }
             let after = try scrape()
             #expect((Self.sample(after, received) ?? 0) >= (Self.sample(before, received) ?? 0) + 19 * 5000 / 10, "\(after)")
-            #expect((Self.sample(after, "kaiten_apply_rounds_total") ?? 0) > (Self.sample(before, "kaiten_apply_rounds_total") ?? 0))
         }
     }
 
     @Test func aHundredWaitingPollsDoNotHoldUpTheSyncAndAllWake() async throws {
         try await Self.withKaitenBesideSyncthing("kaiten-rest-polls", runArguments: ["--apply", "all"]) { world, st, base, key in
-            let latest = try #require(
-                try JSONSerialization.jsonObject(with: Data(Self.curl(base + "/rest/events?since=0&timeout=0", headers: ["X-API-Key: \(key)"]).body.utf8))
-                    as? [[String: Any]])
+            let latest = try await Self.firstPullsSaid(base, key: key)
             let since = try #require(latest.last?["id"] as? Int)
             // A hundred clients waiting at once, each on a connection of its own.
             let out = world.dir.file("polls")
@@ -344,6 +364,49 @@ struct RESTInteropTests {
                 let body = RunInteropTests.content(out + "/\(i)") ?? ""
                 #expect(status == "200" && body.contains("\"item\":\"docs/a.txt\""), "poll \(i): \(status ?? "-") \(body.prefix(200))")
             }
+        }
+    }
+
+    @Test func folderStatusAndCompletionMeanWhatTheSelectionAsksFor() async throws {
+        // Nothing applied on its own: what the selection asks for stays needed until `apply`.
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-db", runArguments: ["--apply", "none"]) { world, st, base, key in
+            func get(_ path: String) throws -> [String: Any] {
+                let answer = try Self.curl(base + path, headers: ["X-API-Key: \(key)"])
+                #expect(answer.status == 200, "\(path): \(answer.status) \(answer.body)")
+                return try Self.json(answer.body)
+            }
+            let folder = Self.folder
+            let wanted = Int64("a, first\n".utf8.count + "b\n".utf8.count)
+            // docs/a.txt and docs/b.txt are selected, other/c.txt is not: two files and their
+            // directory needed.
+            var status = try get("/rest/db/status?folder=\(folder)")
+            #expect(status["globalFiles"] as? Int == 3 && status["needFiles"] as? Int == 2 && status["needDirectories"] as? Int == 1, "\(status)")
+            #expect((status["needBytes"] as? NSNumber)?.int64Value == wanted, "\(status)")
+            var completion = try get("/rest/db/completion?folder=\(folder)")
+            #expect(completion["needItems"] as? Int == 3 && (completion["completion"] as? Double ?? 100) < 100, "\(completion)")
+            // The peer holds everything.
+            let theirs = try get("/rest/db/completion?folder=\(folder)&device=\(st.deviceID)")
+            #expect(theirs["completion"] as? Double == 100 && theirs["needItems"] as? Int == 0 && theirs["remoteState"] as? String == "valid", "\(theirs)")
+            // Keys as syncthing's.
+            for path in ["/rest/db/status?folder=\(folder)", "/rest/db/completion?folder=\(folder)&device=\(world.me)"] {
+                let real = try await st.get(path)
+                let ours = try get(path.replacingOccurrences(of: world.me.description, with: st.deviceID.description))
+                let differences = Self.keyDifferences(kaiten: ours, syncthing: real)
+                #expect(differences.isEmpty, "\(path) (syncthing \(SyncthingInstance.versionTag)): \(differences)")
+            }
+            #expect(try Self.curl(base + "/rest/db/status?folder=nope", headers: ["X-API-Key: \(key)"]).status == 404)
+
+            // Applied: nothing needed any more.
+            let applied = try world.kaiten("apply", "--yes")
+            #expect(applied.status == 0, "\(applied.stdout)\(applied.stderr)")
+            try await RunInteropTests.waitFor("the need gone") { (try get("/rest/db/status?folder=\(folder)"))["needFiles"] as? Int == 0 }
+            status = try get("/rest/db/status?folder=\(folder)")
+            #expect(status["localFiles"] as? Int == 2 && status["needBytes"] as? Int == 0, "\(status)")
+            completion = try get("/rest/db/completion?folder=\(folder)")
+            #expect(completion["completion"] as? Double == 100 && completion["needItems"] as? Int == 0, "\(completion)")
+            // Selecting more makes it needed again.
+            #expect(try world.kaiten("select", folder, "other").status == 0)
+            try await RunInteropTests.waitFor("other/c.txt needed") { (try get("/rest/db/status?folder=\(folder)"))["needFiles"] as? Int == 1 }
         }
     }
 }

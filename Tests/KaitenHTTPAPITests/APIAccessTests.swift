@@ -66,4 +66,15 @@ struct APIAccessTests {
         #expect(access.refusal(for: request("/rest/system/status", headers: ["Host": "127.0.0.1"]))?.status == 401)
         #expect(access.refusal(for: request("/rest/system/status", headers: ["Host": "127.0.0.1", "X-API-Key": "the-key"])) == nil)
     }
+
+    @Test func metricsAreOpenOnlyWhenTheConfigurationSaysSo() {
+        #expect(APIAccess(gui: Self.gui, listensOnLoopback: true).refusal(for: request("/metrics", headers: ["Host": "127.0.0.1"]))?.status == 403)
+        var open = Self.gui
+        open.metricsWithoutAuth = true
+        let access = APIAccess(gui: open, listensOnLoopback: true)
+        #expect(access.refusal(for: request("/metrics", headers: ["Host": "127.0.0.1"])) == nil)
+        // Only /metrics, and the Host check still holds.
+        #expect(access.refusal(for: request("/rest/system/status", headers: ["Host": "127.0.0.1"]))?.status == 403)
+        #expect(access.refusal(for: request("/metrics", headers: ["Host": "evil.example"])) == .text("Host check error", status: 403))
+    }
 }

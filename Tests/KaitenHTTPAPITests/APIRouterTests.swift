@@ -24,6 +24,7 @@ struct APIRouterTests {
         }
         func messages() -> [APIMessage] { [APIMessage(when: startTime, level: .warning, message: "a warning")] }
         let events = EventLog()
+        func folderSummary(_ folder: String, device: DeviceID?) throws -> APIFolderSummary? { nil }
         func metrics() -> [MetricFamily] { [MetricFamily("kaiten_test", .gauge, help: "a \\ test\nline", [.init([("folder", "a\"b")], 1.5)])] }
     }
 
