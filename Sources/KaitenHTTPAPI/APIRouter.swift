@@ -80,15 +80,29 @@ public struct APIRouter: Sendable {
         return APIResponse(status: 200, contentType: "application/json; charset=utf-8", body: EventLog.json(found))
     }
 
+    struct Refusal: Error {
+        let response: APIResponse
+    }
+
+    /// A folder's summary, or the answer that says why there is none (404: no such folder).
+    private func folderSummary(_ folder: String, device: DeviceID?) -> Result<APIFolderSummary, Refusal> {
+        do {
+            guard let found = try state.folderSummary(folder, device: device) else {
+                return .failure(Refusal(response: .notFound("no folder with the ID \(folder)")))
+            }
+            return .success(found)
+        } catch {
+            return .failure(Refusal(response: .text("\(error)", status: 500)))
+        }
+    }
+
     /// `/rest/db/status?folder=F`: the folder's counts, need in Kaiten's meaning.
     private func dbStatus(_ request: APIRequest) -> APIResponse {
         guard let folder = request.query["folder"], !folder.isEmpty else { return .text("missing folder", status: 400) }
         let summary: APIFolderSummary
-        do {
-            guard let found = try state.folderSummary(folder, device: nil) else { return .notFound("no folder with the ID \(folder)") }
-            summary = found
-        } catch {
-            return .text("\(error)", status: 500)
+        switch folderSummary(folder, device: nil) {
+        case .success(let found): summary = found
+        case .failure(let refusal): return refusal.response
         }
         let sequence = summary.sequences[state.myID] ?? 0
         var remote: [String: Any] = [:]
@@ -133,11 +147,9 @@ public struct APIRouter: Sendable {
         var remoteState = device == nil ? "unknown" : "valid"
         for folder in folders {
             let summary: APIFolderSummary
-            do {
-                guard let found = try state.folderSummary(folder, device: device) else { return .notFound("no folder with the ID \(folder)") }
-                summary = found
-            } catch {
-                return .text("\(error)", status: 500)
+            switch folderSummary(folder, device: device) {
+            case .success(let found): summary = found
+            case .failure(let refusal): return refusal.response
             }
             global.files += summary.global.files
             global.directories += summary.global.directories

@@ -29,7 +29,7 @@ final class APIEvents: Sendable {
             [
                 "id": connection.deviceID.description, "addr": connection.remoteAddress, "deviceName": hello.deviceName,
                 "clientName": hello.clientName, "clientVersion": hello.clientVersion,
-                "type": (connection.isRelayed ? "relay" : "tcp") + (connection.reachedVia == "incoming" ? "-server" : "-client"),
+                "type": connection.syncthingType,
             ])
     }
 

@@ -52,12 +52,10 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         return home.config.devices.filter { $0.id != myID }.map { device in
             guard let connection = open[device.id] else { return APIConnection(deviceID: device.id, connected: false, paused: device.isPaused) }
             let hello = connection.hello
-            let relayed = connection.isRelayed
-            let incoming = connection.reachedVia == "incoming"
             return APIConnection(
                 deviceID: device.id, connected: true, paused: device.isPaused, address: connection.remoteAddress,
                 clientVersion: hello.clientName == "syncthing" ? hello.clientVersion : "\(hello.clientName) \(hello.clientVersion)",
-                type: (relayed ? "relay" : "tcp") + (incoming ? "-server" : "-client"), crypto: "TLS1.3", startedAt: connection.openedAt,
+                type: connection.syncthingType, crypto: "TLS1.3", startedAt: connection.openedAt,
                 inBytesTotal: Int64(connection.bytesReceived), outBytesTotal: Int64(connection.bytesSent))
         }
     }
@@ -134,6 +132,12 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
             MetricFamily("kaiten_plan_conflicts", .gauge, help: "Conflicts the last round's plan left for kaiten resolve", [Sample([], Double(round?.conflicts ?? 0))]),
         ]
     }
+}
+
+extension PeerConnection {
+    /// How syncthing names a connection's kind: `tcp-client` (dialled), `tcp-server` (accepted),
+    /// `relay-client`, `relay-server`.
+    var syncthingType: String { (isRelayed ? "relay" : "tcp") + (reachedVia == "incoming" ? "-server" : "-client") }
 }
 
 /// The warnings and errors a service said, the latest ``limit`` of them, for `/rest/system/error`.
