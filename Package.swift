@@ -72,6 +72,9 @@ let package = Package(
         .target(name: "KaitenFiles", dependencies: ["KaitenErrors"]),
         // zlib from the system, for CRC32 in index log records.
         .systemLibrary(name: "CZlib", path: "Sources/C/CZlib", providers: [.apt(["zlib1g-dev"])]),
+        // libxcrypt's bcrypt: the GUI password hash syncthing stores (`$2a$10$…`); swift-crypto
+        // and OpenSSL have no bcrypt, and libcrypt1 is in every Debian system.
+        .systemLibrary(name: "CCrypt", path: "Sources/C/CCrypt", providers: [.apt(["libcrypt-dev"])]),
         // zlib's CRC-32, folded with carry-less multiplication where the CPU has it: every log
         // record, snapshot and scan cache is checked with it.
         .target(name: "CKaitenCRC32", dependencies: ["CZlib"], path: "Sources/C/CKaitenCRC32"),
@@ -121,8 +124,9 @@ let package = Package(
         .target(
             name: "KaitenHTTPAPI",
             dependencies: [
-                "KaitenServer", "KaitenConfig", "KaitenProtocol",
+                "KaitenServer", "KaitenConfig", "KaitenIndex", "KaitenProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
@@ -158,6 +162,7 @@ let package = Package(
             dependencies: [
                 "KaitenFiles",
                 "KaitenProtocol",
+                "CCrypt",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -212,6 +217,7 @@ let package = Package(
                 "KaitenDiscovery", "KaitenApply", "KaitenStream", "KaitenSync", "KaitenTransfer", "KaitenReconcile", "KaitenPeer", "KaitenConfig",
                 "KaitenProtocol", "KaitenHTTPAPI",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -249,7 +255,7 @@ let package = Package(
             dependencies: [
                 "KaitenProtocol", "KaitenConfig", "KaitenFiles", "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenTransfer", "KaitenApply", "KaitenStream",
-                "KaitenService", "KaitenMedia", .product(name: "Logging", package: "swift-log"),
+                "KaitenService", "KaitenHTTPAPI", "KaitenMedia", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The terminal's view of results: plan lines, apply's progress and summary, tables,

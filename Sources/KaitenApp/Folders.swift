@@ -30,22 +30,13 @@ public enum FolderChange: Sendable {
 extension App {
     /// Adds a folder (its directory and marker made when missing), shared with `shares`.
     public func addFolder(_ id: String, path: String, label: String?, type: String, shares: [String]) throws -> FolderChange {
-        let opened = try open()
+        let edit = ConfigEdit(try open())
         guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
             throw ArgumentError("--type \(type): not a folder type Kaiten adds (receiveonly, sendreceive or sendonly)")
         }
-        var devices = [opened.identity.deviceID]
-        for text in shares { devices.append(try opened.config.resolveDevice(text)) }
-        let absolutePath = Home(path: path).path
-        let folder = FolderConfiguration(id: id, label: label ?? id, path: absolutePath, type: folderType, devices: devices)
-        try opened.config.addFolder(folder)
-        let created = try FolderDirectory.prepare(path: absolutePath, markerName: folder.markerName)
-        do {
-            try opened.config.write()
-        } catch {
-            if created { try? FileManager.default.removeItem(atPath: absolutePath) }
-            throw error
-        }
+        let devices = try shares.map { try edit.config.resolveDevice($0) }
+        let (absolutePath, created) = try edit.addFolder(id, path: path, label: label, type: folderType.rawValue, shares: devices)
+        try edit.commit()
         return .added(path: absolutePath, created: created)
     }
 
@@ -72,13 +63,11 @@ extension App {
 
     /// Removes a folder from config.xml with its index; its files and selection file stay.
     public func removeFolder(_ id: String) throws -> FolderChange {
-        let opened = try open()
-        let folder = try opened.config.folders(named: [id])[0]
-        try Membership.forgetFolder(id, home: opened) {
-            try opened.config.removeFolder(id: id)
-            try opened.config.write()
-        }
-        let selection = opened.home.selectionPath(folderID: id)
+        let edit = ConfigEdit(try open())
+        let folder = try edit.config.folders(named: [id])[0]
+        try edit.removeFolder(id)
+        try edit.commit()
+        let selection = edit.home.home.selectionPath(folderID: id)
         return .removed(path: folder.path, selectionKept: FileManager.default.fileExists(atPath: selection) ? selection : nil)
     }
 

@@ -26,18 +26,11 @@ public typealias PeerCheckResult = PeerCheck.Result
 extension App {
     /// Adds a peer to config.xml (its addresses `dynamic` when none is given).
     public func addPeer(_ deviceID: String, name: String, addresses: [String], compression: String) throws -> DeviceID {
-        let opened = try open()
+        let edit = ConfigEdit(try open())
         let id = try DeviceID(deviceID)
-        guard id != opened.identity.deviceID else {
-            throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself")
-        }
-        guard let compressionValue = Compression(configValue: compression) else {
-            throw ArgumentError("--compression must be metadata, never or always")
-        }
-        try Self.checkAddresses(addresses, config: opened.config)
-        try opened.config.addDevice(
-            DeviceConfiguration(id: id, name: name, addresses: addresses.isEmpty ? ["dynamic"] : addresses, compression: compressionValue))
-        try opened.config.write()
+        guard Compression(configValue: compression) != nil else { throw ArgumentError("--compression must be metadata, never or always") }
+        try edit.addDevice(id, name: name, addresses: addresses, compression: compression)
+        try edit.commit()
         return id
     }
 
@@ -61,17 +54,11 @@ extension App {
     /// Removes a peer from config.xml and from every folder shared with it, with what it takes
     /// along (its part of the index logs); returns its label.
     public func removePeer(_ peer: String) throws -> String {
-        let opened = try open()
-        let id = try opened.config.resolveDevice(peer)
-        guard id != opened.identity.deviceID else {
-            throw ConfigError(.invalidValue, file: opened.config.path, "\(id) is this device itself; it cannot be removed")
-        }
-        let label = Self.label(id, in: opened.config)
-        let shared = opened.config.folders.filter { $0.devices.contains(id) }.map(\.id)
-        try Membership.forgetPeer(id, folders: shared, home: opened) {
-            try opened.config.removeDevice(id)
-            try opened.config.write()
-        }
+        let edit = ConfigEdit(try open())
+        let id = try edit.config.resolveDevice(peer)
+        let label = Self.label(id, in: edit.config)
+        try edit.removeDevice(id)
+        try edit.commit()
         return label
     }
 

@@ -30,6 +30,7 @@ extension App {
         _ = try Self.folders(request.service.folders, in: opened)
         var options = request.service
         options.restAPI = true
+        options.useCases = RESTUseCases(app: self)
         options.imports =
             try request.imports.map { try Self.importWatch($0, opened: opened, offloadAfter: request.offloadAfter) }
             + Self.viewWatches(opened)

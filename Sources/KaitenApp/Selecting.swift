@@ -52,10 +52,7 @@ extension App {
         let log = try openLog(folder, in: opened)
         let file = opened.home.selectionPath(folderID: folder)
         var (selection, _) = try Planner.readSelection(file)
-        // In a folder that sends, a file on disk is selected as one of the index is: that is how
-        // a new file is shared.
-        let sendsFrom = opened.config.folder(id: folder).flatMap { $0.type == .sendreceive || $0.type == .sendonly ? $0.path : nil }
-        let onDisk = sendsFrom.map { LocalPaths(root: $0) }
+        let names = SelectableNames(folder: folder, config: opened.config, index: log.index)
         var changed = false
         var results: [Selected] = []
         for path in paths {
@@ -64,19 +61,9 @@ extension App {
             let unescaped = Glob.unescape(path)
             let spelledEscaped = !Glob.hasMetacharacters(path) && unescaped != path && PathRules.escapeGlobCharacters(unescaped) == path
             let clean = try SelectionFile.normalizeArgument(spelledEscaped ? unescaped : path)
-            let literal = (log.index.global(clean).map { !$0.file.isDeleted } ?? false) || onDisk?.exists(clean) == true
+            let literal = names.exists(clean)
             if !literal, Glob.hasMetacharacters(path), let glob = try? Glob(SelectionFile.normalizePattern(path)) {
-                var matched = 0
-                log.index.forEachGlobal { entry in if !entry.file.isDeleted && glob.matches(entry.path) { matched += 1 } }
-                for local in onDisk?.all() ?? [] where glob.matches(local) {
-                    if log.index.global(local).map({ !$0.file.isDeleted }) != true { matched += 1 }
-                }
-                guard matched > 0 || force else {
-                    throw SelectionError(
-                        .badPattern, file: "argument", line: 0,
-                        "the pattern \"\(glob.pattern)\" matches nothing in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (--force adds it anyway)"
-                    )
-                }
+                let matched = try names.checkPattern(glob, force: force)
                 if try selection.addPattern(path) {
                     changed = true
                     results.append(.pattern(glob.pattern, matching: matched))
@@ -85,12 +72,7 @@ extension App {
                 }
                 continue
             }
-            if !force, !literal {
-                throw SelectionError(
-                    .badPattern, file: "argument", line: 0,
-                    "\"\(clean)\" is not in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)"
-                )
-            }
+            if !force, !literal { throw names.notFound(clean) }
             switch try selection.select(clean) {
             case .added:
                 changed = true
@@ -101,6 +83,25 @@ extension App {
         }
         if changed { try Planner.writeSelection(selection, to: file) }
         return results
+    }
+
+    /// Replaces `folder`'s selection file with `text` (the REST API's PUT): the text must parse
+    /// as a selection file, and each path or pattern line it adds is checked as `select` checks
+    /// an argument (unless `force`). Written once, crash-safely; returns the file written.
+    public func replaceSelection(_ folder: String, text: String, force: Bool) throws -> SelectionFile {
+        let opened = try open()
+        let log = try openLog(folder, in: opened)
+        let file = opened.home.selectionPath(folderID: folder)
+        let (current, _) = try Planner.readSelection(file)
+        let replacement = try SelectionFile.parse(text, file: file)
+        if !force {
+            let names = SelectableNames(folder: folder, config: opened.config, index: log.index)
+            for path in Set(replacement.paths).subtracting(current.paths).sorted() where !names.exists(path) { throw names.notFound(path) }
+            let old = Set(current.patterns.map(\.pattern))
+            for glob in replacement.patterns where !old.contains(glob.pattern) { _ = try names.checkPattern(glob, force: false) }
+        }
+        if replacement != current { try Planner.writeSelection(replacement, to: file) }
+        return replacement
     }
 
     /// Removes `paths` (as they were selected: paths or pattern lines) from `folder`'s selection
@@ -195,5 +196,46 @@ struct LocalPaths {
             found.append(path)
         }
         return found
+    }
+}
+
+/// The names a folder's selection may name: live paths of the global index, and in a folder
+/// that sends, files on disk (that is how a new file is shared). `select` and a replaced
+/// selection check what they add against it.
+struct SelectableNames {
+    let folder: String
+    let index: GlobalIndex
+    let onDisk: LocalPaths?
+
+    init(folder: String, config: ConfigFile, index: GlobalIndex) {
+        self.folder = folder
+        self.index = index
+        let sendsFrom = config.folder(id: folder).flatMap { $0.type == .sendreceive || $0.type == .sendonly ? $0.path : nil }
+        onDisk = sendsFrom.map { LocalPaths(root: $0) }
+    }
+
+    func exists(_ path: String) -> Bool {
+        (index.global(path).map { !$0.file.isDeleted } ?? false) || onDisk?.exists(path) == true
+    }
+
+    /// How many names `glob` matches now; none is refused unless `force`.
+    func checkPattern(_ glob: Glob, force: Bool) throws -> Int {
+        var matched = 0
+        index.forEachGlobal { entry in if !entry.file.isDeleted && glob.matches(entry.path) { matched += 1 } }
+        for local in onDisk?.all() ?? [] where glob.matches(local) {
+            if index.global(local).map({ !$0.file.isDeleted }) != true { matched += 1 }
+        }
+        guard matched > 0 || force else {
+            throw SelectionError(
+                .badPattern, file: "argument", line: 0,
+                "the pattern \"\(glob.pattern)\" matches nothing in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (--force adds it anyway)")
+        }
+        return matched
+    }
+
+    func notFound(_ path: String) -> SelectionError {
+        SelectionError(
+            .badPattern, file: "argument", line: 0,
+            "\"\(path)\" is not in the global index of \(folder)\(onDisk == nil ? "" : " nor on disk") (a typo? `kaiten ls \(folder)` lists it; --force adds it anyway)")
     }
 }

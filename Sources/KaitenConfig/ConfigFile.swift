@@ -209,6 +209,9 @@ public final class ConfigFile {
         gui.password = text("password")
         gui.insecureSkipHostcheck = Self.flagValue(text("insecureSkipHostcheck"))
         gui.metricsWithoutAuth = Self.flagValue(text("metricsWithoutAuth"))
+        let prompt = element?.elements(forName: "sendBasicAuthPrompt").first?.stringValue
+        gui.sendBasicAuthPrompt = prompt.map(Self.flagValue) ?? (version <= Self.currentVersion)
+        if let duration = Int(text("sessionCookieDurationS").trimmingCharacters(in: .whitespaces)), duration > 0 { gui.sessionCookieDurationS = duration }
         return gui
     }
 

@@ -94,7 +94,7 @@ public struct Home: Sendable, Equatable {
         return out
     }
 
-    private func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
+    func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
 
     static func absolute(_ path: String) -> String {
         var expanded = (path as NSString).expandingTildeInPath

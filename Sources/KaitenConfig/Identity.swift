@@ -188,20 +188,19 @@ public struct Identity: Sendable {
 
     /// The SEC1 `EC PRIVATE KEY` form syncthing writes (Go's x509.MarshalECPrivateKey).
     package static func sec1PEM(for key: P384.Signing.PrivateKey) throws -> String {
-        // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING,
-        //                             [0] parameters (secp384r1 OID), [1] publicKey BIT STRING }
+        try sec1PEM(raw: key.rawRepresentation, publicKey: key.publicKey.x963Representation, curve: ASN1ObjectIdentifier.NamedCurves.secp384r1)
+    }
+
+    /// ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] parameters (the
+    /// curve's OID), [1] publicKey BIT STRING }.
+    package static func sec1PEM(raw: Data, publicKey: Data, curve: ASN1ObjectIdentifier) throws -> String {
         var serializer = DER.Serializer()
         try serializer.appendConstructedNode(identifier: .sequence) { coder in
             try coder.serialize(1)
-            try coder.serialize(ASN1OctetString(contentBytes: ArraySlice(key.rawRepresentation)))
+            try coder.serialize(ASN1OctetString(contentBytes: ArraySlice(raw)))
+            try coder.serialize(explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific, { coder in try coder.serialize(curve) })
             try coder.serialize(
-                explicitlyTaggedWithTagNumber: 0, tagClass: .contextSpecific,
-                { coder in try coder.serialize(ASN1ObjectIdentifier.NamedCurves.secp384r1) })
-            try coder.serialize(
-                explicitlyTaggedWithTagNumber: 1, tagClass: .contextSpecific,
-                { coder in
-                    try coder.serialize(ASN1BitString(bytes: ArraySlice(key.publicKey.x963Representation)))
-                })
+                explicitlyTaggedWithTagNumber: 1, tagClass: .contextSpecific, { coder in try coder.serialize(ASN1BitString(bytes: ArraySlice(publicKey))) })
         }
         return PEMDocument(type: "EC PRIVATE KEY", derBytes: serializer.serializedBytes).pemString + "\n"
     }

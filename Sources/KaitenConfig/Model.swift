@@ -156,6 +156,11 @@ public struct GUIConfiguration: Sendable, Equatable {
     public var insecureSkipHostcheck = false
     /// `/metrics` without credentials.
     public var metricsWithoutAuth = false
+    /// A request without credentials is answered 401 with a basic-auth challenge (the browser
+    /// asks for the password), not 403: syncthing 1.x always, 2.x when this is set.
+    public var sendBasicAuthPrompt = false
+    /// How long a "stay logged in" session lasts.
+    public var sessionCookieDurationS = 604_800
 
     public init(isEnabled: Bool, address: String, apiKey: String) {
         self.isEnabled = isEnabled

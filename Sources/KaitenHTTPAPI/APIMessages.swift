@@ -30,11 +30,31 @@ public struct APIResponse: Sendable, Equatable {
     public var status: Int
     public var contentType: String
     public var body: [UInt8]
+    /// Headers beyond the ones every answer has: Set-Cookie, WWW-Authenticate, Location.
+    public var headers: [Header] = []
 
-    public init(status: Int, contentType: String, body: [UInt8]) {
+    public struct Header: Sendable, Equatable {
+        public var name: String
+        public var value: String
+
+        public init(_ name: String, _ value: String) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    public init(status: Int, contentType: String, body: [UInt8], headers: [Header] = []) {
         self.status = status
         self.contentType = contentType
         self.body = body
+        self.headers = headers
+    }
+
+    /// This answer with `headers` added.
+    public func adding(_ more: [Header]) -> APIResponse {
+        var copy = self
+        copy.headers += more
+        return copy
     }
 
     /// JSON indented as syncthing indents it.
@@ -48,6 +68,9 @@ public struct APIResponse: Sendable, Equatable {
         APIResponse(status: status, contentType: "text/plain; charset=utf-8", body: Array((message + "\n").utf8))
     }
 
+    /// 200 with no body: how syncthing answers a write that worked.
+    public static let empty = APIResponse(status: 200, contentType: "text/plain; charset=utf-8", body: [])
+
     public static func notFound(_ message: String = "404 page not found") -> APIResponse { .text(message, status: 404) }
 }
 
@@ -57,6 +80,24 @@ enum APITime {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter.string(from: date)
+    }
+
+    /// A file's time, to the nanosecond as syncthing writes it (`2026-11-27T03:44:18.824736889Z`).
+    static func string(nanoseconds: Int64) -> String {
+        var seconds = nanoseconds / 1_000_000_000
+        var fraction = nanoseconds % 1_000_000_000
+        if fraction < 0 {
+            seconds -= 1
+            fraction += 1_000_000_000
+        }
+        let date = Date(timeIntervalSince1970: TimeInterval(seconds))
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        let whole = formatter.string(from: date)
+        guard fraction > 0 else { return whole }
+        var digits = String(format: "%09lld", fraction)
+        while digits.hasSuffix("0") { digits.removeLast() }
+        return whole.dropLast() + "." + digits + "Z"
     }
 
     /// Go's zero time, which syncthing shows for "never".

@@ -20,6 +20,16 @@ public struct APIRouter: Sendable {
         let route = (request.method, request.path)
         switch route {
         case ("GET", "/rest/noauth/health"): return .json(["status": "OK"])
+        case ("GET", "/"):
+            // A browser's first request: where its CSRF token comes from (the access check adds
+            // it); what to do here is said, nothing of the device.
+            let page = """
+                <!doctype html><meta charset="utf-8"><title>Kaiten</title>
+                <p>Kaiten \(version.version) answers syncthing's REST API here (<code>/rest/…</code>, <code>/metrics</code>);
+                see Docs/rest.md. Tools use the API key of config.xml.</p>
+
+                """
+            return APIResponse(status: 200, contentType: "text/html; charset=utf-8", body: Array(page.utf8))
         case ("GET", "/rest/system/ping"), ("POST", "/rest/system/ping"): return .json(["ping": "pong"])
         case ("GET", "/rest/system/version"): return .json(versionJSON())
         case ("GET", "/rest/system/status"): return .json(statusJSON())
@@ -34,6 +44,38 @@ public struct APIRouter: Sendable {
         case ("GET", "/rest/events"), ("GET", "/rest/events/disk"): return await events(request)
         case ("GET", "/rest/db/status"): return dbStatus(request)
         case ("GET", "/rest/db/completion"): return dbCompletion(request)
+        case ("GET", "/rest/db/need"), ("GET", "/rest/db/remoteneed"), ("GET", "/rest/db/localchanged"), ("GET", "/rest/db/browse"),
+            ("GET", "/rest/db/file"), ("GET", "/rest/db/ignores"), ("GET", "/rest/folder/errors"):
+            return answering { try dbRead(request, $0) }
+        case ("POST", "/rest/db/ignores"):
+            return .text(
+                "Kaiten writes .stignore from the selection file: change what is kept with PUT /rest/kaiten/selection (or kaiten select)",
+                status: 501)
+        case ("POST", "/rest/db/scan"):
+            let folder = request.query["folder"].flatMap { $0.isEmpty ? nil : $0 }
+            let subdirectories = request.query["sub"].map { [$0] } ?? []
+            return state.scan(folder: folder, subdirectories: subdirectories) ? .empty : .text("no such folder", status: 500)
+        case ("GET", "/rest/stats/device"): return .json(deviceStatsJSON())
+        case ("GET", "/rest/stats/folder"): return .json(folderStatsJSON())
+        case ("POST", "/rest/system/pause"), ("POST", "/rest/system/resume"):
+            return answering { useCases in
+                var devices: [DeviceID]?
+                if let text = request.query["device"], !text.isEmpty {
+                    guard let id = try? DeviceID(text) else { throw APIFailure(status: 400, "\"\(text)\": not a device ID") }
+                    devices = [id]
+                }
+                try useCases.setPaused(request.path.hasSuffix("/pause"), devices: devices)
+                return .empty
+            }
+        case ("POST", "/rest/system/restart"):
+            state.restart()
+            return .json(["ok": "restarting"])
+        case ("POST", "/rest/system/shutdown"):
+            state.shutdown()
+            return .json(["ok": "shutting down"])
+        case ("GET", "/rest/system/pause"), ("GET", "/rest/system/resume"), ("GET", "/rest/system/restart"), ("GET", "/rest/system/shutdown"),
+            ("GET", "/rest/db/scan"):
+            return .text("Method Not Allowed", status: 405)
         case ("GET", "/metrics"):
             return APIResponse(status: 200, contentType: PrometheusText.contentType, body: Array(PrometheusText.render(state.metrics()).utf8))
         case ("GET", "/rest/config"), ("GET", "/rest/system/config"): return .json(state.configJSON())
@@ -43,16 +85,52 @@ public struct APIRouter: Sendable {
         case ("GET", "/rest/config/options"), ("GET", "/rest/config/gui"), ("GET", "/rest/config/ldap"), ("GET", "/rest/config/defaults/folder"),
             ("GET", "/rest/config/defaults/device"), ("GET", "/rest/config/defaults/ignores"):
             return .json(configPart(request.path) ?? [String: Any]())
+        case ("PUT", "/rest/config"), ("POST", "/rest/system/config"):
+            return answering { useCases in
+                guard let object = try Self.jsonBody(request) as? [String: Any] else { throw APIFailure(status: 400, "want a JSON object") }
+                try useCases.replaceConfiguration(object)
+                return .empty
+            }
+        case ("PUT", "/rest/config/gui"), ("PATCH", "/rest/config/gui"), ("PUT", "/rest/config/options"), ("PATCH", "/rest/config/options"):
+            return answering { useCases in
+                guard let object = try Self.jsonBody(request) as? [String: Any] else { throw APIFailure(status: 400, "want a JSON object") }
+                try useCases.patchSection(String(request.path.dropFirst("/rest/config/".count)), object: object)
+                return .empty
+            }
         case ("POST", "/rest/db/override"), ("POST", "/rest/db/revert"):
             return .text(
                 "Kaiten does not override or revert a folder: what is sent and what is pulled follow the selection and the plan (kaiten plan, kaiten apply)",
                 status: 501)
         default:
-            if request.method == "GET", request.path.hasPrefix("/rest/config/folders/") || request.path.hasPrefix("/rest/config/devices/") {
-                return configEntry(request.path)
+            if request.path.hasPrefix("/rest/config/folders") || request.path.hasPrefix("/rest/config/devices") {
+                if request.method == "GET" { return configEntry(request.path) }
+                return await answering { try configWrite(request, $0) }
             }
-            if request.path.hasPrefix("/rest/") { return .notFound() }
+            if request.path.hasPrefix("/rest/kaiten/") { return await answering { try await kaiten(request, $0) } }
             return .notFound()
+        }
+    }
+
+    /// The answer of a use case, or its refusal (501 when this server has none to call).
+    private func answering(_ body: (any APIUseCases) async throws -> APIResponse) async -> APIResponse {
+        guard let useCases = state.useCases else { return .text("not served by this process", status: 501) }
+        do {
+            return try await body(useCases)
+        } catch let failure as APIFailure {
+            return .text(failure.message, status: failure.status)
+        } catch {
+            return .text("\(error)", status: 500)
+        }
+    }
+
+    private func answering(_ body: (any APIUseCases) throws -> APIResponse) -> APIResponse {
+        guard let useCases = state.useCases else { return .text("not served by this process", status: 501) }
+        do {
+            return try body(useCases)
+        } catch let failure as APIFailure {
+            return .text(failure.message, status: failure.status)
+        } catch {
+            return .text("\(error)", status: 500)
         }
     }
 
@@ -104,9 +182,14 @@ public struct APIRouter: Sendable {
         case .success(let found): summary = found
         case .failure(let refusal): return refusal.response
         }
-        let sequence = summary.sequences[state.myID] ?? 0
+        return .json(Self.statusJSON(summary, myID: state.myID))
+    }
+
+    /// A folder's `db/status` (and the FolderSummary event's `summary`).
+    public static func statusJSON(_ summary: APIFolderSummary, myID: DeviceID) -> [String: Any] {
+        let sequence = summary.sequences[myID] ?? 0
         var remote: [String: Any] = [:]
-        for (device, value) in summary.sequences where device != state.myID { remote[device.description] = value }
+        for (device, value) in summary.sequences where device != myID { remote[device.description] = value }
         let zero = APIFolderSummary.Counts()
         var body: [String: Any] = [
             "errors": 0, "pullErrors": 0, "invalid": "", "error": "", "watchError": "", "ignorePatterns": false,
@@ -123,7 +206,7 @@ public struct APIRouter: Sendable {
             body[scope + "Bytes"] = counts.bytes
             body[scope == "receiveOnlyChanged" ? "receiveOnlyTotalItems" : scope + "TotalItems"] = counts.items
         }
-        return .json(body)
+        return body
     }
 
     /// `/rest/db/completion[?folder=F][&device=D]`: how much of what is wanted is had; without
@@ -140,17 +223,24 @@ public struct APIRouter: Sendable {
         } else {
             folders = (state.configJSON()["folders"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
         }
-        var global = APIFolderSummary.Counts()
-        var need = APIFolderSummary.Counts()
-        var completions: [Double] = []
-        var sequence: Int64 = 0
-        var remoteState = device == nil ? "unknown" : "valid"
+        var summaries: [APIFolderSummary] = []
         for folder in folders {
-            let summary: APIFolderSummary
             switch folderSummary(folder, device: device) {
-            case .success(let found): summary = found
+            case .success(let found): summaries.append(found)
             case .failure(let refusal): return refusal.response
             }
+        }
+        return .json(Self.completionJSON(summaries, remote: device != nil, device: device ?? state.myID))
+    }
+
+    /// `db/completion` of one folder or several together (and the FolderCompletion event's
+    /// data, without its folder and device).
+    public static func completionJSON(_ summaries: [APIFolderSummary], remote: Bool, device: DeviceID? = nil) -> [String: Any] {
+        var global = APIFolderSummary.Counts()
+        var need = APIFolderSummary.Counts()
+        var sequence: Int64 = 0
+        var remoteState = remote ? "valid" : "unknown"
+        for summary in summaries {
             global.files += summary.global.files
             global.directories += summary.global.directories
             global.symlinks += summary.global.symlinks
@@ -160,16 +250,16 @@ public struct APIRouter: Sendable {
             need.symlinks += summary.need.symlinks
             need.deleted += summary.need.deleted
             need.bytes += summary.need.bytes
-            completions.append(summary.completion)
-            sequence = max(sequence, summary.sequences[device ?? state.myID] ?? 0)
-            if device != nil && summary.remoteState != "valid" { remoteState = summary.remoteState }
+            if let device { sequence = max(sequence, summary.sequences[device] ?? 0) }
+            if remote && summary.remoteState != "valid" { remoteState = summary.remoteState }
         }
-        let completion = folders.count == 1 ? completions[0] : (need.items == 0 ? 100 : min(95, completions.reduce(0, +) / Double(max(1, completions.count))))
-        return .json([
+        let completions = summaries.map(\.completion)
+        let completion = summaries.count == 1 ? completions[0] : (need.items == 0 ? 100 : min(95, completions.reduce(0, +) / Double(max(1, completions.count))))
+        return [
             "completion": completion, "globalBytes": global.bytes, "globalItems": global.items - global.deleted, "needBytes": need.bytes,
             "needDeletes": need.deleted, "needItems": need.files + need.directories + need.symlinks, "remoteState": remoteState,
             "sequence": sequence,
-        ])
+        ]
     }
 
     private func configPart(_ path: String) -> Any? {

@@ -4,6 +4,7 @@ import KaitenServer
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// The REST API's HTTP listener: each request is checked by ``APIAccess`` and answered by
@@ -11,6 +12,10 @@ import Synchronization
 /// request carries data.
 public final class APIServer: Sendable {
     public let access: APIAccess
+    /// The browsers' sessions and CSRF tokens (the service's, kept across reloads).
+    let sessions: APISessions
+    /// HTTPS (`<gui tls="true">`): a plain HTTP request on the port is sent to https://.
+    let tls: NIOSSLContext?
     let log: @Sendable (String) -> Void
     private let router = Mutex<APIRouter?>(nil)
     /// What is open now: a close ends it all at once (a long poll waits up to an hour, an idle
@@ -28,14 +33,27 @@ public final class APIServer: Sendable {
     public static let maximumBody = 4 << 20
 
     /// A server that answers once ``answer(with:)`` gives it its router (503 until then).
-    public init(access: APIAccess, log: @escaping @Sendable (String) -> Void) {
+    public init(access: APIAccess, sessions: APISessions = APISessions(), tls: NIOSSLContext? = nil, log: @escaping @Sendable (String) -> Void) {
         self.access = access
+        self.sessions = sessions
+        self.tls = tls
         self.log = log
     }
 
-    public convenience init(access: APIAccess, router: APIRouter, log: @escaping @Sendable (String) -> Void) {
-        self.init(access: access, log: log)
+    public convenience init(
+        access: APIAccess, sessions: APISessions = APISessions(), tls: NIOSSLContext? = nil, router: APIRouter, log: @escaping @Sendable (String) -> Void
+    ) {
+        self.init(access: access, sessions: sessions, tls: tls, log: log)
         answer(with: router)
+    }
+
+    /// A TLS context from PEM texts (the home's https-cert.pem and https-key.pem).
+    public static func tlsContext(certificatePEM: String, keyPEM: String) throws -> NIOSSLContext {
+        let chain = try NIOSSLCertificate.fromPEMBytes(Array(certificatePEM.utf8)).map { NIOSSLCertificateSource.certificate($0) }
+        let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+        configuration.minimumTLSVersion = .tlsv12
+        return try NIOSSLContext(configuration: configuration)
     }
 
     /// Where requests go from now on.
@@ -47,7 +65,8 @@ public final class APIServer: Sendable {
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         let server = try await ConnectionServer.bind(
             bootstrap, to: .host(host, port: port),
-            wrap: { channel in
+            wrap: { [tls] channel in
+                if let tls { try channel.pipeline.syncOperations.addHandler(TLSSniffer(tls)) }
                 try channel.pipeline.syncOperations.configureHTTPServerPipeline()
                 try channel.pipeline.syncOperations.addHandler(RequestHeadDeadline(seconds: 15))
                 return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
@@ -113,6 +132,8 @@ public final class APIServer: Sendable {
                         let response: APIResponse
                         if tooLarge {
                             response = .text("request body larger than \(Self.maximumBody) bytes", status: 413)
+                        } else if tls != nil, (try? await channel.pipeline.handler(type: NIOSSLServerHandler.self).get()) == nil {
+                            response = Self.redirectToHTTPS(h)
                         } else {
                             response = await answer(h, body: body)
                         }
@@ -135,12 +156,15 @@ public final class APIServer: Sendable {
         for (name, value) in head.headers where headers[name.lowercased()] == nil { headers[name.lowercased()] = value }
         let request = APIRequest(method: head.method.rawValue, uri: head.uri, headers: headers, body: body)
         let response: APIResponse
-        if let refusal = access.refusal(for: request) {
-            response = refusal
-        } else if let router = router.withLock({ $0 }) {
-            response = await answering(request, with: router)
-        } else {
-            response = .text("starting", status: 503)
+        switch access.decide(request, sessions: sessions) {
+        case .answer(let answer):
+            response = answer
+        case .allow(let headers):
+            if let router = router.withLock({ $0 }) {
+                response = await answering(request, with: router).adding(headers)
+            } else {
+                response = .text("starting", status: 503)
+            }
         }
         // The path only: a query may hold what should not be in a log.
         log("\(request.method) \(request.path) \(response.status)")
@@ -176,6 +200,7 @@ public final class APIServer: Sendable {
         {
             headers.add(name: "X-Syncthing-Id", value: id.description)
         }
+        for header in response.headers { headers.add(name: header.name, value: header.value) }
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         let status = HTTPResponseStatus(statusCode: response.status)
         try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
@@ -183,5 +208,41 @@ public final class APIServer: Sendable {
             try await out.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
         }
         try await out.write(.end(nil))
+    }
+}
+
+extension APIServer {
+    /// A plain HTTP request on the HTTPS port: where to ask instead, as syncthing answers it.
+    static func redirectToHTTPS(_ head: HTTPRequestHead) -> APIResponse {
+        let location = "https://\(head.headers.first(name: "host") ?? "localhost")\(head.uri)"
+        let escaped = location.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "\"", with: "&quot;")
+            .replacingOccurrences(of: "<", with: "&lt;")
+        return APIResponse(
+            status: 307, contentType: "text/html; charset=utf-8", body: head.method == .GET ? Array("<a href=\"\(escaped)\">Temporary Redirect</a>.\n".utf8) : [],
+            headers: [.init("Location", location)])
+    }
+}
+
+/// On an HTTPS listener, looks at a connection's first byte: a TLS handshake (0x16) gets the
+/// TLS handler in front of HTTP; anything else stays plain, to be sent to https://.
+final class TLSSniffer: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    let context: NIOSSLContext
+
+    init(_ context: NIOSSLContext) { self.context = context }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        if buffer.readableBytes > 0, buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) == 0x16 {
+            do {
+                try context.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: self.context), position: .after(self))
+            } catch {
+                context.close(promise: nil)
+                return
+            }
+        }
+        context.fireChannelRead(data)
+        context.pipeline.syncOperations.removeHandler(self, promise: nil)
     }
 }

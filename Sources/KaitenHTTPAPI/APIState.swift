@@ -21,6 +21,43 @@ public protocol APIState: Sendable {
     func metrics() -> [MetricFamily]
     /// A folder's summary for this device (`device` nil) or a peer; nil: no such folder.
     func folderSummary(_ folder: String, device: DeviceID?) throws -> APIFolderSummary?
+    /// The use cases that read the index and change the configuration and selection; nil
+    /// where no use-case layer is given (a test of the routing alone).
+    var useCases: (any APIUseCases)? { get }
+    /// When each configured peer was last connected, and for how long.
+    func deviceStats() -> [DeviceID: APIDeviceStats]
+    /// Each folder's last scan and the last file a round changed in it.
+    func folderStats() -> [String: APIFolderStats]
+    /// What the last rounds could not do in a folder.
+    func folderErrors(_ folder: String) -> [(path: String, error: String)]
+    /// Asks for a round of `folder` (every folder: nil) now; false: no such folder.
+    func scan(folder: String?, subdirectories: [String]) -> Bool
+    /// Reads config.xml again, as a restart would (the process stays).
+    func restart()
+    /// Stops the service, as SIGTERM does.
+    func shutdown()
+    /// The on-demand block cache.
+    func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int)
+}
+
+public struct APIDeviceStats: Sendable {
+    public var lastSeen: Date?
+    public var lastConnectionDuration: Double
+
+    public init(lastSeen: Date?, lastConnectionDuration: Double) {
+        self.lastSeen = lastSeen
+        self.lastConnectionDuration = lastConnectionDuration
+    }
+}
+
+public struct APIFolderStats: Sendable {
+    public var lastScan: Date?
+    public var lastFile: (path: String, at: Date, deleted: Bool)?
+
+    public init(lastScan: Date?, lastFile: (path: String, at: Date, deleted: Bool)?) {
+        self.lastScan = lastScan
+        self.lastFile = lastFile
+    }
 }
 
 /// A folder's counts as `/rest/db/status` and `/rest/db/completion` say them.

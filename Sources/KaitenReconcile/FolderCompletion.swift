@@ -48,8 +48,10 @@ public struct FolderCompletion: Sendable, Equatable {
     }
 
     /// This device: the selection's paths against the local tree (the scan cache's view: no
-    /// disk is read).
-    public static func local(global: GlobalIndex, selection: Selection, tree: LocalTree) -> FolderCompletion {
+    /// disk is read). `needed` is given each global entry counted in `need`.
+    public static func local(
+        global: GlobalIndex, selection: Selection, tree: LocalTree, needed: (GlobalEntry) -> Void = { _ in }
+    ) -> FolderCompletion {
         var result = FolderCompletion()
         for file in tree.files {
             switch file.kind {
@@ -65,7 +67,10 @@ public struct FolderCompletion: Sendable, Equatable {
             let selected = selection.isSelected(entry.path)
             if entry.file.isDeleted {
                 // A selected path the peers deleted that is still here: a deletion to carry out.
-                if selected, tree[entry.path] != nil { result.need.deleted += 1 }
+                if selected, tree[entry.path] != nil {
+                    result.need.deleted += 1
+                    needed(entry)
+                }
                 return
             }
             result.global.add(entry.file.type, size: entry.file.size)
@@ -77,18 +82,22 @@ public struct FolderCompletion: Sendable, Equatable {
                 if same { return }
             }
             result.need.add(entry.file.type, size: entry.file.size)
+            needed(entry)
         }
         return result
     }
 
     /// A peer: every live path whose global version it does not hold.
-    public static func remote(global: GlobalIndex, device: DeviceID) -> FolderCompletion {
+    public static func remote(global: GlobalIndex, device: DeviceID, needed: (GlobalEntry) -> Void = { _ in }) -> FolderCompletion {
         var result = FolderCompletion()
         global.forEachGlobal { entry in
             guard !entry.file.isInvalid else { return }
             let holds = entry.holders.contains(device)
             if entry.file.isDeleted {
-                if let theirs = entry.versions[device], !theirs.isDeleted, !theirs.isInvalid { result.need.deleted += 1 }
+                if let theirs = entry.versions[device], !theirs.isDeleted, !theirs.isInvalid {
+                    result.need.deleted += 1
+                    needed(entry)
+                }
                 return
             }
             result.global.add(entry.file.type, size: entry.file.size)
@@ -97,6 +106,7 @@ public struct FolderCompletion: Sendable, Equatable {
                 result.local.add(entry.file.type, size: entry.file.size)
             } else {
                 result.need.add(entry.file.type, size: entry.file.size)
+                needed(entry)
             }
         }
         return result

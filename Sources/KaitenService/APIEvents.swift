@@ -1,5 +1,6 @@
 import Foundation
 import KaitenHTTPAPI
+import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
 import KaitenSync
@@ -12,7 +13,108 @@ final class APIEvents: Sendable {
     /// Each folder's state as last said, and since when.
     private let states = Mutex<[String: (state: String, since: Date)]>([:])
 
+    /// What the stats endpoints read: when peers were seen, each folder's last scan, last file
+    /// and the errors of its last round. Kept for the life of the service (not across restarts).
+    private let activity = Mutex(Activity())
+
+    struct Activity {
+        var peers: [DeviceID: (lastSeen: Date, openedAt: Date?, duration: Double)] = [:]
+        var lastScan: [String: Date] = [:]
+        var lastFile: [String: (path: String, at: Date, deleted: Bool)] = [:]
+        /// The errors of the round running (moved to `errors` when it ends).
+        var roundErrors: [String: [(path: String, error: String)]] = [:]
+        var errors: [String: [(path: String, error: String)]] = [:]
+        /// The local index's sequence already said in LocalIndexUpdated, per folder.
+        var localSequence: [String: Int64] = [:]
+        /// The last FolderSummary and FolderCompletion said, per folder and device, so that
+        /// only a change is said again.
+        var said: [String: String] = [:]
+    }
+
     func state(of folder: String) -> (state: String, since: Date)? { states.withLock { $0[folder] } }
+
+    func deviceStats() -> [DeviceID: APIDeviceStats] {
+        activity.withLock { activity in
+            activity.peers.mapValues { peer in
+                // A peer connected now was seen now, and its connection has lasted this long.
+                let connected = peer.openedAt.map { Date().timeIntervalSince($0) }
+                return APIDeviceStats(lastSeen: connected == nil ? peer.lastSeen : Date(), lastConnectionDuration: connected ?? peer.duration)
+            }
+        }
+    }
+
+    func folderStats(_ folders: [String]) -> [String: APIFolderStats] {
+        activity.withLock { activity in
+            Dictionary(uniqueKeysWithValues: folders.map { ($0, APIFolderStats(lastScan: activity.lastScan[$0], lastFile: activity.lastFile[$0])) })
+        }
+    }
+
+    func folderErrors(_ folder: String) -> [(path: String, error: String)] { activity.withLock { $0.errors[folder] ?? [] } }
+
+    /// A round ended for `folders`: its scan time, and its errors said as FolderErrors.
+    func roundEnded(folders: [String]) {
+        let now = Date()
+        let errors = activity.withLock { activity -> [String: [(path: String, error: String)]] in
+            for folder in folders { activity.lastScan[folder] = now }
+            let errors = activity.roundErrors
+            for folder in folders { activity.errors[folder] = errors[folder] ?? [] }
+            activity.roundErrors = [:]
+            return errors
+        }
+        for (folder, list) in errors.sorted(by: { $0.key < $1.key }) where !list.isEmpty {
+            log.append("FolderErrors", ["folder": folder, "errors": list.map { ["path": $0.path, "error": $0.error] }])
+        }
+    }
+
+    /// A folder's summary, said as FolderSummary when it changed since it was last said.
+    func folderSummary(_ folder: String, _ summary: [String: Any]) {
+        sayIfChanged("summary \(folder)", summary) { log.append("FolderSummary", ["folder": folder, "summary": summary]) }
+    }
+
+    /// A device's completion of a folder, said as FolderCompletion when it changed.
+    func folderCompletion(_ folder: String, device: DeviceID, _ completion: [String: Any]) {
+        let data = completion.merging(["folder": folder, "device": device.description]) { a, _ in a }
+        sayIfChanged("completion \(folder) \(device)", data) { log.append("FolderCompletion", data) }
+    }
+
+    private func sayIfChanged(_ key: String, _ value: [String: Any], _ say: () -> Void) {
+        let text = (try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let changed = activity.withLock { activity -> Bool in
+            guard activity.said[key] != text else { return false }
+            activity.said[key] = text
+            return true
+        }
+        if changed { say() }
+    }
+
+    /// syncthing lists at most this many names in one LocalIndexUpdated.
+    static let namesPerUpdate = 50
+
+    /// This device's index of a folder changed: what it announced after the sequence last said
+    /// (`changes`, in sequence order); the ones made here (not pulls) are local changes detected.
+    /// The first call for a folder only notes where its index is.
+    func localIndex(_ folder: String, label: String, sequence: Int64, changes: (_ since: Int64) -> [(entry: FileEntry, madeHere: Bool)]) {
+        let since = activity.withLock { activity -> Int64? in
+            defer { activity.localSequence[folder] = sequence }
+            return activity.localSequence[folder]
+        }
+        guard let since, sequence > since else { return }
+        let changed = changes(since)
+        guard !changed.isEmpty else { return }
+        log.append(
+            "LocalIndexUpdated",
+            ["folder": folder, "items": changed.count, "filenames": changed.prefix(Self.namesPerUpdate).map(\.entry.name), "sequence": sequence, "version": sequence])
+        for (entry, madeHere) in changed.prefix(Self.changesPerUpdate) where madeHere {
+            log.append(
+                "LocalChangeDetected",
+                [
+                    "type": entry.type == .directory ? "dir" : entry.type == .file ? "file" : "symlink",
+                    "action": entry.isDeleted ? "deleted" : entry.version.counters.count == 1 && entry.version.counters[0].value == 1 ? "added" : "modified",
+                    "folder": folder, "folderID": folder, "label": label, "path": entry.name,
+                    "modifiedBy": DeviceID.shortIDString(entry.modifiedBy),
+                ])
+        }
+    }
 
     func starting(home: String, myID: DeviceID) {
         log.append("Starting", ["home": home, "myID": myID.description])
@@ -23,6 +125,7 @@ final class APIEvents: Sendable {
     }
 
     func connected(_ connection: PeerConnection) {
+        activity.withLock { $0.peers[connection.deviceID] = (Date(), connection.openedAt, 0) }
         let hello = connection.hello
         log.append(
             "DeviceConnected",
@@ -34,6 +137,11 @@ final class APIEvents: Sendable {
     }
 
     func disconnected(_ device: DeviceID) {
+        activity.withLock { activity in
+            let now = Date()
+            let opened = activity.peers[device]?.openedAt
+            activity.peers[device] = (now, nil, opened.map { now.timeIntervalSince($0) } ?? 0)
+        }
         log.append("DeviceDisconnected", ["id": device.description, "error": "connection closed"])
     }
 
@@ -72,6 +180,13 @@ final class APIEvents: Sendable {
             let action = event.action.flatMap(Self.itemAction)
         else { return }
         let type = event.action == "mkdir" || event.action == "rmdir" ? "dir" : "file"
+        activity.withLock { activity in
+            if event.kind == "failed" {
+                activity.roundErrors[folder, default: []].append((path, event.message))
+            } else {
+                activity.lastFile[folder] = (path, event.time, action == "delete")
+            }
+        }
         let item: [String: Any] = ["folder": folder, "item": path, "type": type, "action": action]
         // The executor says an item when it ends; its start is said with it, in order.
         log.append("ItemStarted", item, at: event.time)

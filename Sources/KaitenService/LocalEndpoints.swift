@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenHTTPAPI
 import KaitenPeer
+import NIOSSL
 import KaitenServer
 import KaitenStream
 import KaitenSync
@@ -37,6 +38,9 @@ public final class LocalEndpoints: Sendable {
     struct API: Sendable {
         var gui: GUIConfiguration
         var state: ServiceAPIState
+        var sessions: APISessions
+        /// Where https-cert.pem and https-key.pem are (made on first use).
+        var home: Home
         var log: @Sendable (String) -> Void
         /// Where the listener's start (or why it did not start) is said: a kind and a line.
         var said: @Sendable (String, String) -> Void
@@ -143,12 +147,20 @@ public final class LocalEndpoints: Sendable {
             api.said("warning", "the REST API is off: config.xml's GUI address \"\(api.gui.address)\" is not HOST:PORT")
             return nil
         }
-        guard !api.gui.useTLS else {
-            // Never plain HTTP where HTTPS was asked for.
-            api.said("warning", "the REST API is off: config.xml asks for TLS on \(api.gui.address), which Kaiten does not serve yet")
-            return nil
+        var tls: NIOSSLContext?
+        if api.gui.useTLS {
+            do {
+                let (certificate, key) = try HTTPSCertificate.loadOrCreate(api.home)
+                tls = try APIServer.tlsContext(certificatePEM: certificate, keyPEM: key)
+            } catch {
+                // Never plain HTTP where HTTPS was asked for.
+                api.said("warning", "the REST API is off: config.xml asks for TLS on \(api.gui.address), and its certificate cannot be used: \(error)")
+                return nil
+            }
         }
-        let server = APIServer(access: APIAccess(gui: api.gui, listensOnLoopback: Self.isLoopback(host)), log: api.log)
+        let access = APIAccess(
+            gui: api.gui, listensOnLoopback: Self.isLoopback(host), deviceShortID: api.state.myID.shortDescription, secure: tls != nil)
+        let server = APIServer(access: access, sessions: api.sessions, tls: tls, log: api.log)
         var address = api.gui.address
         do {
             let bound = try await server.bind(host: host, port: port)
@@ -162,8 +174,9 @@ public final class LocalEndpoints: Sendable {
         }
         let task = Task { await server.run() }
         self.api.withLock { $0 = (server, task) }
-        api.said("api", "syncthing's REST API on http://\(address)")
-        return "http://\(address)"
+        let url = (tls == nil ? "http://" : "https://") + address
+        api.said("api", "syncthing's REST API on \(url)")
+        return url
     }
 
     static func isLoopback(_ host: String) -> Bool {

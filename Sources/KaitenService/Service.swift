@@ -1,6 +1,7 @@
 import Foundation
 import KaitenApply
 import KaitenConfig
+import KaitenHTTPAPI
 import KaitenDiscovery
 import KaitenPeer
 import KaitenProtocol
@@ -44,6 +45,9 @@ public final class Service: Sendable {
         public var cacheBytes = 16 << 20
         /// Answers syncthing's REST API on config.xml's `<gui>` address (`kaiten run` does).
         public var restAPI = false
+        /// What the REST API calls for the index, the selection and the configuration (the
+        /// use-case layer gives it; without it those endpoints answer 501).
+        public var useCases: (any APIUseCases)?
         /// Makes `/thumb` answer on the server (the CLI composes the media parts): given the
         /// files the server reads, a thumbnail maker and what ends it; nil: no thumbnails.
         public var thumbnails: (@Sendable (RemoteFiles) async -> (make: StreamServer.ThumbnailMaker, close: @Sendable () async -> Void)?)?
@@ -66,6 +70,8 @@ public final class Service: Sendable {
     let said = ServiceMessages()
     /// What it does, as syncthing's events, for the REST API.
     let apiEvents = APIEvents()
+    /// The REST API's browser sessions, kept across reloads.
+    let browserSessions = APISessions()
     let counters = ServiceCounters()
     let startTime = Date()
 
@@ -284,8 +290,22 @@ public final class Service: Sendable {
                 controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
                 controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
         }
-        if options.restAPI, let url = await endpoints?.startAPI(api(home, sessions: sessions, status: status, addresses: addresses)) {
-            status.restAPI(url)
+        var apiState: ServiceAPIState?
+        if options.restAPI {
+            let control = ServiceAPIState.Control(
+                scan: { folder, paths in
+                    if let folder, !paths.isEmpty {
+                        for path in paths { trigger.yield(.folder(folder, path: path)) }
+                    } else {
+                        trigger.yield(.disk("a scan asked through the REST API"))
+                    }
+                },
+                reload: { trigger.yield(.config) }, stop: { stop.raise(SIGTERM) })
+            let state = ServiceAPIState(
+                home: home, sessions: sessions, said: said, events: apiEvents, counters: counters, status: status, addresses: addresses,
+                startTime: startTime, useCases: options.useCases, control: control, files: files)
+            apiState = state
+            if let url = await endpoints?.startAPI(api(home, state: state)) { status.restAPI(url) }
         }
         if first {
             apiEvents.startupComplete(myID: home.identity.deviceID)
@@ -316,6 +336,7 @@ public final class Service: Sendable {
             let retryWhole = await rounds.run(woken: woken, reason: reason)
             for folder in folderIDs { apiEvents.stateChanged(folder: folder, from: "scanning", to: "idle") }
             counters.roundEnded()
+            apiState?.roundEnded(folders: folderIDs)
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
             // on a round's peak.
             sessions.settleIntake()
@@ -355,12 +376,12 @@ public final class Service: Sendable {
     }
 
     /// The REST API of this configuration: config.xml's `<gui>`, over the live sessions.
-    private func api(_ home: KaitenHome, sessions: PeerSessions, status: StatusKeeper, addresses: [String]) -> LocalEndpoints.API {
+    private func api(_ home: KaitenHome, state: ServiceAPIState) -> LocalEndpoints.API {
         LocalEndpoints.API(
             gui: home.config.gui,
-            state: ServiceAPIState(
-                home: home, sessions: sessions, said: said, events: apiEvents, counters: counters, status: status, addresses: addresses,
-                startTime: startTime),
+            state: state,
+            sessions: browserSessions,
+            home: home.home,
             log: { [logger] in logger.debug("rest: \($0)") },
             said: { [emit] kind, message in emit(ServiceEvent(kind, message)) })
     }

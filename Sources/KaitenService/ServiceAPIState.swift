@@ -1,6 +1,8 @@
 import Foundation
 import KaitenConfig
 import KaitenHTTPAPI
+import KaitenIndex
+import KaitenStream
 import KaitenPeer
 import KaitenProtocol
 import KaitenReconcile
@@ -19,12 +21,25 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     let status: StatusKeeper
     let addresses: [String]
     let startTime: Date
+    let useCases: (any APIUseCases)?
+    /// Where a scan, a restart and a shutdown are asked for.
+    let control: Control
+    let files: RemoteFiles
     private let bound = Mutex("")
+
+    struct Control: Sendable {
+        let scan: @Sendable (_ folder: String?, _ paths: [String]) -> Void
+        let reload: @Sendable () -> Void
+        let stop: @Sendable () -> Void
+    }
 
     init(
         home: KaitenHome, sessions: PeerSessions, said: ServiceMessages, events: APIEvents, counters: ServiceCounters, status: StatusKeeper,
-        addresses: [String], startTime: Date
+        addresses: [String], startTime: Date, useCases: (any APIUseCases)?, control: Control, files: RemoteFiles
     ) {
+        self.useCases = useCases
+        self.control = control
+        self.files = files
         self.apiEvents = events
         self.counters = counters
         self.status = status
@@ -84,6 +99,63 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         summary.sequences = log.checkpoints.mapValues { Int64($0.maxSequence) }
         if let device { summary.remoteState = log.checkpoints[device] == nil ? "unknown" : "valid" }
         return summary
+    }
+
+    func deviceStats() -> [DeviceID: APIDeviceStats] {
+        let seen = apiEvents.deviceStats()
+        var stats: [DeviceID: APIDeviceStats] = [:]
+        for device in home.config.devices { stats[device.id] = seen[device.id] ?? APIDeviceStats(lastSeen: nil, lastConnectionDuration: 0) }
+        return stats
+    }
+
+    func folderStats() -> [String: APIFolderStats] { apiEvents.folderStats(home.config.folders.map(\.id)) }
+
+    func folderErrors(_ folder: String) -> [(path: String, error: String)] { apiEvents.folderErrors(folder) }
+
+    func scan(folder: String?, subdirectories: [String]) -> Bool {
+        if let folder, home.config.folder(id: folder) == nil { return false }
+        control.scan(folder, subdirectories)
+        return true
+    }
+
+    func restart() { control.reload() }
+
+    func shutdown() { control.stop() }
+
+    func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int) {
+        let usage = files.cacheUsage
+        return (usage.bytes, usage.limit, usage.blocks, files.blocksFetched)
+    }
+
+    /// After a round: each folder's summary and each peer's completion, said as events when
+    /// they changed, and what this device's index took in since the last round.
+    func roundEnded(folders: [String]) {
+        apiEvents.roundEnded(folders: folders)
+        for id in folders {
+            guard let folder = home.config.folder(id: id) else { continue }
+            if let summary = try? folderSummary(id, device: nil) {
+                apiEvents.folderSummary(id, APIRouter.statusJSON(summary, myID: myID))
+            }
+            for device in folder.devices where device != myID {
+                if let summary = try? folderSummary(id, device: device) {
+                    apiEvents.folderCompletion(id, device: device, APIRouter.completionJSON([summary], remote: true, device: device))
+                }
+            }
+            localIndexChanges(folder)
+        }
+    }
+
+    private func localIndexChanges(_ folder: FolderConfiguration) {
+        let path = home.home.localIndexPath(folderID: folder.id)
+        guard FileManager.default.fileExists(atPath: path), let log = try? IndexLog.open(path: path, folderID: folder.id, readOnly: true) else { return }
+        defer { log.close() }
+        let me = myID
+        let sequence = log.checkpoints[me]?.maxSequence ?? 0
+        apiEvents.localIndex(folder.id, label: folder.label, sequence: Int64(sequence)) { since in
+            let mine = me.shortID
+            return log.index.entries(from: me).filter { $0.sequence > since }.sorted { $0.sequence < $1.sequence }
+                .map { ($0, $0.modifiedBy == mine) }
+        }
     }
 
     func metrics() -> [MetricFamily] {

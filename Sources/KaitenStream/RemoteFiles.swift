@@ -34,6 +34,8 @@ final class BlockCache: Sendable {
 
     init(capacity: Int) { self.capacity = capacity }
 
+    var usage: (bytes: Int, blocks: Int) { state.withLock { ($0.bytes, $0.blocks.count) } }
+
     func get(_ hash: ContentHash) -> Data? {
         state.withLock { s in
             guard let hit = s.blocks[hash] else { return nil }
@@ -85,6 +87,12 @@ public final class RemoteFiles: @unchecked Sendable {
 
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
     public var blocksFetched: Int { fetchedBlocks.value }
+
+    /// What the block cache holds now, and its limit.
+    public var cacheUsage: (bytes: Int, blocks: Int, limit: Int) {
+        let (bytes, blocks) = cache.usage
+        return (bytes, blocks, cache.capacity)
+    }
     /// Their bytes.
     public var bytesFetched: Int { fetchedBytes.value }
 

@@ -73,12 +73,21 @@ public enum Planner {
 
     /// How much of what the selection asks for is here (``FolderCompletion/local(global:selection:tree:)``),
     /// from the scan cache and the journal of what applies wrote: no disk is scanned.
-    public static func completion(_ folder: FolderConfiguration, home: KaitenHome, log: IndexLog) throws -> FolderCompletion {
+    public static func completion(
+        _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, needed: (GlobalEntry) -> Void = { _ in }
+    ) throws -> FolderCompletion {
         let (file, _) = try readSelection(home.home.selectionPath(folderID: folder.id))
-        let cachePath = home.home.scanCachePath(folderID: folder.id)
+        return FolderCompletion.local(
+            global: log.index, selection: Selection(file, global: log.index), tree: lastScan(folder.id, home: home), needed: needed)
+    }
+
+    /// A folder's tree as its last scan saw it, with what was synced since: the scan cache's
+    /// view, no disk read (empty when the folder was never scanned).
+    public static func lastScan(_ folderID: String, home: KaitenHome) -> LocalTree {
+        let cachePath = home.home.scanCachePath(folderID: folderID)
         var tree = ScanCache.load(path: cachePath)
         SyncedJournal.merge(path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
-        return FolderCompletion.local(global: log.index, selection: Selection(file, global: log.index), tree: tree)
+        return tree
     }
 
     /// What the reconciler is given for a folder, from what was read of it.

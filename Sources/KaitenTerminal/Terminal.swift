@@ -26,11 +26,7 @@ public enum Terminal {
 
     /// A verb's `--json` document: sorted keys, so that a diff of two runs shows what changed.
     public static func json<T: Encodable>(_ value: T) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        var data = try encoder.encode(value)
-        data.append(0x0A)
-        FileHandle.standardOutput.write(data)
+        FileHandle.standardOutput.write(try JSONDocument.encode(value))
     }
 
     /// Rows as aligned columns, the last column unpadded.

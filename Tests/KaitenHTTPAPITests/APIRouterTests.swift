@@ -26,6 +26,14 @@ struct APIRouterTests {
         let events = EventLog()
         func folderSummary(_ folder: String, device: DeviceID?) throws -> APIFolderSummary? { nil }
         func metrics() -> [MetricFamily] { [MetricFamily("kaiten_test", .gauge, help: "a \\ test\nline", [.init([("folder", "a\"b")], 1.5)])] }
+        var useCases: (any APIUseCases)? { nil }
+        func deviceStats() -> [DeviceID: APIDeviceStats] { [APIRouterTests.peer: APIDeviceStats(lastSeen: startTime, lastConnectionDuration: 12)] }
+        func folderStats() -> [String: APIFolderStats] { ["photos": APIFolderStats(lastScan: startTime, lastFile: ("a.jpg", startTime, false))] }
+        func folderErrors(_ folder: String) -> [(path: String, error: String)] { [("b.jpg", "no peer holds it")] }
+        func scan(folder: String?, subdirectories: [String]) -> Bool { folder == nil || folder == "photos" }
+        func restart() {}
+        func shutdown() {}
+        func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int) { (0, 8 << 20, 0, 0) }
     }
 
     static let config = """

@@ -1,3 +1,4 @@
+import KaitenProtocol
 import Testing
 
 @testable import KaitenReconcile
@@ -51,5 +52,38 @@ struct FolderCompletionTests {
         let b = FolderCompletion.remote(global: f.global, device: Fixture.peerB)
         #expect(b.need.files == 1 && b.need.bytes == 100 && b.local.files == 1 && b.percent == 50)
         #expect(FolderCompletion.remote(global: f.global, device: Fixture.peerA).percent == 100)
+    }
+
+    @Test func theNeededPathsAreTheOnesCounted() throws {
+        var f = Fixture()
+        f.announce("docs", type: .directory)
+        f.announce("docs/a.txt", "a")
+        f.announce("docs/b.txt", "b")
+        f.announce("docs/gone.txt", "g", version: 2, deleted: true)
+        f.announce("other/c.txt", "c")
+        f.selection = "docs\n"
+        f.onDisk("docs/a.txt", "a")
+        f.onDisk("docs/gone.txt", "g")
+        let file = try SelectionFile.parse(f.selection, file: "sel.txt")
+        var listed: [String] = []
+        let c = FolderCompletion.local(global: f.global, selection: Selection(file, global: f.global), tree: f.local) { listed.append($0.path) }
+        #expect(listed.sorted() == ["docs", "docs/b.txt", "docs/gone.txt"])
+        #expect(c.need.items == listed.count)
+        var remote: [String] = []
+        let r = FolderCompletion.remote(global: f.global, device: Fixture.peerA) { remote.append($0.path) }
+        #expect(r.need.items == remote.count)
+    }
+
+    @Test func aFileNoPeerHoldsInThisContentIsALastCopy() {
+        var f = Fixture()
+        f.announce("shared.txt", "s")
+        f.announce("edited.txt", "before")
+        f.onDisk("shared.txt", "s")
+        f.onDisk("edited.txt", "after")
+        f.onDisk("mine.txt", "only here")
+        let me = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
+        let copies = LastCopies.find(global: f.global, tree: f.local, me: me)
+        #expect(copies.map(\.path) == ["edited.txt", "mine.txt"])
+        #expect(copies.map(\.reason) == ["local-version", "local-only"])
     }
 }
