@@ -88,6 +88,8 @@ public struct APIFolderSummary: Sendable {
     public var sequences: [DeviceID: Int64] = [:]
     /// For a peer: `valid` when its index is known, else `unknown`.
     public var remoteState = "unknown"
+    /// This device: the bytes of the live files its selection asks for.
+    public var selectedBytes: Int64 = 0
 
     public init() {}
 }

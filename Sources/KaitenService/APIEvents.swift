@@ -90,10 +90,18 @@ final class APIEvents: Sendable {
     /// syncthing lists at most this many names in one LocalIndexUpdated.
     static let namesPerUpdate = 50
 
+    /// One entry of this device's index that changed: made here (not a pull), and whether it
+    /// is new (only this device has written it).
+    struct LocalChange {
+        var entry: FileEntry
+        var madeHere: Bool
+        var isNew: Bool
+    }
+
     /// This device's index of a folder changed: what it announced after the sequence last said
     /// (`changes`, in sequence order); the ones made here (not pulls) are local changes detected.
     /// The first call for a folder only notes where its index is.
-    func localIndex(_ folder: String, label: String, sequence: Int64, changes: (_ since: Int64) -> [(entry: FileEntry, madeHere: Bool)]) {
+    func localIndex(_ folder: String, label: String, sequence: Int64, changes: (_ since: Int64) -> [LocalChange]) {
         let since = activity.withLock { activity -> Int64? in
             defer { activity.localSequence[folder] = sequence }
             return activity.localSequence[folder]
@@ -104,12 +112,13 @@ final class APIEvents: Sendable {
         log.append(
             "LocalIndexUpdated",
             ["folder": folder, "items": changed.count, "filenames": changed.prefix(Self.namesPerUpdate).map(\.entry.name), "sequence": sequence, "version": sequence])
-        for (entry, madeHere) in changed.prefix(Self.changesPerUpdate) where madeHere {
+        for change in changed.prefix(Self.changesPerUpdate) where change.madeHere {
+            let entry = change.entry
             log.append(
                 "LocalChangeDetected",
                 [
                     "type": entry.type == .directory ? "dir" : entry.type == .file ? "file" : "symlink",
-                    "action": entry.isDeleted ? "deleted" : entry.version.counters.count == 1 && entry.version.counters[0].value == 1 ? "added" : "modified",
+                    "action": entry.isDeleted ? "deleted" : change.isNew ? "added" : "modified",
                     "folder": folder, "folderID": folder, "label": label, "path": entry.name,
                     "modifiedBy": DeviceID.shortIDString(entry.modifiedBy),
                 ])

@@ -2,7 +2,6 @@ import Foundation
 import KaitenConfig
 import KaitenHTTPAPI
 import KaitenPeer
-import NIOSSL
 import KaitenServer
 import KaitenStream
 import KaitenSync
@@ -34,18 +33,6 @@ public final class LocalEndpoints: Sendable {
         }
     }
 
-    /// syncthing's REST API, served on config.xml's `<gui>` address.
-    struct API: Sendable {
-        var gui: GUIConfiguration
-        var state: ServiceAPIState
-        var sessions: APISessions
-        /// Where https-cert.pem and https-key.pem are (made on first use).
-        var home: Home
-        var log: @Sendable (String) -> Void
-        /// Where the listener's start (or why it did not start) is said: a kind and a line.
-        var said: @Sendable (String, String) -> Void
-    }
-
     public let files: RemoteFiles
     /// The HTTP server's address, once it listens.
     public let baseURL: String?
@@ -54,7 +41,6 @@ public final class LocalEndpoints: Sendable {
     private let http: Task<Void, Error>?
     private let stopHTTP: HTTPStop
     private let closeThumbnails: (@Sendable () async -> Void)?
-    private let api = Mutex<(server: APIServer, task: Task<Void, Never>)?>(nil)
 
     private init(
         files: RemoteFiles, baseURL: String?, control: ControlServer, controlTask: Task<Void, Never>, http: Task<Void, Error>?,
@@ -137,58 +123,8 @@ public final class LocalEndpoints: Sendable {
         try await http?.value
     }
 
-    /// Starts the REST API on `api.gui`'s address. One that cannot (disabled, TLS asked, the
-    /// address taken) is said and the service goes on without it: the peers and the folders
-    /// do not depend on it.
-    /// - Returns: its base URL, once it listens.
-    func startAPI(_ api: API) async -> String? {
-        guard api.gui.isEnabled else { return nil }
-        guard let (host, port) = GUIConfiguration.hostAndPort(api.gui.address) else {
-            api.said("warning", "the REST API is off: config.xml's GUI address \"\(api.gui.address)\" is not HOST:PORT")
-            return nil
-        }
-        var tls: NIOSSLContext?
-        if api.gui.useTLS {
-            do {
-                let (certificate, key) = try HTTPSCertificate.loadOrCreate(api.home)
-                tls = try APIServer.tlsContext(certificatePEM: certificate, keyPEM: key)
-            } catch {
-                // Never plain HTTP where HTTPS was asked for.
-                api.said("warning", "the REST API is off: config.xml asks for TLS on \(api.gui.address), and its certificate cannot be used: \(error)")
-                return nil
-            }
-        }
-        let access = APIAccess(
-            gui: api.gui, listensOnLoopback: Self.isLoopback(host), deviceShortID: api.state.myID.shortDescription, secure: tls != nil)
-        let server = APIServer(access: access, sessions: api.sessions, tls: tls, log: api.log)
-        var address = api.gui.address
-        do {
-            let bound = try await server.bind(host: host, port: port)
-            // The state says the address bound (port 0: the one the system chose).
-            address = "\(host.contains(":") ? "[\(host)]" : host):\(bound)"
-            api.state.guiAddressUsed = address
-            server.answer(with: APIRouter(state: api.state, version: APIVersion(version: KaitenVersion.current)))
-        } catch {
-            api.said("warning", "the REST API is off: cannot listen on \(api.gui.address): \(error)")
-            return nil
-        }
-        let task = Task { await server.run() }
-        self.api.withLock { $0 = (server, task) }
-        let url = (tls == nil ? "http://" : "https://") + address
-        api.said("api", "syncthing's REST API on \(url)")
-        return url
-    }
-
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
-    }
-
-    /// Stops the HTTP servers, then the control socket (whose clients get its grace to finish).
+    /// Stops the HTTP server, then the control socket (whose clients get its grace to finish).
     public func close() async {
-        if let (server, task) = api.withLock({ $0 }) {
-            server.close()
-            await task.value
-        }
         stopHTTP.run()
         _ = await http?.result
         await closeThumbnails?()

@@ -72,6 +72,8 @@ public final class Service: Sendable {
     let apiEvents = APIEvents()
     /// The REST API's browser sessions, kept across reloads.
     let browserSessions = APISessions()
+    /// The REST API's listener, kept across reloads that leave `<gui>` as it was.
+    let apiListener = RESTListener()
     let counters = ServiceCounters()
     let startTime = Date()
 
@@ -126,6 +128,7 @@ public final class Service: Sendable {
                 emit(ServiceEvent("config", "config.xml read again; peers and folders follow it"))
             }
         }
+        await saying("closing the REST API", { await apiListener.close() })
         await link.close(reason: "stopping")
         emit(ServiceEvent("stopped", "stopped"))
     }
@@ -305,7 +308,7 @@ public final class Service: Sendable {
                 home: home, sessions: sessions, said: said, events: apiEvents, counters: counters, status: status, addresses: addresses,
                 startTime: startTime, useCases: options.useCases, control: control, files: files)
             apiState = state
-            if let url = await endpoints?.startAPI(api(home, state: state)) { status.restAPI(url) }
+            if let url = await apiListener.serve(api(home, state: state)) { status.restAPI(url) }
         }
         if first {
             apiEvents.startupComplete(myID: home.identity.deviceID)
@@ -376,8 +379,8 @@ public final class Service: Sendable {
     }
 
     /// The REST API of this configuration: config.xml's `<gui>`, over the live sessions.
-    private func api(_ home: KaitenHome, state: ServiceAPIState) -> LocalEndpoints.API {
-        LocalEndpoints.API(
+    private func api(_ home: KaitenHome, state: ServiceAPIState) -> RESTListener.Configuration {
+        RESTListener.Configuration(
             gui: home.config.gui,
             state: state,
             sessions: browserSessions,

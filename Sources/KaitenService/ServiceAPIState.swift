@@ -26,6 +26,13 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     let control: Control
     let files: RemoteFiles
     private let bound = Mutex("")
+    /// What the last round found of each folder, for /metrics (a scrape reads no index).
+    private let figures = Mutex<[String: Figures]>([:])
+
+    struct Figures {
+        var summary: APIFolderSummary?
+        var lastCopies = 0
+    }
 
     struct Control: Sendable {
         let scan: @Sendable (_ folder: String?, _ paths: [String]) -> Void
@@ -58,7 +65,11 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
 
     var myID: DeviceID { home.identity.deviceID }
 
-    func configJSON() -> [String: Any] { home.config.syncthingJSON() }
+    /// config.xml as written now: a change made through the API shows at once, before the
+    /// reload it starts has brought the service under it.
+    func configJSON() -> [String: Any] {
+        ((try? ConfigFile.load(path: home.home.configPath)) ?? home.config).syncthingJSON()
+    }
 
     func listeners() -> [APIListener] { addresses.map { APIListener(address: $0) } }
 
@@ -92,6 +103,7 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         summary.local = counts(completion.local)
         summary.need = counts(completion.need)
         summary.completion = completion.percent
+        if device == nil { summary.selectedBytes = completion.wanted.bytes }
         if let (state, since) = apiEvents.state(of: folderID) {
             summary.state = state
             summary.stateChanged = since
@@ -135,6 +147,12 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
             guard let folder = home.config.folder(id: id) else { continue }
             if let summary = try? folderSummary(id, device: nil) {
                 apiEvents.folderSummary(id, APIRouter.statusJSON(summary, myID: myID))
+                figures.withLock { $0[id, default: Figures()].summary = summary }
+            }
+            if let log = try? PeerGenerations.openLog(home: home, folder: id, readOnly: true, warn: { _ in }) {
+                let copies = LastCopies.find(global: log.index, tree: Planner.lastScan(id, home: home), me: myID).count
+                log.close()
+                figures.withLock { $0[id, default: Figures()].lastCopies = copies }
             }
             for device in folder.devices where device != myID {
                 if let summary = try? folderSummary(id, device: device) {
@@ -153,13 +171,19 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         let sequence = log.checkpoints[me]?.maxSequence ?? 0
         apiEvents.localIndex(folder.id, label: folder.label, sequence: Int64(sequence)) { since in
             let mine = me.shortID
-            return log.index.entries(from: me).filter { $0.sequence > since }.sorted { $0.sequence < $1.sequence }
-                .map { ($0, $0.modifiedBy == mine) }
+            // New: only this device has ever written it (its version has no other device's
+            // counter). The peers may hold it by the time the round ends, so what they announced
+            // cannot say; a file made here and edited here again is said added again.
+            return log.index.entries(from: me).filter { $0.sequence > since }.sorted { $0.sequence < $1.sequence }.map { entry in
+                let isNew = entry.version.counters.allSatisfy { $0.id == mine }
+                return APIEvents.LocalChange(entry: entry, madeHere: entry.modifiedBy == mine, isNew: isNew)
+            }
         }
     }
 
     func metrics() -> [MetricFamily] {
         typealias Sample = MetricFamily.Sample
+        let folderFigures = figures.withLock { $0 }.sorted { $0.key < $1.key }
         let config = home.config
         let open = sessions.connections()
         let peers = config.devices.filter { $0.id != myID }
@@ -202,6 +226,25 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
                 "kaiten_plan_pending_actions", .gauge, help: "Actions the last round's plan left for review (not admitted, or held by a brake)",
                 [Sample([], Double(round?.pending ?? 0))]),
             MetricFamily("kaiten_plan_conflicts", .gauge, help: "Conflicts the last round's plan left for kaiten resolve", [Sample([], Double(round?.conflicts ?? 0))]),
+            MetricFamily(
+                "kaiten_folder_items", .gauge,
+                help: "syncthing's folder summary (its syncthing_model_folder_summary, a name promtool rejects) as of the last round; need: what the selection asks for and is not here",
+                folderFigures.flatMap { folder, figures -> [Sample] in
+                    guard let summary = figures.summary else { return [] }
+                    return [("global", summary.global), ("local", summary.local), ("need", summary.need)].flatMap { scope, counts in
+                        [("files", counts.files), ("directories", counts.directories), ("symlinks", counts.symlinks), ("deleted", counts.deleted)]
+                            .map { Sample([("folder", folder), ("scope", scope), ("type", $0.0)], Double($0.1)) }
+                            + [Sample([("folder", folder), ("scope", scope), ("type", "bytes")], Double(counts.bytes))]
+                    }
+                }),
+            MetricFamily(
+                "kaiten_selected_bytes", .gauge, help: "Bytes of the live files each folder's selection asks for, as of the last round",
+                folderFigures.compactMap { folder, figures in figures.summary.map { Sample([("folder", folder)], Double($0.selectedBytes)) } }),
+            MetricFamily(
+                "kaiten_last_copy_files", .gauge, help: "Files here that no peer holds in the same content, as of the last round",
+                folderFigures.map { Sample([("folder", $0.0)], Double($0.1.lastCopies)) }),
+            MetricFamily(
+                "kaiten_cache_bytes", .gauge, help: "Bytes of verified blocks in the on-demand cache", [Sample([], Double(files.cacheUsage.bytes))]),
         ]
     }
 }

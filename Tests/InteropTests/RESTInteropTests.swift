@@ -44,8 +44,14 @@ struct RESTInteropTests {
     }
 
     /// `curl` with its status code: what a client sends, Host header included, byte for byte.
-    static func curl(_ url: String, method: String = "GET", headers: [String] = []) throws -> (status: Int, body: String) {
-        let arguments = ["-sS", "-m", "30", "-X", method, "-w", "\n%{http_code}", url] + headers.flatMap { ["-H", $0] }
+    static func curl(
+        _ url: String, method: String = "GET", headers: [String] = [], bodyFile: String? = nil, insecure: Bool = false, cookieJar: String? = nil
+    ) throws -> (status: Int, body: String) {
+        var arguments = ["-sS", "-m", "30", "-X", method, "-w", "\n%{http_code}", url] + headers.flatMap { ["-H", $0] }
+        if let bodyFile { arguments += ["--data-binary", "@" + bodyFile] }
+        // The home's self-signed certificate.
+        if insecure { arguments.append("-k") }
+        if let cookieJar { arguments += ["-b", cookieJar, "-c", cookieJar] }
         let result = try ProcessRunner.run("/usr/bin/curl", arguments, environment: ["PATH": "/usr/bin:/bin"], timeout: 60)
         var lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
         let status = Int(lines.popLast() ?? "") ?? 0
@@ -132,7 +138,10 @@ struct RESTInteropTests {
         "auditEnabled", "auditFile", "connectionPriorityQuicLan", "connectionPriorityQuicWan", "connectionPriorityRelay",
         "connectionPriorityTcpLan", "connectionPriorityTcpWan", "connectionPriorityUpgradeThreshold", "container", "extra", "isLocal", "primary",
         "error", "receiveOnlyChangedBytes", "receiveOnlyChangedDeletes", "receiveOnlyChangedDirectories", "receiveOnlyChangedFiles",
-        "receiveOnlyChangedSymlinks", "receiveOnlyTotalItems", "remoteSequence", "watchError", "remoteState",
+        "receiveOnlyChangedSymlinks", "receiveOnlyTotalItems", "remoteSequence", "watchError", "remoteState", "blocksHash", "platform",
+        "previousBlocksHash",
+        // 1.19.2 only (db/file)
+        "mtime",
     ]
 
     /// Where the two answers' keys differ: a key syncthing has and Kaiten lacks anywhere, or one
@@ -261,6 +270,28 @@ struct RESTInteropTests {
                     && data($0)["folder"] as? String == Self.folder
             }, "\(seen.map { $0["type"] ?? "" })")
             #expect(RunInteropTests.content(world.local + "/docs/a.txt") == "a, changed on the peer\n")
+            // The round that pulled it says the folder's new summary and the peer's completion.
+            func said(_ type: String, _ match: ([String: Any]) -> Bool) async throws {
+                try await RunInteropTests.waitFor("\(type) said") {
+                    if seen.contains(where: { $0["type"] as? String == type && match(data($0)) }) { return true }
+                    let events = try poll("since=\(since)&timeout=2")
+                    since = (events.last?["id"] as? Int) ?? since
+                    seen += events
+                    return events.contains { $0["type"] as? String == type && match(data($0)) }
+                }
+            }
+            try await said("FolderSummary") { $0["folder"] as? String == Self.folder && ($0["summary"] as? [String: Any])?["needFiles"] as? Int == 0 }
+            try await said("FolderCompletion") {
+                $0["device"] as? String == st.deviceID.description && $0["folder"] as? String == Self.folder && $0["completion"] as? Double == 100
+            }
+            // A file made here, in the selected docs/: found, announced, said as a local change.
+            try TestFiles.write(world.local + "/docs/made-here.txt", "made on this device\n")
+            try await said("LocalIndexUpdated") { ($0["filenames"] as? [String])?.contains("docs/made-here.txt") == true }
+            let local = try poll("since=0&timeout=0", path: "/rest/events/disk")
+            #expect(local.contains {
+                $0["type"] as? String == "LocalChangeDetected" && data($0)["path"] as? String == "docs/made-here.txt"
+                    && data($0)["action"] as? String == "added" && data($0)["modifiedBy"] as? String == world.me.shortDescription
+            }, "\(local)")
             // The change as /rest/events/disk says it; not in the default stream.
             let disk = try poll("since=0&timeout=0", path: "/rest/events/disk")
             #expect(disk.contains { $0["type"] as? String == "RemoteChangeDetected" && data($0)["path"] as? String == "docs/a.txt" }, "\(disk)")
@@ -313,6 +344,17 @@ struct RESTInteropTests {
             let before = try scrape()
             #expect(Self.sample(before, "syncthing_connections_active{device=\"\(stID)\"}") == 1)
             #expect(before.contains("syncthing_config_folder_info{folder=\"\(Self.folder)\""))
+            // The round that pulled docs/ ends with nothing needed: everything here came from the
+            // peer (no last copy), and docs/ is what is selected.
+            var figures = ""
+            try await RunInteropTests.waitFor("a round's figures with nothing needed") {
+                figures = try scrape()
+                return Self.sample(figures, "kaiten_folder_items{folder=\"\(Self.folder)\",scope=\"need\",type=\"files\"}") == 0
+            }
+            let copies = try Self.curl(base + "/rest/kaiten/lastcopies", headers: ["X-API-Key: \(key)"]).body
+            #expect(Self.sample(figures, "kaiten_last_copy_files{folder=\"\(Self.folder)\"}") == 0, "\(copies)")
+            #expect(Self.sample(figures, "kaiten_selected_bytes{folder=\"\(Self.folder)\"}") == Double("a, first\n".utf8.count + "b\n".utf8.count))
+            #expect(Self.sample(figures, "kaiten_folder_items{folder=\"\(Self.folder)\",scope=\"global\",type=\"files\"}") == 3)
 
             // A selected file changes on the peer: pulled, and the numbers move.
             try TestFiles.write(world.peerData + "/docs/b.txt", String(repeating: "b, much longer now\n", count: 5000))
