@@ -46,7 +46,7 @@ public struct APIRouter: Sendable {
         case ("GET", "/rest/db/completion"): return dbCompletion(request)
         case ("GET", "/rest/db/need"), ("GET", "/rest/db/remoteneed"), ("GET", "/rest/db/localchanged"), ("GET", "/rest/db/browse"),
             ("GET", "/rest/db/file"), ("GET", "/rest/db/ignores"), ("GET", "/rest/folder/errors"):
-            return answering { try dbRead(request, $0) }
+            return await answering { try dbRead(request, $0) }
         case ("POST", "/rest/db/ignores"):
             return .text(
                 "Kaiten writes .stignore from the selection file: change what is kept with PUT /rest/kaiten/selection (or kaiten select)",
@@ -58,7 +58,7 @@ public struct APIRouter: Sendable {
         case ("GET", "/rest/stats/device"): return .json(deviceStatsJSON())
         case ("GET", "/rest/stats/folder"): return .json(folderStatsJSON())
         case ("POST", "/rest/system/pause"), ("POST", "/rest/system/resume"):
-            return answering { useCases in
+            return await answering { useCases in
                 var devices: [DeviceID]?
                 if let text = request.query["device"], !text.isEmpty {
                     guard let id = try? DeviceID(text) else { throw APIFailure(status: 400, "\"\(text)\": not a device ID") }
@@ -86,13 +86,13 @@ public struct APIRouter: Sendable {
             ("GET", "/rest/config/defaults/device"), ("GET", "/rest/config/defaults/ignores"):
             return .json(configPart(request.path) ?? [String: Any]())
         case ("PUT", "/rest/config"), ("POST", "/rest/system/config"):
-            return answering { useCases in
+            return await answering { useCases in
                 guard let object = try Self.jsonBody(request) as? [String: Any] else { throw APIFailure(status: 400, "want a JSON object") }
                 try useCases.replaceConfiguration(object)
                 return .empty
             }
         case ("PUT", "/rest/config/gui"), ("PATCH", "/rest/config/gui"), ("PUT", "/rest/config/options"), ("PATCH", "/rest/config/options"):
-            return answering { useCases in
+            return await answering { useCases in
                 guard let object = try Self.jsonBody(request) as? [String: Any] else { throw APIFailure(status: 400, "want a JSON object") }
                 try useCases.patchSection(String(request.path.dropFirst("/rest/config/".count)), object: object)
                 return .empty
@@ -116,17 +116,6 @@ public struct APIRouter: Sendable {
         guard let useCases = state.useCases else { return .text("not served by this process", status: 501) }
         do {
             return try await body(useCases)
-        } catch let failure as APIFailure {
-            return .text(failure.message, status: failure.status)
-        } catch {
-            return .text("\(error)", status: 500)
-        }
-    }
-
-    private func answering(_ body: (any APIUseCases) throws -> APIResponse) -> APIResponse {
-        guard let useCases = state.useCases else { return .text("not served by this process", status: 501) }
-        do {
-            return try body(useCases)
         } catch let failure as APIFailure {
             return .text(failure.message, status: failure.status)
         } catch {

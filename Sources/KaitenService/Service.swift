@@ -94,6 +94,7 @@ public final class Service: Sendable {
     public func run(stop: StopSignal, reload: AsyncStream<Void>) async throws {
         let lock = try ServiceRecord.lock(homePath, role: "run")
         defer { withExtendedLifetime(lock) {} }
+        var stamp = FileStamp(homePath.configPath)
         var home = try KaitenHome.open(homePath)
         apiEvents.starting(home: homePath.path, myID: home.identity.deviceID)
         let started = ISO8601DateFormatter().string(from: Date())
@@ -104,11 +105,12 @@ public final class Service: Sendable {
         while true {
             for refusal in home.config.sharingRefusals { emit(ServiceEvent("warning", refusal)) }
             do { try home.recordRunningConfig() } catch { emit(ServiceEvent("warning", "\(error)")) }
-            let outcome = await generation(home, link: link, first: first, started: started, stop: stop, reloads: reloads)
+            let outcome = await generation(home, read: stamp, link: link, first: first, started: started, stop: stop, reloads: reloads)
             first = false
             guard outcome == .reload else { break }
             var reread = false
             do {
+                stamp = FileStamp(homePath.configPath)
                 home = try KaitenHome.open(homePath)
                 reread = true
             } catch {
@@ -166,8 +168,9 @@ public final class Service: Sendable {
     enum Outcome { case stop, reload }
 
     /// One configuration's life: sessions up, rounds until stopped or the config changes.
+    /// - Parameter read: config.xml as it was when `home` was read from it.
     private func generation(
-        _ home: KaitenHome, link: PeerLink, first: Bool, started: String, stop: StopSignal, reloads: Reloads
+        _ home: KaitenHome, read: FileStamp?, link: PeerLink, first: Bool, started: String, stop: StopSignal, reloads: Reloads
     ) async -> Outcome {
         let folders = home.config.folders.filter { options.folders.isEmpty || options.folders.contains($0.id) }
         let folderIDs = folders.map(\.id)
@@ -249,6 +252,9 @@ public final class Service: Sendable {
             })
         }
         reloads.attach(trigger)
+        // A change of config.xml made after it was read and before this configuration's watcher
+        // started (a write during the reload) was seen by no watcher: it is read now.
+        if FileStamp(homePath.configPath) != read { trigger.yield(.config) }
         let changes = sessions.connectionChanges()
         let initial = sessions.connections()
         for connection in initial.values { apiEvents.connected(connection) }
@@ -405,3 +411,19 @@ public final class Service: Sendable {
 @_silgen_name("malloc_trim")
 private func releaseFreedHeap(_ keep: Int) -> Int32
 
+/// What says that a file was replaced or changed: its inode, size and modification time (a
+/// crash-safe write renames a new inode into place).
+struct FileStamp: Equatable, Sendable {
+    let inode: UInt64
+    let size: Int64
+    /// Nanoseconds since the epoch.
+    let modified: Int64
+
+    init?(_ path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        inode = UInt64(info.st_ino)
+        size = Int64(info.st_size)
+        modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+    }
+}

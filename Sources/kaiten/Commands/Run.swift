@@ -43,8 +43,10 @@ extension Kaiten {
                 one (exit 3 if it moved). With --serve, `kaiten url` links work too.
 
                 It answers syncthing's REST API, its event stream and /metrics on config.xml's \
-                <gui> address with its API key, so `syncthing cli`, scripts and Prometheus can \
-                watch it (Docs/rest.md); an address it cannot take is said, and it runs on.
+                <gui> address (HTTPS with <gui tls="true">) with its API key, so `syncthing \
+                cli`, scripts and Prometheus can watch and configure it, and Kaiten's own \
+                /rest/kaiten/ endpoints (selection, plan, conflicts, last copies) (Docs/rest.md); \
+                an address it cannot take is said, and it runs on.
 
                 Examples:
                   kaiten run
