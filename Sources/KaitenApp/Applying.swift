@@ -9,6 +9,8 @@ import KaitenTransfer
 public struct ApplyRequest: Sendable {
     /// A plan saved by `kaiten plan --out`; nil: plan afresh.
     public var planFile: String?
+    /// A plan given as a value (the REST API's), applied as a saved one is.
+    public var plan: Plan?
     public var folders: [String] = []
     public var maxDelete = DeleteLimit.percent(50)
     public var requirePeers = 1
@@ -29,11 +31,17 @@ public struct ApplyFrontEnd {
     public var events: @Sendable (ApplyEvent) -> Void
     /// Raised from the first change on; installed by the front-end (signals) when it starts.
     public var stop: StopSignal
+    /// Whether SIGINT and SIGTERM raise `stop` (a command line's apply; not one asked through
+    /// the REST API inside the service, whose signals are its own).
+    public var installsSignals: Bool
 
-    public init(confirm: @escaping (Plan) throws -> Bool, events: @escaping @Sendable (ApplyEvent) -> Void, stop: StopSignal) {
+    public init(
+        confirm: @escaping (Plan) throws -> Bool, events: @escaping @Sendable (ApplyEvent) -> Void, stop: StopSignal, installsSignals: Bool = true
+    ) {
         self.confirm = confirm
         self.events = events
         self.stop = stop
+        self.installsSignals = installsSignals
     }
 }
 
@@ -71,9 +79,9 @@ extension App {
     /// the peers' connections, else here, through the one apply pipeline.
     public func apply(_ request: ApplyRequest, _ frontEnd: ApplyFrontEnd) async throws -> ApplyOutcome {
         let opened = try open()
-        let saved = try request.planFile.map { try PlanFile.read($0) }
+        let saved = try request.plan ?? request.planFile.map { try PlanFile.read($0) }
         if case .service(let service) = try route("apply", .dialsThroughService, in: opened) {
-            return try applyThroughService(service, request, saved: saved, opened: opened, frontEnd)
+            return try await applyThroughService(service, request, saved: saved, opened: opened, frontEnd)
         }
         if let saved { try checkOrigin(saved, opened) }
         let folders = saved.map { $0.folders.map(\.id) } ?? request.folders
@@ -116,7 +124,7 @@ extension App {
     /// plan (stale if its own round or a peer moved things meanwhile).
     private func applyThroughService(
         _ service: ControlClient, _ request: ApplyRequest, saved: Plan?, opened: KaitenHome, _ frontEnd: ApplyFrontEnd
-    ) throws -> ApplyOutcome {
+    ) async throws -> ApplyOutcome {
         diagnostics.note("kaiten \(service.role) (pid \(service.pid)) holds the peers' connections: it applies, this shows")
         var skipped = false
         let plan: Plan
@@ -124,9 +132,9 @@ extension App {
             try checkOrigin(saved, opened)
             plan = saved
         } else {
-            var answer = try service.plan(folders: request.folders, requirePeers: request.requirePeers)
+            var answer = try await ControlClient.offThePool { try service.plan(folders: request.folders, requirePeers: request.requirePeers) }
             if request.followRenames, try followRenames(answer.plan, opened) {
-                answer = try service.plan(folders: request.folders, requirePeers: request.requirePeers)
+                answer = try await ControlClient.offThePool { try service.plan(folders: request.folders, requirePeers: request.requirePeers) }
             }
             for warning in answer.warnings { diagnostics.error(warning) }
             for (folder, reason) in answer.skipped { diagnostics.error("\(folder): skipped: \(reason)") }
@@ -134,10 +142,13 @@ extension App {
             guard try frontEnd.confirm(answer.plan) else { return ApplyOutcome(plan: answer.plan, report: nil, skipped: skipped) }
             plan = answer.plan
         }
-        frontEnd.stop.install()
-        let report = try service.apply(
-            plan, saved: saved != nil, maxDelete: request.maxDelete.description, requirePeers: request.requirePeers,
-            sendTimeout: request.sendTimeout, stop: frontEnd.stop, note: diagnostics.note, events: frontEnd.events)
+        if frontEnd.installsSignals { frontEnd.stop.install() }
+        let (stop, note, events, isSaved) = (frontEnd.stop, diagnostics.note, frontEnd.events, saved != nil)
+        let report = try await ControlClient.offThePool {
+            try service.apply(
+                plan, saved: isSaved, maxDelete: request.maxDelete.description, requirePeers: request.requirePeers,
+                sendTimeout: request.sendTimeout, stop: stop, note: note, events: events)
+        }
         return ApplyOutcome(plan: plan, report: report, skipped: skipped)
     }
 

@@ -28,13 +28,14 @@ public enum Settled: Sendable {
 extension App {
     /// The open conflicts of the named folders (all when none): beside a running service, the
     /// ones it sees on its live connections, with its --require-peers.
-    public func conflicts(folders: [String], requirePeers: Int?) throws -> [ConflictEntry] {
+    public func conflicts(folders: [String], requirePeers: Int?) async throws -> [ConflictEntry] {
         let opened = try openForReading()
         let plan: Plan
         switch try route("conflicts", .readsFromService, in: opened) {
         case .service(let service):
             let record = ServiceRecord.running(opened.home)
-            plan = try service.plan(folders: folders, requirePeers: max(1, requirePeers ?? record?.requirePeers ?? 1)).plan
+            let requirePeers = max(1, requirePeers ?? record?.requirePeers ?? 1)
+            plan = try await ControlClient.offThePool { try service.plan(folders: folders, requirePeers: requirePeers).plan }
         case .here:
             (plan, _) = try Planner.plan(home: opened, folders: folders, requirePeers: max(1, requirePeers ?? 1), warn: diagnostics.error)
         }

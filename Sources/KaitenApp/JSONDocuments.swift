@@ -1,4 +1,5 @@
 import Foundation
+import KaitenApply
 import KaitenMedia
 import KaitenReconcile
 import KaitenSelection
@@ -185,4 +186,20 @@ public struct LastCopiesDocument: Encodable, Sendable {
         self.files = files.map { File(path: $0.path, size: $0.size, reason: $0.reason) }
         bytes = files.reduce(0) { $0 + $1.size }
     }
+}
+
+/// One directory of a folder's global tree (`GET /rest/kaiten/ls`): the entries as `kaiten ls
+/// --json` prints them.
+public struct ListingDocument: Encodable, Sendable {
+    public let folder: String
+    public let directory: String
+    public let entries: [Listing.Entry]
+}
+
+/// How an apply asked through the REST API ended: the exit code `kaiten apply` would exit with,
+/// why when it was refused, and what was done.
+public struct AppliedDocument: Encodable, Sendable {
+    public let exit: Int32
+    public let message: String?
+    public let report: ApplyReport?
 }

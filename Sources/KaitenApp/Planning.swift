@@ -39,9 +39,9 @@ extension App {
             diagnostics.error(
                 "note: kaiten \(service.role) (pid \(service.pid)) keeps the index current; this is its plan, on its live connections")
             let maxDelete = request.maxDelete.description
-            var answer = try service.plan(folders: request.folders, requirePeers: request.requirePeers, maxDelete: maxDelete)
+            var answer = try await ControlClient.offThePool { try service.plan(folders: request.folders, requirePeers: request.requirePeers, maxDelete: maxDelete) }
             if request.followRenames, try followRenames(answer.plan, opened) {
-                answer = try service.plan(folders: request.folders, requirePeers: request.requirePeers, maxDelete: maxDelete)
+                answer = try await ControlClient.offThePool { try service.plan(folders: request.folders, requirePeers: request.requirePeers, maxDelete: maxDelete) }
             }
             for warning in answer.warnings { diagnostics.error(warning) }
             for (folder, reason) in answer.skipped { diagnostics.error("\(folder): skipped: \(reason)") }

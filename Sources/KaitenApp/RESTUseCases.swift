@@ -55,8 +55,12 @@ public struct RESTUseCases: APIUseCases {
         }
     }
 
-    public func conflicts(folders: [String]) throws -> Data {
-        try answering { try JSONDocument.encode(try app.conflicts(folders: folders, requirePeers: nil)) }
+    public func conflicts(folders: [String]) async throws -> Data {
+        do {
+            return try JSONDocument.encode(try await app.conflicts(folders: folders, requirePeers: nil))
+        } catch {
+            throw Self.failure(error)
+        }
     }
 
     public func resolve(folder: String, path: String, choice: String) throws -> Data {
@@ -80,6 +84,38 @@ public struct RESTUseCases: APIUseCases {
                 documents.append(LastCopiesDocument(folder: id, files))
             }
             return try JSONDocument.encode(documents)
+        }
+    }
+
+    public func listing(folder: String, directory: String) throws -> Data {
+        try answering {
+            let listing = try app.list(folder, under: directory, recursive: false, deleted: false)
+            return try JSONDocument.encode(ListingDocument(folder: folder, directory: listing.directory, entries: listing.entries))
+        }
+    }
+
+    public func apply(plan data: Data) async throws -> Data {
+        let plan: Plan
+        do {
+            plan = try PlanFile.decode(data, from: "the request's plan")
+        } catch {
+            throw APIFailure(status: 400, "\(error) (send the plan as /rest/kaiten/plan gave it)")
+        }
+        var request = ApplyRequest()
+        request.plan = plan
+        let frontEnd = ApplyFrontEnd(confirm: { _ in true }, events: { _ in }, stop: StopSignal(), installsSignals: false)
+        do {
+            let outcome = try await app.apply(request, frontEnd)
+            let status = outcome.status(failOnConflict: false)
+            return try JSONDocument.encode(AppliedDocument(exit: status.code, message: nil, report: outcome.report))
+        } catch let ended as VerbEnded {
+            // A refusal (stale, a brake, the lock) is the verb's answer, with its exit code.
+            return try JSONDocument.encode(AppliedDocument(exit: ended.status.code, message: ended.message, report: nil))
+        } catch let refused as ControlFailure {
+            // The same, said by the service that applies.
+            return try JSONDocument.encode(AppliedDocument(exit: refused.code, message: refused.message, report: nil))
+        } catch {
+            throw Self.failure(error)
         }
     }
 

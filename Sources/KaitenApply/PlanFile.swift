@@ -18,6 +18,12 @@ public enum PlanFile {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ConfigError(.invalidValue, file: path, "cannot read the plan file")
         }
+        return try decode(data, from: path)
+    }
+
+    /// A plan document (a file's, or one sent to the REST API), checked as a plan file is;
+    /// errors name `path`.
+    public static func decode(_ data: Data, from path: String) throws -> Plan {
         struct Header: Decodable { let format_version: String }
         guard let header = try? JSONDecoder().decode(Header.self, from: data) else {
             throw ConfigError(.invalidValue, file: path, "not a Kaiten plan (no format_version)")

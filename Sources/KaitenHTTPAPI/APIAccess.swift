@@ -9,7 +9,8 @@ import KaitenConfig
 /// A browser has no key: with a user and password configured it logs in (basic auth, or
 /// `POST /rest/noauth/auth/password`) and gets a session cookie; every `/rest/` request it makes
 /// also carries the CSRF token the server gave its page (`X-CSRF-Token-<short ID>`), which a
-/// page of another site cannot read. Without a user and password only the key opens `/rest/`.
+/// page of another site cannot read. Without a user and password only the key, or a session
+/// started by `kaiten ui`'s one-time link, opens `/rest/`.
 public struct APIAccess: Sendable {
     public let apiKey: String
     public let user: String
@@ -63,22 +64,24 @@ public struct APIAccess: Sendable {
             return .answer(APIResponse(status: 204, contentType: "text/plain; charset=utf-8", body: [], headers: [cookieHeader(sessionCookie, "", maxAge: 0)]))
         default: break
         }
+        if request.path == "/ui/login" { return .answer(uiLogin(request, sessions: sessions, now: now)) }
         if request.path.hasPrefix("/rest/noauth/") || (metricsOpen && request.path == "/metrics") { return .allow(adding: []) }
         if hasKey(request) { return .allow(adding: []) }
-        // Without a user and password, a page load's CSRF token opens nothing (syncthing lets it
-        // in: any local process could then drive the device): the key is the only way in.
-        guard hasUser else {
-            return request.path.hasPrefix("/rest/") || request.path == "/metrics" ? .answer(.text("CSRF Error", status: 403)) : .allow(adding: [])
-        }
         var adding: [APIResponse.Header] = []
-        do {
-            if let token = cookie(sessionCookie, in: request), sessions.isSession(token, at: now) {
-                // Logged in.
-            } else if let (name, password) = basicCredentials(request), Self.equal(name, user), PasswordHash.matches(password, hash: passwordHash) {
-                adding.append(startSession(sessions, stayLoggedIn: false, now: now))
-            } else {
-                return .answer(notAuthenticated)
-            }
+        var authenticated = cookie(sessionCookie, in: request).map { sessions.isSession($0, at: now) } ?? false
+        if !authenticated, hasUser, let (name, password) = basicCredentials(request), Self.equal(name, user),
+            PasswordHash.matches(password, hash: passwordHash)
+        {
+            adding.append(startSession(sessions, stayLoggedIn: false, now: now))
+            authenticated = true
+        }
+        let protected = request.path.hasPrefix("/rest/") || request.path == "/metrics"
+        guard authenticated else {
+            if hasUser { return .answer(notAuthenticated) }
+            // Without a user and password (and no session from `kaiten ui`'s link), a page load's
+            // CSRF token opens nothing (syncthing lets it in: any local process could then drive
+            // the device): the key is the only way in. The page itself holds no data.
+            return protected ? .answer(.text("CSRF Error", status: 403)) : .allow(adding: [])
         }
         if request.path.hasPrefix("/rest/") {
             guard let token = request.header(csrfHeader), sessions.isCSRFToken(token) else { return .answer(.text("CSRF Error", status: 403)) }
@@ -87,6 +90,20 @@ public struct APIAccess: Sendable {
             adding.append(cookieHeader(csrfCookie, sessions.issueCSRFToken(), httpOnly: false))
         }
         return .allow(adding: adding)
+    }
+
+    /// `kaiten ui`'s one-time link: its token becomes a session cookie (and the page's CSRF
+    /// token), and the browser is sent on to the page with the token out of its address bar.
+    func uiLogin(_ request: APIRequest, sessions: APISessions, now: Date) -> APIResponse {
+        guard request.method == "GET", let token = request.query["token"], sessions.redeemLoginToken(token, now: now) else {
+            return .text("This link was used already or is too old: run `kaiten ui` again for a new one.", status: 403)
+        }
+        return APIResponse(
+            status: 303, contentType: "text/plain; charset=utf-8", body: [],
+            headers: [
+                .init("Location", "/ui/"), startSession(sessions, stayLoggedIn: false, now: now),
+                cookieHeader(csrfCookie, sessions.issueCSRFToken(), httpOnly: false),
+            ])
     }
 
     /// syncthing 2.x's login form: `{"username", "password", "stayLoggedIn"}` → 204 and a

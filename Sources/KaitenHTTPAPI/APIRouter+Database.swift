@@ -260,13 +260,17 @@ extension APIRouter {
             }
             return document(try useCases.deselect(folder: try folder(), paths: paths))
         case ("GET", "/rest/kaiten/plan"): return document(try await useCases.plan(folders: folders))
-        case ("GET", "/rest/kaiten/conflicts"): return document(try useCases.conflicts(folders: folders))
+        case ("GET", "/rest/kaiten/conflicts"): return document(try await useCases.conflicts(folders: folders))
         case ("POST", "/rest/kaiten/resolve"):
             guard let object = try Self.jsonBody(request) as? [String: Any], let path = object["path"] as? String,
                 let choice = object["choice"] as? String
             else { throw APIFailure(status: 400, "want {\"path\": …, \"choice\": \"select|keep|delete-local|use-global\"}") }
             return document(try useCases.resolve(folder: try folder(), path: path, choice: choice))
         case ("GET", "/rest/kaiten/lastcopies"): return document(try useCases.lastCopies(folders: folders))
+        case ("GET", "/rest/kaiten/ls"): return document(try useCases.listing(folder: try folder(), directory: request.query["dir"] ?? ""))
+        case ("POST", "/rest/kaiten/apply"):
+            // The plan the page showed, applied as a saved plan is (stale if things moved).
+            return document(try await useCases.apply(plan: Data(request.body)))
         case ("GET", "/rest/kaiten/cache"):
             let cache = state.onDemandCache()
             return .json(["bytes": cache.bytes, "limit": cache.limit, "blocks": cache.blocks, "fetchedBlocks": cache.fetched])

@@ -40,7 +40,11 @@ public struct APIRouter: Sendable {
             return .json(["errors": errors.isEmpty ? NSNull() : errors.map(Self.messageJSON) as Any])
         case ("GET", "/rest/system/log"):
             return .json(["messages": state.messages().map(Self.messageJSON)])
-        case ("GET", "/rest/system/paths"): return .json([String: Any]())
+        case ("GET", "/rest/system/paths"):
+            // syncthing's keys; what Kaiten has no file for is "".
+            var paths: [String: Any] = [:]
+            for key in Self.pathKeys { paths[key] = "" }
+            return .json(paths.merging(state.paths()) { _, given in given })
         case ("GET", "/rest/events"), ("GET", "/rest/events/disk"): return await events(request)
         case ("GET", "/rest/db/status"): return dbStatus(request)
         case ("GET", "/rest/db/completion"): return dbCompletion(request)
@@ -107,6 +111,7 @@ public struct APIRouter: Sendable {
                 return await answering { try configWrite(request, $0) }
             }
             if request.path.hasPrefix("/rest/kaiten/") { return await answering { try await kaiten(request, $0) } }
+            if request.method == "GET", let page = UIPage.asset(request.path) { return page }
             return .notFound()
         }
     }
@@ -122,6 +127,12 @@ public struct APIRouter: Sendable {
             return .text("\(error)", status: 500)
         }
     }
+
+    /// `/rest/system/paths`' keys (2.1.3's; 1.19.2 has no such endpoint).
+    static let pathKeys = [
+        "auditLog", "baseDir-config", "baseDir-data", "baseDir-userHome", "certFile", "config", "database", "defFolder", "guiAssets",
+        "httpsCertFile", "httpsKeyFile", "keyFile", "legacyDatabase", "lockFile", "logFile", "panicLog",
+    ]
 
     /// The longest a poll waits, whatever it asks.
     static let longestPoll: Duration = .seconds(3600)

@@ -10,9 +10,13 @@ public final class APISessions: Sendable {
     /// Sessions beyond this many push out the oldest.
     static let sessionsKept = 1000
 
+    /// A login link is good for this long, once.
+    static let loginTokenLifetime: TimeInterval = 120
+
     private struct State {
         var csrf: [String] = []
         var sessions: [String: Date] = [:]
+        var loginTokens: [String: Date] = [:]
     }
     private let state = Mutex(State())
 
@@ -30,6 +34,25 @@ public final class APISessions: Sendable {
 
     func isCSRFToken(_ token: String) -> Bool {
         state.withLock { state in state.csrf.contains { APIAccess.equal($0, token) } }
+    }
+
+    /// A one-time token for `kaiten ui`'s link.
+    public func issueLoginToken(now: Date = Date()) -> String {
+        let token = Self.randomToken()
+        state.withLock { state in
+            state.loginTokens = state.loginTokens.filter { $0.value > now }
+            state.loginTokens[token] = now.addingTimeInterval(Self.loginTokenLifetime)
+        }
+        return token
+    }
+
+    /// Whether `token` is a login token not used yet and not expired; it is used up either way.
+    func redeemLoginToken(_ token: String, now: Date = Date()) -> Bool {
+        state.withLock { state in
+            guard let key = state.loginTokens.keys.first(where: { APIAccess.equal($0, token) }) else { return false }
+            let expiry = state.loginTokens.removeValue(forKey: key)!
+            return expiry > now
+        }
     }
 
     /// A new session, valid until `expiry`.

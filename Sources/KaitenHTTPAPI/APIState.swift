@@ -15,6 +15,8 @@ public protocol APIState: Sendable {
     func connections() -> [APIConnection]
     /// Warnings and errors said since the start, oldest first (at most a bounded number).
     func messages() -> [APIMessage]
+    /// Where this device keeps what syncthing's `/rest/system/paths` names, by syncthing's keys.
+    func paths() -> [String: String]
     /// The event stream of `/rest/events`.
     var events: EventLog { get }
     /// What `/metrics` shows now.

@@ -19,10 +19,15 @@ public protocol APIUseCases: Sendable {
     /// The plan as `kaiten plan --json` prints it.
     func plan(folders: [String]) async throws -> Data
     /// As `kaiten conflicts --json`.
-    func conflicts(folders: [String]) throws -> Data
+    func conflicts(folders: [String]) async throws -> Data
     func resolve(folder: String, path: String, choice: String) throws -> Data
     /// Files whose version no peer holds: deleting them here would lose them.
     func lastCopies(folders: [String]) throws -> Data
+    /// One directory of the global tree as `kaiten ls --json` sees it: `{folder, directory, entries}`.
+    func listing(folder: String, directory: String) throws -> Data
+    /// Applies `plan` (a plan document as `plan` gave it) as `kaiten apply PLAN` does:
+    /// `{exit, message, report}`.
+    func apply(plan: Data) async throws -> Data
 
     // syncthing's db endpoints, read from the index log and the last scan (as `kaiten ls`).
     /// What a device needs of a folder, in path order: this device (nil) what its selection

@@ -87,6 +87,28 @@ public final class ControlClient: Sendable {
         public var skipped: [(folder: String, reason: String)]
     }
 
+    /// Runs a blocking exchange on a thread of its own, not on Swift's cooperative pool: inside
+    /// the service (a use case asked through its REST API), the pool is also what answers the
+    /// exchange, and pool threads waiting on it wait for ever (two cores, two threads).
+    public static func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread { continuation.resume(with: Result { try body() }) }
+            thread.name = "kaiten-control-client"
+            thread.start()
+        }
+    }
+
+    /// A one-time token that logs a browser in to the service's web page.
+    public func uiLoginToken() throws(ControlFailure) -> String {
+        let connection = try open()
+        defer { connection.close() }
+        try connection.send(ControlRequest(verb: .uiLogin))
+        let reply = try connection.reply()
+        if reply.type == .failure { throw ControlFailure(reply.code ?? 1, reply.message ?? "the service refused") }
+        guard let token = reply.message, !token.isEmpty else { throw ControlFailure(1, "the service answered with no token") }
+        return token
+    }
+
     /// The plan the service would apply now, made on its live connections.
     /// - Parameter maxDelete: the limit the plan's brake warnings weigh deletions against.
     public func plan(folders: [String], requirePeers: Int, maxDelete: String = "50%") throws(ControlFailure) -> PlanAnswer {

@@ -78,6 +78,8 @@ public struct ControlRequest: Codable, Sendable {
         case block
         /// Sent during an apply: stop between blocks (Ctrl-C on the client).
         case stop
+        /// A one-time login token for the web page (`kaiten ui`), answered in `message`.
+        case uiLogin
     }
 
     public var verb: Verb

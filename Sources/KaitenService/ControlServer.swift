@@ -49,10 +49,15 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
         var graceOver = false
     }
 
+    /// Mints a one-time login token for the web page; nil where no page is served.
+    let loginToken: (@Sendable () -> String?)?
+
     public init(
         home: KaitenHome, sessions: PeerSessions, files: RemoteFiles, folders: [String], role: String, stop: StopSignal,
-        log: @escaping @Sendable (String) -> Void, events: (@Sendable (ServiceEvent) -> Void)? = nil
+        log: @escaping @Sendable (String) -> Void, events: (@Sendable (ServiceEvent) -> Void)? = nil,
+        loginToken: (@Sendable () -> String?)? = nil
     ) {
+        self.loginToken = loginToken
         self.events = events
         self.home = home
         self.sessions = sessions
@@ -193,6 +198,14 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
                 }
             case .stop:
                 try await send(.failure(64, "nothing to stop"))
+            case .uiLogin:
+                if let token = loginToken?() {
+                    var reply = ControlReply(.hello)
+                    reply.message = token
+                    try await send(reply)
+                } else {
+                    try await send(.failure(1, "this \(role) serves no web page: its REST API is off (config.xml's <gui>)"))
+                }
             }
         }
     }

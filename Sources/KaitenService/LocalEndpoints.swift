@@ -63,10 +63,11 @@ public final class LocalEndpoints: Sendable {
     public static func start(
         home: KaitenHome, files: RemoteFiles, peerAddresses: [String], folders: [String], role: String, stop: StopSignal,
         http: HTTP?, controlLog: @escaping @Sendable (String) -> Void, events: (@Sendable (ServiceEvent) -> Void)? = nil,
-        controlFailed: @escaping @Sendable (String) -> Void
+        controlFailed: @escaping @Sendable (String) -> Void, loginToken: (@Sendable () -> String?)? = nil
     ) async throws -> LocalEndpoints {
         let control = ControlServer(
-            home: home, sessions: files.sessions, files: files, folders: folders, role: role, stop: stop, log: controlLog, events: events)
+            home: home, sessions: files.sessions, files: files, folders: folders, role: role, stop: stop, log: controlLog, events: events,
+            loginToken: loginToken)
         let controlTask = Task {
             do { try await control.run() } catch { controlFailed("no control socket, so apply, cat and get cannot work beside this \(role == "run" ? "service" : "server"): \(error)") }
         }

@@ -94,6 +94,8 @@ final class RESTListener: Sendable {
         return url
     }
 
+    var isServing: Bool { open.withLock { $0 != nil } }
+
     /// Stops listening: waiting polls answer what they have, connections close.
     func close() async {
         guard let previous = open.withLock({ state -> Open? in

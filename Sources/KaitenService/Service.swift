@@ -278,6 +278,10 @@ public final class Service: Sendable {
             }
         })
 
+        // `kaiten ui`'s one-time link, when the REST API (which serves the page) is on.
+        let loginToken: @Sendable () -> String? = { [apiListener, browserSessions] in
+            apiListener.isServing ? browserSessions.issueLoginToken() : nil
+        }
         // Files read on the live sessions: for --serve, and for the verbs beside the service.
         let files = RemoteFiles(home: home, cacheBytes: options.serve == nil ? 8 << 20 : options.cacheBytes, logger: logger, sessions: sessions)
         var endpoints: LocalEndpoints?
@@ -289,7 +293,7 @@ public final class Service: Sendable {
                         host: serve.host, port: serve.port, thumbnails: options.thumbnails, log: { [emit] in emit(ServiceEvent("serve", $0)) })
                 },
                 controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
-                controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
+                controlFailed: { [emit] in emit(ServiceEvent("error", $0)) }, loginToken: loginToken)
             if let base = endpoints?.baseURL { status.serving(base) }
         } catch {
             emit(ServiceEvent("error", "cannot serve on demand: \(error)"))
@@ -297,7 +301,7 @@ public final class Service: Sendable {
             endpoints = try? await LocalEndpoints.start(
                 home: home, files: files, peerAddresses: addresses, folders: folderIDs, role: "run", stop: stop, http: nil,
                 controlLog: { [emit] in emit(ServiceEvent("control", $0)) }, events: emit,
-                controlFailed: { [emit] in emit(ServiceEvent("error", $0)) })
+                controlFailed: { [emit] in emit(ServiceEvent("error", $0)) }, loginToken: loginToken)
         }
         var apiState: ServiceAPIState?
         if options.restAPI {

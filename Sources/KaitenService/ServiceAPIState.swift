@@ -88,6 +88,15 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
 
     func messages() -> [APIMessage] { said.all() }
 
+    func paths() -> [String: String] {
+        let home = home.home
+        return [
+            "baseDir-config": home.path, "baseDir-data": home.path, "baseDir-userHome": NSHomeDirectory(), "config": home.configPath,
+            "certFile": home.certificatePath, "keyFile": home.keyPath, "httpsCertFile": HTTPSCertificate.certificatePath(home),
+            "httpsKeyFile": HTTPSCertificate.keyPath(home), "database": home.indexDirectory, "defFolder": NSHomeDirectory(),
+        ]
+    }
+
     /// Read from the folder's log and scan cache as `kaiten status` reads them beside the
     /// service (read-only; the service's rounds keep both current).
     func folderSummary(_ folderID: String, device: DeviceID?) throws -> APIFolderSummary? {

@@ -185,7 +185,8 @@ struct RESTInteropTests {
                 "/rest/config/gui", "/rest/config/ldap", "/rest/config/defaults/folder", "/rest/config/defaults/device",
                 "/rest/config/folders/\(Self.folder)",
             ]
-            if SyncthingInstance.majorVersion >= 2 { endpoints.append("/rest/noauth/health") }
+            // 1.19.2 has neither (404).
+            if SyncthingInstance.majorVersion >= 2 { endpoints += ["/rest/noauth/health", "/rest/system/paths"] }
             for endpoint in endpoints {
                 var theirs = try await st.get(endpoint)
                 let answer = try Self.curl(base + endpoint, headers: ["X-API-Key: \(key)"])

@@ -140,6 +140,29 @@ struct APIAccessTests {
         #expect(access.refusal(for: call, sessions: sessions) == .text("Forbidden", status: 403))
     }
 
+    @Test func kaitenUIsLinkWorksOnceAndBecomesASession() {
+        let access = APIAccess(gui: Self.gui, listensOnLoopback: true, deviceShortID: "ABCDEFG")
+        let sessions = APISessions()
+        let token = sessions.issueLoginToken()
+        let link = request("/ui/login?token=\(token)", headers: ["Host": "127.0.0.1"])
+        guard case .answer(let first) = access.decide(link, sessions: sessions) else { Issue.record("no answer"); return }
+        // On to the page, the token out of the address bar, a session and the page's CSRF token.
+        #expect(first.status == 303 && first.headers.contains(.init("Location", "/ui/")))
+        let issued = cookies(.answer(first))
+        let session = try! #require(issued["sessionid-ABCDEFG"])
+        let csrf = try! #require(issued["CSRF-Token-ABCDEFG"])
+        #expect(access.refusal(for: link, sessions: sessions)?.status == 403, "used once")
+        let call = request("/rest/system/status", headers: ["Host": "127.0.0.1", "Cookie": "sessionid-ABCDEFG=\(session)", "X-CSRF-Token-ABCDEFG": csrf])
+        #expect(access.refusal(for: call, sessions: sessions) == nil)
+        #expect(
+            access.refusal(for: request("/rest/system/status", headers: ["Host": "127.0.0.1", "Cookie": "sessionid-ABCDEFG=\(session)"]), sessions: sessions)
+                == .text("CSRF Error", status: 403))
+        // A link not opened in time is refused.
+        let late = sessions.issueLoginToken(now: Date().addingTimeInterval(-APISessions.loginTokenLifetime - 1))
+        #expect(access.refusal(for: request("/ui/login?token=\(late)", headers: ["Host": "127.0.0.1"]), sessions: sessions)?.status == 403)
+        #expect(access.refusal(for: request("/ui/login?token=made-up", headers: ["Host": "127.0.0.1"]), sessions: sessions)?.status == 403)
+    }
+
     @Test func withoutAUserAPageLoadsTokenOpensNothing() {
         let access = APIAccess(gui: Self.gui, listensOnLoopback: true, deviceShortID: "ABCDEFG")
         let sessions = APISessions()

@@ -27,6 +27,7 @@ struct APIRouterTests {
         func folderSummary(_ folder: String, device: DeviceID?) throws -> APIFolderSummary? { nil }
         func metrics() -> [MetricFamily] { [MetricFamily("kaiten_test", .gauge, help: "a \\ test\nline", [.init([("folder", "a\"b")], 1.5)])] }
         var useCases: (any APIUseCases)? { nil }
+        func paths() -> [String: String] { ["config": "/home/k/config.xml"] }
         func deviceStats() -> [DeviceID: APIDeviceStats] { [APIRouterTests.peer: APIDeviceStats(lastSeen: startTime, lastConnectionDuration: 12)] }
         func folderStats() -> [String: APIFolderStats] { ["photos": APIFolderStats(lastScan: startTime, lastFile: ("a.jpg", startTime, false))] }
         func folderErrors(_ folder: String) -> [(path: String, error: String)] { [("b.jpg", "no peer holds it")] }

@@ -41,6 +41,9 @@ missing_deps() {
     command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
     command -v exiftool >/dev/null 2>&1 || missing+=(libimage-exiftool-perl)
     command -v heif-enc >/dev/null 2>&1 || missing+=(libheif-examples)
+    # The web page is tested in a real browser: Debian's Chromium, driven through chromedriver.
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
     echo "${missing[@]:-}"
 }
 

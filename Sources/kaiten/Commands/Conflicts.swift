@@ -33,7 +33,7 @@ extension Kaiten {
 
         func run() async throws {
             try await reportingErrors {
-                let rows = try global.app.conflicts(folders: folders, requirePeers: requirePeers)
+                let rows = try await global.app.conflicts(folders: folders, requirePeers: requirePeers)
                 if json {
                     try Terminal.json(rows)
                 } else {

@@ -1,0 +1,201 @@
+/// The web page (`kaiten ui`): three files served from the binary, no build step, nothing fetched
+/// from elsewhere. The page holds no data; it reads and changes everything through `/rest/` with
+/// its session cookie and the CSRF token of its load, and puts every name into the page as text
+/// (a file called `<script>` is shown, never run).
+enum UIPage {
+    static func asset(_ path: String) -> APIResponse? {
+        switch path {
+        case "/ui", "/ui/", "/ui/index.html": return APIResponse(status: 200, contentType: "text/html; charset=utf-8", body: Array(html.utf8), headers: security)
+        case "/ui/app.js": return APIResponse(status: 200, contentType: "text/javascript; charset=utf-8", body: Array(script.utf8), headers: security)
+        case "/ui/app.css": return APIResponse(status: 200, contentType: "text/css; charset=utf-8", body: Array(style.utf8), headers: security)
+        default: return nil
+        }
+    }
+
+    /// Only the page's own files run; nothing is framed or fetched from elsewhere.
+    static let security: [APIResponse.Header] = [
+        .init("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; media-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+    ]
+
+    static let html = """
+        <!doctype html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8">
+        <meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>Kaiten</title>
+        <link rel="stylesheet" href="/ui/app.css">
+        <script src="/ui/app.js" defer></script>
+        </head>
+        <body>
+        <header>
+          <h1>Kaiten</h1>
+          <label>Folder <select id="folder" aria-label="Folder"></select></label>
+          <span id="totals" aria-live="polite"></span>
+        </header>
+        <main>
+          <section aria-labelledby="tree-title">
+            <h2 id="tree-title">Global tree <span id="where"></span></h2>
+            <p class="hint">Tick what this device keeps: each tick is a line of the selection file. Nothing moves until you apply the plan.</p>
+            <table id="tree">
+              <thead><tr><th scope="col">Keep</th><th scope="col">Name</th><th scope="col">Size</th><th scope="col">Modified</th><th scope="col">Here</th><th scope="col">Peers</th></tr></thead>
+              <tbody></tbody>
+            </table>
+          </section>
+          <section aria-labelledby="plan-title">
+            <h2 id="plan-title">Plan</h2>
+            <p id="plan-summary" aria-live="polite">No changes planned.</p>
+            <ul id="plan"></ul>
+            <button id="apply" type="button" disabled>Apply this plan</button>
+            <p id="outcome" role="status"></p>
+          </section>
+        </main>
+        </body>
+        </html>
+
+        """
+
+    static let style = """
+        :root { font-family: system-ui, sans-serif; color-scheme: light dark; }
+        body { margin: 0; }
+        header { display: flex; flex-wrap: wrap; gap: 1em; align-items: center; padding: .5em 1em; border-bottom: 1px solid #8884; }
+        h1 { font-size: 1.2em; margin: 0; }
+        h2 { font-size: 1em; }
+        main { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 1em; padding: 0 1em 1em; }
+        @media (max-width: 700px) { main { grid-template-columns: 1fr; } th:nth-child(4), td:nth-child(4) { display: none; } }
+        table { width: 100%; border-collapse: collapse; }
+        th, td { text-align: left; padding: .25em .5em; border-bottom: 1px solid #8882; overflow-wrap: anywhere; }
+        td.size { text-align: right; white-space: nowrap; }
+        button.dir { background: none; border: none; padding: 0; font: inherit; color: LinkText; cursor: pointer; text-align: left; }
+        button.dir:focus-visible, input:focus-visible, button:focus-visible { outline: 2px solid Highlight; }
+        .hint { color: GrayText; font-size: .9em; }
+        #plan li { font-family: ui-monospace, monospace; font-size: .9em; }
+        .state-in-sync { color: green; } .state-absent { color: GrayText; } .state-differs, .state-extraneous { color: darkorange; }
+
+        """
+
+    static let script = """
+        "use strict";
+        // Every request carries the CSRF token the page's load was given (its cookie), and the
+        // session cookie the browser sends by itself. Names go into the page as text only.
+        function csrf() {
+          for (const part of document.cookie.split(";")) {
+            const [name, value] = part.trim().split("=");
+            if (name.startsWith("CSRF-Token-")) return [name.replace("CSRF-Token-", "X-CSRF-Token-"), value];
+          }
+          return null;
+        }
+        async function api(path, options = {}) {
+          const token = csrf();
+          const headers = Object.assign({}, options.headers || {});
+          if (token) headers[token[0]] = token[1];
+          const response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
+          const text = await response.text();
+          if (!response.ok) throw new Error(text.trim() || response.statusText);
+          return text ? JSON.parse(text) : null;
+        }
+        function el(tag, attributes = {}, text) {
+          const node = document.createElement(tag);
+          for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, value);
+          if (text !== undefined) node.textContent = text;
+          return node;
+        }
+        function size(bytes) {
+          const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+          let value = bytes, unit = 0;
+          while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+          return (unit === 0 ? value : value.toFixed(1)) + " " + units[unit];
+        }
+        const state = { folder: null, directory: "" };
+        const q = (id) => document.getElementById(id);
+
+        async function loadFolders() {
+          const folders = await api("/rest/config/folders");
+          const select = q("folder");
+          select.replaceChildren(...folders.map((f) => el("option", { value: f.id }, f.label ? f.label + " (" + f.id + ")" : f.id)));
+          select.addEventListener("change", () => open(select.value, ""));
+          if (folders.length) await open(folders[0].id, "");
+        }
+
+        async function open(folder, directory) {
+          state.folder = folder; state.directory = directory;
+          q("where").textContent = directory ? "/ " + directory : "";
+          const status = await api("/rest/db/status?folder=" + encodeURIComponent(folder));
+          q("totals").textContent = status.globalFiles + " files, " + size(status.globalBytes) + " in all; needed here: " + status.needFiles + " (" + size(status.needBytes) + ")";
+          const listing = await api("/rest/kaiten/ls?folder=" + encodeURIComponent(folder) + "&dir=" + encodeURIComponent(directory));
+          const rows = [];
+          if (directory) {
+            const up = el("tr");
+            const parent = directory.includes("/") ? directory.slice(0, directory.lastIndexOf("/")) : "";
+            const button = el("button", { class: "dir", type: "button" }, "..");
+            button.addEventListener("click", () => open(folder, parent));
+            const cell = el("td", { colspan: "6" }); cell.append(button); up.append(cell);
+            rows.push(up);
+          }
+          for (const entry of listing.entries) rows.push(row(entry));
+          q("tree").tBodies[0].replaceChildren(...rows);
+          await showPlan();
+        }
+
+        function row(entry) {
+          const tr = el("tr", { "data-path": entry.path });
+          const keep = el("input", { type: "checkbox", "data-select": entry.path, "aria-label": "Keep " + entry.path });
+          keep.checked = entry.selected !== "no";
+          keep.disabled = entry.selected === "parent";
+          keep.addEventListener("change", () => toggle(entry.path, keep.checked));
+          const name = entry.path.slice(entry.path.lastIndexOf("/") + 1);
+          const nameCell = el("td");
+          if (entry.type === "directory") {
+            const button = el("button", { class: "dir", type: "button" }, name + "/");
+            button.addEventListener("click", () => open(state.folder, entry.path));
+            nameCell.append(button);
+          } else {
+            nameCell.textContent = name;
+          }
+          const keepCell = el("td"); keepCell.append(keep);
+          tr.append(keepCell, nameCell, el("td", { class: "size" }, entry.type === "directory" ? "" : size(entry.size)),
+            el("td", {}, entry.modified), el("td", { class: "state-" + entry.local }, entry.local), el("td", {}, String(entry.peers.length)));
+          return tr;
+        }
+
+        async function toggle(path, keep) {
+          q("outcome").textContent = "";
+          try {
+            await api("/rest/kaiten/" + (keep ? "select" : "deselect") + "?folder=" + encodeURIComponent(state.folder), {
+              method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ paths: [path] }),
+            });
+          } catch (error) { q("outcome").textContent = String(error.message); }
+          await open(state.folder, state.directory);
+        }
+
+        let shownPlan = null;
+        async function showPlan() {
+          const plan = await api("/rest/kaiten/plan?folder=" + encodeURIComponent(state.folder));
+          shownPlan = plan;
+          const folder = (plan.folders || [])[0] || { actions: [], conflicts: [] };
+          const items = folder.actions.map((a) => el("li", { "data-action": a.action, "data-path": a.path }, a.action + " " + a.path + (a.reason ? " — " + a.reason : "")));
+          for (const c of folder.conflicts || []) items.push(el("li", { "data-conflict": c.kind }, "conflict " + c.path + " — " + c.reason));
+          q("plan").replaceChildren(...items);
+          q("plan-summary").textContent = folder.actions.length ? folder.actions.length + " change(s) planned." : "In sync: no changes planned.";
+          q("apply").disabled = folder.actions.length === 0;
+        }
+
+        async function applyPlan() {
+          q("apply").disabled = true;
+          q("outcome").textContent = "Applying…";
+          try {
+            const outcome = await api("/rest/kaiten/apply", {
+              method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(shownPlan),
+            });
+            q("outcome").textContent = outcome.exit === 0 ? "Applied." : "Ended with exit " + outcome.exit + ": " + (outcome.message || "");
+          } catch (error) { q("outcome").textContent = String(error.message); }
+          await open(state.folder, state.directory);
+        }
+
+        document.addEventListener("DOMContentLoaded", () => {
+          q("apply").addEventListener("click", applyPlan);
+          loadFolders().catch((error) => { q("outcome").textContent = String(error.message); });
+        });
+
+        """
+}

@@ -1,0 +1,180 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A browser on `kaiten ui`'s page: Debian's Chromium, headless, driven by chromedriver's
+/// WebDriver protocol, against `kaiten run` with the real syncthing as its peer.
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
+struct WebPageInteropTests {
+    typealias REST = RESTInteropTests
+
+    static let chromium = ProcessRunner.which("chromium")
+    static let chromedriver = ProcessRunner.which("chromedriver")
+
+    /// A WebDriver session with headless Chromium.
+    final class Browser {
+        let driver: Process
+        let base: String
+        let session: String
+        static let elementKey = "element-6066-11e4-a52e-4f735466cecf"
+
+        init(profile: String, log: String) throws {
+            let port = try FreePort.next()
+            driver = Process()
+            driver.executableURL = URL(fileURLWithPath: try #require(WebPageInteropTests.chromedriver))
+            driver.arguments = ["--port=\(port)", "--allowed-ips=127.0.0.1"]
+            FileManager.default.createFile(atPath: log, contents: nil)
+            driver.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+            driver.standardError = driver.standardOutput
+            try driver.run()
+            base = "http://127.0.0.1:\(port)"
+            var status: Int = 0
+            for _ in 0..<100 where status != 200 {
+                status = (try? REST.curl(base + "/status").status) ?? 0
+                if status != 200 { usleep(100_000) }
+            }
+            let capabilities: [String: Any] = [
+                "capabilities": [
+                    "alwaysMatch": [
+                        "goog:chromeOptions": [
+                            "binary": try #require(WebPageInteropTests.chromium),
+                            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--user-data-dir=\(profile)",
+                                "--window-size=1200,900", "--no-first-run", "--disable-background-networking"],
+                        ]
+                    ]
+                ]
+            ]
+            let created = try Self.call(base + "/session", "POST", capabilities)
+            session = try #require((created["value"] as? [String: Any])?["sessionId"] as? String, "\(created)")
+        }
+
+        static func call(_ url: String, _ method: String, _ body: Any? = nil) throws -> [String: Any] {
+            let file = NSTemporaryDirectory() + "/kaiten-webdriver-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            if let body { try JSONSerialization.data(withJSONObject: body).write(to: URL(fileURLWithPath: file)) }
+            defer { unlink(file) }
+            let answer = try REST.curl(url, method: method, headers: ["Content-Type: application/json"], bodyFile: body == nil ? nil : file)
+            return try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any], "\(answer.body)")
+        }
+
+        /// A WebDriver command's value; an error it answers (a stale element, none found) is thrown.
+        func call(_ path: String, _ method: String = "GET", _ body: Any? = nil) throws -> Any? {
+            let value = try Self.call(base + "/session/\(session)" + path, method, body ?? (method == "POST" ? [String: Any]() : nil))["value"]
+            if let failure = value as? [String: Any], let error = failure["error"] as? String {
+                throw WebDriverError(description: "\(method) \(path): \(error): \(failure["message"] ?? "")")
+            }
+            return value
+        }
+
+        struct WebDriverError: Error, CustomStringConvertible {
+            let description: String
+        }
+
+        func go(_ url: String) throws { _ = try call("/url", "POST", ["url": url]) }
+
+        /// The elements `css` finds now.
+        func find(_ css: String) throws -> [String] {
+            let found = try call("/elements", "POST", ["using": "css selector", "value": css]) as? [[String: Any]] ?? []
+            return found.compactMap { $0[Self.elementKey] as? String }
+        }
+
+        func waitFor(_ css: String, _ what: String) async throws -> String {
+            var found: String?
+            try await RunInteropTests.waitFor(what, timeout: 30) {
+                found = try find(css).first
+                return found != nil
+            }
+            return found!
+        }
+
+        func click(_ element: String) throws { _ = try call("/element/\(element)/click", "POST") }
+
+        func text(_ element: String) throws -> String { try call("/element/\(element)/text") as? String ?? "" }
+
+        func script(_ source: String) throws -> Any? { try call("/execute/sync", "POST", ["script": source, "args": [Any]()]) }
+
+        func screenshot(to path: String) throws {
+            guard let encoded = try call("/screenshot") as? String, let data = Data(base64Encoded: encoded) else { return }
+            try data.write(to: URL(fileURLWithPath: path))
+        }
+
+        /// Ends the session (Chromium quits) and chromedriver, which ignores SIGTERM: asked to
+        /// shut down, then killed if it has not within five seconds.
+        func close() {
+            _ = try? Self.call(base + "/session/\(session)", "DELETE")
+            _ = try? REST.curl(base + "/shutdown")
+            let deadline = Date().addingTimeInterval(5)
+            while driver.isRunning && Date() < deadline { usleep(50_000) }
+            if driver.isRunning { kill(driver.processIdentifier, SIGKILL) }
+            driver.waitUntilExit()
+        }
+    }
+
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func aPersonTicksADirectorySeesItsPlanAndAppliesItInTheBrowser() async throws {
+        try await REST.withKaitenBesideSyncthing("kaiten-web", runArguments: ["--apply", "none"]) { world, st, base, key in
+            // A name a page must show as text, never run.
+            let hostile = "<img src=x onerror=document.title='pwned'>.txt"
+            try TestFiles.write(world.peerData + "/other/" + hostile, "hostile name\n")
+            try await ApplyInteropTests.rescan(st)
+            try await RunInteropTests.waitFor("the hostile name in Kaiten's index") {
+                let tree = try? JSONSerialization.jsonObject(with: Data(REST.curl(base + "/rest/db/browse?folder=\(ApplyInteropTests.folder)&prefix=other", headers: ["X-API-Key: \(key)"]).body.utf8)) as? [[String: Any]]
+                return tree?.contains { $0["name"] as? String == hostile } == true
+            }
+
+            // `kaiten ui` gives a one-time link.
+            let ui = try world.kaiten("ui")
+            #expect(ui.status == 0, "\(ui.stdout)\(ui.stderr)")
+            let link = ui.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(link.hasPrefix(base + "/ui/login?token="), "\(link)")
+
+            let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
+            defer { browser.close() }
+            try browser.go(link)
+            // The token became a cookie and left the address bar; the tree of the folder shows.
+            _ = try await browser.waitFor("tr[data-path='docs']", "the folder's tree")
+            #expect((try browser.call("/url") as? String) == base + "/ui/")
+            // KAITEN_SCREENSHOTS keeps them (Docs/images has the ones the README shows).
+            let shots = ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots")
+            try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
+            try browser.screenshot(to: shots + "/tree.png")
+
+            // docs is selected (ticked); other is not. Tick other: its file is planned.
+            let docs = try #require(try browser.find("input[data-select='docs']").first)
+            #expect(try browser.call("/element/\(docs)/selected") as? Bool == true)
+            try browser.click(try #require(try browser.find("input[data-select='other']").first))
+            _ = try await browser.waitFor("#plan li[data-path='other/c.txt'][data-action='pull']", "other/c.txt in the plan")
+            #expect(try String(contentsOfFile: world.home + "/selections/\(ApplyInteropTests.folder).txt", encoding: .utf8).contains("other"))
+            try browser.screenshot(to: shots + "/plan.png")
+            // Applying pulls exactly that, byte for byte.
+            try browser.click(try #require(try browser.find("#apply").first))
+            try await RunInteropTests.waitFor("other/c.txt pulled") {
+                RunInteropTests.content(world.local + "/other/c.txt") == "c, not selected at first\n"
+            }
+            #expect(RunInteropTests.content(world.local + "/other/" + hostile) == "hostile name\n")
+            // The page says so once it has shown the folder again, in sync.
+            try await RunInteropTests.waitFor("the page in sync after the apply") {
+                guard let summary = try browser.find("#plan-summary").first, let outcome = try browser.find("#outcome").first else { return false }
+                return try browser.text(summary).hasPrefix("In sync") && browser.text(outcome) == "Applied."
+            }
+
+            // The hostile name is text on the page: no element made of it, nothing run.
+            try browser.click(try #require(try browser.find("tr[data-path='other'] button.dir").first))
+            let row = try await browser.waitFor("tr[data-path='other/\(hostile.replacingOccurrences(of: "'", with: "\\'"))']", "the hostile name's row")
+            #expect(try browser.text(row).contains(hostile))
+            #expect(try browser.find("img").isEmpty)
+            #expect(try browser.script("return document.title") as? String == "Kaiten")
+
+            // The link was for one browser, once.
+            #expect(try REST.curl(link).status == 403)
+            // Without the cookie and the page's token, a change is refused.
+            let forged = try REST.curl(
+                base + "/rest/kaiten/select?folder=\(ApplyInteropTests.folder)", method: "POST", headers: ["Content-Type: application/json", "Cookie: sessionid-\(world.me.shortDescription)=made-up"])
+            #expect(forged.status == 403, "\(forged)")
+        }
+    }
+}
