@@ -6,6 +6,7 @@ import KaitenStream
 import KaitenPeer
 import KaitenProtocol
 import KaitenReconcile
+import KaitenScan
 import KaitenSync
 import Synchronization
 
@@ -103,7 +104,14 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         guard let folder = home.config.folder(id: folderID) else { return nil }
         let log = try PeerGenerations.openLog(home: home, folder: folderID, readOnly: true, warn: { _ in })
         defer { log.close() }
-        let completion = try device.map { FolderCompletion.remote(global: log.index, device: $0) } ?? Planner.completion(folder, home: home, log: log)
+        return try summary(folder, device: device, log: log, tree: nil)
+    }
+
+    /// A folder's summary from its open log (and its last scan, when read already).
+    private func summary(_ folder: FolderConfiguration, device: DeviceID?, log: IndexLog, tree: LocalTree?) throws -> APIFolderSummary {
+        let folderID = folder.id
+        let completion = try device.map { FolderCompletion.remote(global: log.index, device: $0) }
+            ?? Planner.completion(folder, home: home, log: log, tree: tree)
         func counts(_ c: FolderCompletion.Counts) -> APIFolderSummary.Counts {
             APIFolderSummary.Counts(files: c.files, directories: c.directories, symlinks: c.symlinks, deleted: c.deleted, bytes: c.bytes)
         }
@@ -154,21 +162,22 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         apiEvents.roundEnded(folders: folders)
         for id in folders {
             guard let folder = home.config.folder(id: id) else { continue }
-            if let summary = try? folderSummary(id, device: nil) {
+            defer { localIndexChanges(folder) }
+            // The log opened and the last scan read once for all of the folder's figures.
+            guard let log = try? PeerGenerations.openLog(home: home, folder: id, readOnly: true, warn: { _ in }) else { continue }
+            defer { log.close() }
+            let tree = Planner.lastScan(id, home: home)
+            if let summary = try? summary(folder, device: nil, log: log, tree: tree) {
                 apiEvents.folderSummary(id, APIRouter.statusJSON(summary, myID: myID))
                 figures.withLock { $0[id, default: Figures()].summary = summary }
             }
-            if let log = try? PeerGenerations.openLog(home: home, folder: id, readOnly: true, warn: { _ in }) {
-                let copies = LastCopies.find(global: log.index, tree: Planner.lastScan(id, home: home), me: myID).count
-                log.close()
-                figures.withLock { $0[id, default: Figures()].lastCopies = copies }
-            }
+            let copies = LastCopies.find(global: log.index, tree: tree, me: myID).count
+            figures.withLock { $0[id, default: Figures()].lastCopies = copies }
             for device in folder.devices where device != myID {
-                if let summary = try? folderSummary(id, device: device) {
+                if let summary = try? summary(folder, device: device, log: log, tree: tree) {
                     apiEvents.folderCompletion(id, device: device, APIRouter.completionJSON([summary], remote: true, device: device))
                 }
             }
-            localIndexChanges(folder)
         }
     }
 

@@ -73,12 +73,13 @@ public enum Planner {
 
     /// How much of what the selection asks for is here (``FolderCompletion/local(global:selection:tree:)``),
     /// from the scan cache and the journal of what applies wrote: no disk is scanned.
+    /// - Parameter tree: the folder's last scan when the caller has read it already.
     public static func completion(
-        _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, needed: (GlobalEntry) -> Void = { _ in }
+        _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, tree: LocalTree? = nil, needed: (GlobalEntry) -> Void = { _ in }
     ) throws -> FolderCompletion {
         let (file, _) = try readSelection(home.home.selectionPath(folderID: folder.id))
         return FolderCompletion.local(
-            global: log.index, selection: Selection(file, global: log.index), tree: lastScan(folder.id, home: home), needed: needed)
+            global: log.index, selection: Selection(file, global: log.index), tree: tree ?? lastScan(folder.id, home: home), needed: needed)
     }
 
     /// A folder's tree as its last scan saw it, with what was synced since: the scan cache's
