@@ -249,13 +249,18 @@ let package = Package(
             dependencies: [
                 "KaitenFiles", "KaitenStream", "KaitenIndex", "KaitenSync", "KaitenConfig", "KaitenProtocol", "KaitenTransfer"]
         ),
+        // libfuse 3 from the system (Debian: libfuse3-dev), for `kaiten mount`.
+        .systemLibrary(name: "CFuse3", path: "Sources/C/CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        // The folder in the file system: libfuse's requests as calls on a MountedFolder, which
+        // the use-case layer gives. Nothing here decides about files.
+        .target(name: "KaitenMount", dependencies: ["CFuse3"]),
         // The use-case layer and composition root: one call per verb for every front-end.
         .target(
             name: "KaitenApp",
             dependencies: [
                 "KaitenProtocol", "KaitenConfig", "KaitenFiles", "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenTransfer", "KaitenApply", "KaitenStream",
-                "KaitenService", "KaitenHTTPAPI", "KaitenMedia", .product(name: "Logging", package: "swift-log"),
+                "KaitenService", "KaitenHTTPAPI", "KaitenMedia", "KaitenMount", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The terminal's view of results: plan lines, apply's progress and summary, tables,

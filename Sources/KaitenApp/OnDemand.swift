@@ -42,13 +42,13 @@ extension App {
 
     /// Files to read for `cat` and `get`: through a running service when one holds the peers'
     /// connections (its control socket), else over this process's own connections.
-    func remoteFiles(_ opened: KaitenHome, verb: String, folder: String) async throws -> RemoteFiles {
+    func remoteFiles(_ opened: KaitenHome, verb: String, folder: String, disk: DiskBlockCache? = nil) async throws -> RemoteFiles {
         switch try route(verb, .dialsThroughService, in: opened) {
         case .service(let service):
             _ = try Self.folders([folder], in: opened)
-            return RemoteFiles(home: opened, logger: logger, relay: service.relay)
+            return RemoteFiles(home: opened, logger: logger, relay: service.relay, disk: disk)
         case .here:
-            let files = RemoteFiles(home: opened, logger: logger)
+            let files = RemoteFiles(home: opened, logger: logger, disk: disk)
             try await files.connect(folders: [folder], warn: diagnostics.error)
             return files
         }

@@ -12,6 +12,7 @@ import Foundation
 ///   scan/<folder>.cache     the local scan cache (size, mtime, inode, blocks per file)
 ///   state/                  Kaiten's own records: index IDs, last-synced versions, locks
 ///   thumbnails/             thumbnails by content, in Sushitrain's cache layout (`kaiten thumb`)
+///   cache/blocks/           verified blocks read on demand (`kaiten mount`), by content hash
 /// ```
 ///
 /// The home is chosen as: `--home DIR`, else `$KAITEN_HOME`, else
@@ -46,6 +47,8 @@ public struct Home: Sendable, Equatable {
     public var scanDirectory: String { file("scan") }
     public var stateDirectory: String { file("state") }
     public var thumbnailsDirectory: String { file("thumbnails") }
+    /// Blocks read on demand (the mount's cache), by content hash.
+    public var blockCacheDirectory: String { file("cache/blocks") }
     /// The configuration a long-running service runs on (its last good config.xml), for the
     /// verbs that only read while an edit of config.xml does not load.
     public var runningConfigPath: String { (stateDirectory as NSString).appendingPathComponent("config.running.xml") }

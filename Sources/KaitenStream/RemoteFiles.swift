@@ -83,7 +83,9 @@ public final class RemoteFiles: @unchecked Sendable {
     private let inFlight = Mutex<[ContentHash: Task<Data, Error>]>([:])
 
     /// Blocks come through the running service instead of this process's own connections.
-    let relay: BlockSource.Relay?
+    public let relay: BlockSource.Relay?
+    /// Verified blocks kept on disk (the mount's), behind the memory cache.
+    public let disk: DiskBlockCache?
 
     /// Blocks fetched from peers so far (cache hits and local reads not counted).
     public var blocksFetched: Int { fetchedBlocks.value }
@@ -101,10 +103,11 @@ public final class RemoteFiles: @unchecked Sendable {
     ///   blocks are fetched through it; nothing is dialled then and `connect` is not called.
     public init(
         home: KaitenHome, cacheBytes: Int = 16 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil,
-        relay: BlockSource.Relay? = nil
+        relay: BlockSource.Relay? = nil, disk: DiskBlockCache? = nil
     ) {
         self.home = home
         self.relay = relay
+        self.disk = disk
         self.logger = logger
         self.timeout = timeout
         self.cache = BlockCache(capacity: cacheBytes)
@@ -152,7 +155,7 @@ public final class RemoteFiles: @unchecked Sendable {
         public var etag: String { "\"\(global.contentHash.hex.prefix(32))\"" }
     }
 
-    static func fileSize(_ path: String) -> Int64 {
+    public static func fileSize(_ path: String) -> Int64 {
         var info = stat()
         return stat(path, &info) == 0 ? Int64(info.st_size) : -1
     }
@@ -258,36 +261,9 @@ public final class RemoteFiles: @unchecked Sendable {
         }
         let needed = entry.blocks.filter { $0.offset + Int64($0.size) > range.lowerBound && $0.offset <= range.upperBound }
         guard !needed.isEmpty else { return }
-        var request = BEPFileInfo()
-        request.name = entry.global.name
-        request.size = entry.global.size
-        request.blockSize = entry.global.blockSize
-        let file = request
-        let holders = entry.holders
-        let cache = self.cache
-        let counter = self.fetchedBlocks
-        let byteCounter = self.fetchedBytes
-        let files = self
+        let file = Self.request(for: entry)
         guard let source = entry.source else { throw StreamError(.unavailable, "no block source") }
-        func fetch(_ block: BEPBlockInfo) -> Task<Data, Error> {
-            guard let hash = ContentHash(data: block.hash) else {
-                return Task { try await source.block(block, of: file, holders: holders) }
-            }
-            return files.inFlight.withLock { running in
-                if let shared = running[hash] { return shared }
-                let task = Task {
-                    defer { _ = files.inFlight.withLock { $0.removeValue(forKey: hash) } }
-                    if let hit = cache.get(hash) { return hit }
-                    let data = try await source.block(block, of: file, holders: holders)
-                    counter.increment()
-                    byteCounter.add(data.count)
-                    cache.put(hash, data)
-                    return data
-                }
-                running[hash] = task
-                return task
-            }
-        }
+        func fetch(_ block: BEPBlockInfo) -> Task<Data, Error> { self.fetch(block, of: file, holders: entry.holders, from: source) }
         // Fetches are not cancelled when this reader stops early (the client went away, or a
         // decoder seeked): another reader may be waiting on the same block, and the next request
         // of a seeking decoder usually wants it; it lands in the cache.
@@ -317,6 +293,53 @@ public final class RemoteFiles: @unchecked Sendable {
                 pending.append(fetch(needed[next]))
                 next += 1
             }
+        }
+    }
+
+    /// Starts fetching the blocks that cover `range` (into the caches) without waiting for
+    /// them: a sequential reader's next blocks, read ahead.
+    public func prefetch(_ entry: Entry, range: ClosedRange<Int64>) {
+        guard entry.localPath == nil, let source = entry.source else { return }
+        let file = Self.request(for: entry)
+        for block in entry.blocks where block.offset + Int64(block.size) > range.lowerBound && block.offset <= range.upperBound {
+            _ = fetch(block, of: file, holders: entry.holders, from: source)
+        }
+    }
+
+    static func request(for entry: Entry) -> BEPFileInfo {
+        var request = BEPFileInfo()
+        request.name = entry.global.name
+        request.size = entry.global.size
+        request.blockSize = entry.global.blockSize
+        return request
+    }
+
+    /// One block, shared with any reader fetching it now: from the memory cache, the disk
+    /// cache, else a peer (verified by the source), then kept in both caches.
+    func fetch(_ block: BEPBlockInfo, of file: BEPFileInfo, holders: [DeviceID], from source: BlockSource) -> Task<Data, Error> {
+        guard let hash = ContentHash(data: block.hash) else {
+            return Task { try await source.block(block, of: file, holders: holders) }
+        }
+        let cache = self.cache
+        let disk = self.disk
+        return inFlight.withLock { running in
+            if let shared = running[hash] { return shared }
+            let task = Task {
+                defer { _ = self.inFlight.withLock { $0.removeValue(forKey: hash) } }
+                if let hit = cache.get(hash) { return hit }
+                if let hit = disk?.get(hash) {
+                    cache.put(hash, hit)
+                    return hit
+                }
+                let data = try await source.block(block, of: file, holders: holders)
+                self.fetchedBlocks.increment()
+                self.fetchedBytes.add(data.count)
+                cache.put(hash, data)
+                disk?.put(hash, data)
+                return data
+            }
+            running[hash] = task
+            return task
         }
     }
 

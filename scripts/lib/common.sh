@@ -24,6 +24,9 @@ missing_build_deps() {
     pkg-config --exists vips 2>/dev/null || missing+=(libvips-dev)
     pkg-config --exists libavformat libavcodec libswscale libavutil 2>/dev/null \
         || missing+=(libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)
+    # kaiten mount: libfuse 3 (the library kaiten links, and fusermount3 to unmount as a user).
+    pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
+    command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
     echo "${missing[@]:-}"
 }
 
@@ -44,6 +47,9 @@ missing_deps() {
     # The web page is tested in a real browser: Debian's Chromium, driven through chromedriver.
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+    # The mount is tested with what users run on it: find, rsync, ffprobe (ffmpeg), getfattr (attr).
+    command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+    command -v getfattr >/dev/null 2>&1 || missing+=(attr)
     echo "${missing[@]:-}"
 }
 

@@ -1,0 +1,506 @@
+import Foundation
+import KaitenConfig
+import KaitenIndex
+import KaitenMount
+import KaitenProtocol
+import KaitenReconcile
+import KaitenScan
+import KaitenStream
+import KaitenSync
+import KaitenTransfer
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `kaiten mount FOLDER DIR`.
+public struct MountRequest: Sendable {
+    public var folder: String
+    public var directory: String
+    /// `--cache-budget`: a size or a percentage; the default (10 % of the file system, at most
+    /// 20 GiB) when nil.
+    public var cacheBudget: String?
+
+    public init(folder: String, directory: String, cacheBudget: String? = nil) {
+        self.folder = folder
+        self.directory = directory
+        self.cacheBudget = cacheBudget
+    }
+}
+
+/// What a mount did, said when it ends.
+public struct MountReport: Sendable {
+    public let cache: DiskBlockCache.Figures
+    public let blocksFetched: Int
+}
+
+extension App {
+    /// Opens the on-demand block cache of the home within `budget` (a size or a percentage).
+    public func blockCache(budget: String?) throws -> DiskBlockCache {
+        let opened = try openForReading()
+        let directory = opened.home.blockCacheDirectory
+        let bytes: Int64
+        if let budget {
+            guard let parsed = DiskBlockCache.budget(budget, for: opened.home.path) else {
+                throw ArgumentError("--cache-budget \(budget): give a size (500M, 2G, 1.5GiB) or a share of the file system (10%)")
+            }
+            bytes = parsed
+        } else {
+            bytes = DiskBlockCache.defaultBudget(for: opened.home.path)
+        }
+        do {
+            return try DiskBlockCache(directory: directory, budget: bytes)
+        } catch {
+            throw ArgumentError("\(directory): cannot open the block cache: \(error.localizedDescription)")
+        }
+    }
+
+    /// Shows `folder`'s global tree at `directory` until it is unmounted (`onStop`'s function,
+    /// `fusermount3 -u`): files kept here are read from disk, the others fetched on read, every
+    /// block verified, into the home's block cache. Beside a running service the blocks come
+    /// through it, as for `cat`.
+    public func mount(
+        _ request: MountRequest, log: @escaping @Sendable (String) -> Void,
+        onStop: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
+    ) async throws -> MountReport {
+        let opened = try open()
+        _ = try Self.folders([request.folder], in: opened)
+        let disk = try blockCache(budget: request.cacheBudget)
+        let files = try await remoteFiles(opened, verb: "mount", folder: request.folder, disk: disk)
+        // On its own connections: a peer that goes away is dialled again.
+        let redial = files.relay == nil ? files.sessions.keepConnected(warn: log) : nil
+        let view = MountedFolderView(app: self, home: opened, folder: request.folder, files: files, disk: disk, log: log)
+        let mount = FuseMount(folder: view, at: request.directory, name: request.folder, log: log)
+        onStop { mount.stop() }
+        let result: Result<Void, MountError> = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                do throws(MountError) {
+                    try mount.run()
+                    continuation.resume(returning: .success(()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            thread.name = "kaiten-mount"
+            thread.start()
+        }
+        redial?.cancel()
+        await files.close()
+        if case .failure(let error) = result {
+            throw ArgumentError(error.reason ?? "mount failed: \(String(cString: strerror(error.code)))")
+        }
+        return MountReport(cache: disk.figures, blocksFetched: files.blocksFetched)
+    }
+}
+
+/// A folder as the mount shows it: the global tree (what the peers announce, deleted entries
+/// absent), with what is kept on disk here read from disk and everything else read from the
+/// peers through the block cache. The index log, the selection and the last scan are read again
+/// when their files change, so what peers add or delete shows while mounted.
+final class MountedFolderView: MountedFolder, @unchecked Sendable {
+    let app: App
+    let home: KaitenHome
+    let folder: String
+    let root: String
+    let files: RemoteFiles
+    let disk: DiskBlockCache
+    let log: @Sendable (String) -> Void
+
+    /// What the view is made of, and the files' stamps it was read at.
+    private struct Sources {
+        var log: IndexLog
+        var logSize: Int64
+        var selection: Selection
+        var selectionStamp: String
+        var scan: LocalTree
+        var scanStamp: String
+    }
+
+    private let lock = NSLock()
+    private var sources: Sources?
+    private var checked = ContinuousClock.now
+    private var skippedNames: Set<String> = []
+
+    init(app: App, home: KaitenHome, folder: String, files: RemoteFiles, disk: DiskBlockCache, log: @escaping @Sendable (String) -> Void) {
+        self.app = app
+        self.home = home
+        self.folder = folder
+        self.root = home.config.folders.first { $0.id == folder }!.path
+        self.files = files
+        self.disk = disk
+        self.log = log
+    }
+
+    static func stamp(_ path: String) -> String {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return "-" }
+        return "\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+    }
+
+    /// The sources, read again when a file changed (looked at most every quarter second: a
+    /// `find` asks thousands of times a second).
+    private func current() throws(MountError) -> Sources {
+        lock.lock()
+        defer { lock.unlock() }
+        if let sources, ContinuousClock.now - checked < .milliseconds(250) { return sources }
+        checked = .now
+        let logPath = home.home.indexLogPath(folderID: folder)
+        let selectionPath = home.home.selectionPath(folderID: folder)
+        let scanPath = home.home.scanCachePath(folderID: folder)
+        let logSize = RemoteFiles.fileSize(logPath)
+        let selectionStamp = Self.stamp(selectionPath)
+        let scanStamp = Self.stamp(scanPath)
+        if var sources {
+            if sources.logSize == logSize && sources.selectionStamp == selectionStamp && sources.scanStamp == scanStamp { return sources }
+            do {
+                if sources.logSize != logSize {
+                    sources.log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+                    sources.logSize = logSize
+                }
+                if sources.scanStamp != scanStamp {
+                    sources.scan = ScanCache.load(path: scanPath)
+                    sources.scanStamp = scanStamp
+                }
+                sources.selection = Selection(try Planner.readSelection(selectionPath).0, global: sources.log.index)
+                sources.selectionStamp = selectionStamp
+            } catch {
+                // The last good view stays; the problem is said once per change.
+                log("\(folder): \(error) (the mount shows the folder as it was)")
+                sources.logSize = logSize
+                sources.selectionStamp = selectionStamp
+                sources.scanStamp = scanStamp
+            }
+            self.sources = sources
+            return sources
+        }
+        do {
+            let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+            let selection = Selection(try Planner.readSelection(selectionPath).0, global: log.index)
+            let made = Sources(
+                log: log, logSize: logSize, selection: selection, selectionStamp: selectionStamp, scan: ScanCache.load(path: scanPath),
+                scanStamp: scanStamp)
+            sources = made
+            return made
+        } catch {
+            throw MountError(EIO, "\(folder): cannot read the index or the selection: \(error)")
+        }
+    }
+
+    /// A name of the folder's own (syncthing's marker and temporary files), never shown.
+    static func isInternal(_ name: String) -> Bool {
+        name == ".stfolder" || name == ".stignore" || name == ".stversions" || name.hasPrefix(".syncthing.") || name.hasPrefix("~syncthing~")
+    }
+
+    /// The global entry a path shows, if any: live, held by a peer, and a name this system can have.
+    private func global(_ path: String, in sources: Sources) -> GlobalEntry? {
+        guard let entry = sources.log.index.global(path), !entry.file.isDeleted, !entry.holders.isEmpty else { return nil }
+        return entry
+    }
+
+    private func localStat(_ path: String) -> stat? {
+        var info = stat()
+        return lstat(path.isEmpty ? root : root + "/" + path, &info) == 0 ? info : nil
+    }
+
+    /// A path is shown from disk when it is kept (selected), when the peers do not have it, or
+    /// when it is a directory.
+    private func showsLocal(_ path: String, _ info: stat, _ entry: GlobalEntry?, _ sources: Sources) -> Bool {
+        entry == nil || (info.st_mode & S_IFMT) == S_IFDIR || sources.selection.state(of: path) != .no
+    }
+
+    private func check(_ path: String) throws(MountError) {
+        if path.split(separator: "/").contains(where: { Self.isInternal(String($0)) }) { throw MountError(ENOENT) }
+    }
+
+    func attributes(of path: String) throws(MountError) -> MountAttributes {
+        try check(path)
+        let sources = try current()
+        let entry = path.isEmpty ? nil : global(path, in: sources)
+        if let info = localStat(path), path.isEmpty || showsLocal(path, info, entry, sources) {
+            let kind: MountAttributes.Kind
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR: kind = .directory
+            case S_IFLNK: kind = .symlink
+            case S_IFREG: kind = .file
+            default: throw MountError(ENOENT)
+            }
+            return MountAttributes(
+                kind: kind, size: Int64(info.st_size), permissions: UInt32(info.st_mode & 0o7777),
+                modifiedNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+        }
+        if path.isEmpty {
+            return MountAttributes(kind: .directory, size: 0, permissions: 0o755, modifiedNs: 0)
+        }
+        guard let entry else { throw MountError(ENOENT) }
+        let file = entry.file
+        let modified = file.modifiedS * 1_000_000_000 + Int64(file.modifiedNs)
+        switch file.type {
+        case .directory:
+            let permissions = file.noPermissions || file.permissions == 0 ? 0o755 : file.permissions & 0o777
+            return MountAttributes(kind: .directory, size: 0, permissions: permissions, modifiedNs: modified)
+        case .file:
+            let permissions = file.noPermissions || file.permissions == 0 ? 0o644 : file.permissions & 0o777
+            return MountAttributes(kind: .file, size: file.size, permissions: permissions, modifiedNs: modified)
+        default:
+            return MountAttributes(kind: .symlink, size: Int64(file.symlinkTarget.utf8.count), permissions: 0o777, modifiedNs: modified)
+        }
+    }
+
+    func names(in directory: String) throws(MountError) -> [String] {
+        let attributes = try attributes(of: directory)
+        guard attributes.kind == .directory else { throw MountError(ENOTDIR) }
+        let sources = try current()
+        var names: [String] = []
+        var seen: Set<String> = []
+        for entry in sources.log.index.list(under: directory, recursive: false, includeDeleted: false) {
+            let name = (entry.path as NSString).lastPathComponent
+            do {
+                try SafePath.validate(entry.path)
+            } catch {
+                if skippedNames.insert(entry.path).inserted { log("\(folder)/\(entry.path): not shown: \(error.hint)") }
+                continue
+            }
+            if Self.isInternal(name) { continue }
+            if seen.insert(name).inserted { names.append(name) }
+        }
+        let here = directory.isEmpty ? root : root + "/" + directory
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: here)) ?? [] where !Self.isInternal(name) {
+            if seen.insert(name).inserted { names.append(name) }
+        }
+        return names
+    }
+
+    func open(_ path: String) throws(MountError) -> any MountedFile {
+        let attributes = try attributes(of: path)
+        guard attributes.kind == .file else { throw MountError(attributes.kind == .directory ? EISDIR : ELOOP) }
+        let sources = try current()
+        let entry = global(path, in: sources)
+        if let info = localStat(path), showsLocal(path, info, entry, sources) {
+            let fd = Glibc.open(root + "/" + path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw MountError(errno) }
+            return LocalMountedFile(fd: fd)
+        }
+        let readable: RemoteFiles.Entry
+        do {
+            readable = try files.entry(folder: folder, path: path, reachable: false)
+        } catch {
+            throw MountError(EIO, "\(error)")
+        }
+        let hashes = readable.blocks.compactMap { ContentHash(data: $0.hash) }
+        if let unreachable = readable.unreachable, disk.count(of: hashes) < hashes.count {
+            throw MountError(EIO, unreachable.description)
+        }
+        return RemoteMountedFile(entry: readable, files: files, disk: disk, hashes: hashes)
+    }
+
+    func linkTarget(of path: String) throws(MountError) -> String {
+        let attributes = try attributes(of: path)
+        guard attributes.kind == .symlink else { throw MountError(EINVAL) }
+        let sources = try current()
+        let entry = global(path, in: sources)
+        if let info = localStat(path), showsLocal(path, info, entry, sources) {
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: root + "/" + path) else { throw MountError(EIO) }
+            return target
+        }
+        guard let entry else { throw MountError(ENOENT) }
+        return entry.file.symlinkTarget
+    }
+
+    static let stateAttribute = "user.kaiten.state"
+    static let holdersAttribute = "user.kaiten.holders"
+    static let pinAttribute = "user.kaiten.pin"
+
+    func extendedAttributeNames(of path: String) throws(MountError) -> [String] {
+        _ = try attributes(of: path)
+        return [Self.stateAttribute, Self.holdersAttribute, Self.pinAttribute]
+    }
+
+    func extendedAttribute(_ name: String, of path: String) throws(MountError) -> [UInt8] {
+        let attributes = try attributes(of: path)
+        let sources = try current()
+        let entry = path.isEmpty ? nil : global(path, in: sources)
+        switch name {
+        case Self.stateAttribute:
+            return Array(state(of: path, attributes, entry, sources).rawValue.utf8)
+        case Self.holdersAttribute:
+            let connected = (try? files.connections()) ?? [:]
+            // Beside a service this process has no connections of its own: the index's holders.
+            let holders = (entry?.holders ?? []).filter { files.relay != nil || connected[$0] != nil }
+            return Array(holders.map(\.description).joined(separator: "\n").utf8)
+        case Self.pinAttribute:
+            return Array((path.isEmpty || sources.selection.state(of: path) == .no ? "0" : "1").utf8)
+        default:
+            throw MountError(ENODATA)
+        }
+    }
+
+    private func state(of path: String, _ attributes: MountAttributes, _ entry: GlobalEntry?, _ sources: Sources) -> PlaceholderState {
+        let selected = !path.isEmpty && sources.selection.state(of: path) != .no
+        let info = path.isEmpty ? nil : localStat(path)
+        var local = PlaceholderState.LocalCopy.absent
+        if let info {
+            if let entry, entry.file.type == .file, (info.st_mode & S_IFMT) == S_IFREG {
+                let scanned = sources.scan[path]
+                let same =
+                    scanned != nil && scanned!.size == Int64(info.st_size)
+                    && scanned!.modifiedNs == Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+                    && scanned!.contentHash == entry.file.contentHash
+                local = same ? .same : .differs
+            } else {
+                local = .same
+            }
+        }
+        var blocks = 0
+        var cached = 0
+        if let entry, entry.file.type == .file, local == .absent, let list = try? sources.log.blocks(of: entry.file) {
+            let hashes = list.compactMap { ContentHash(data: $0.hash) }
+            blocks = hashes.count
+            cached = disk.count(of: hashes)
+        }
+        return PlaceholderState.of(
+            name: (path as NSString).lastPathComponent, inGlobalIndex: path.isEmpty || entry != nil, local: local, selected: selected,
+            cachedBlocks: cached, blocks: blocks)
+    }
+
+    func setExtendedAttribute(_ name: String, of path: String, to value: [UInt8]) throws(MountError) {
+        guard name == Self.pinAttribute else { throw MountError(name.hasPrefix("user.kaiten.") ? EPERM : ENOTSUP) }
+        guard !path.isEmpty else { throw MountError(EPERM, "the folder's root is not pinned alone: pin what is in it") }
+        let text = String(decoding: value, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        do {
+            switch text {
+            case "1": _ = try app.select(folder, [path], force: false)
+            case "0":
+                for result in try app.deselect(folder, [path]) {
+                    if case .selectedThrough(_, let parent) = result {
+                        throw MountError(EPERM, "kept through \(parent): unpin that instead")
+                    }
+                    if case .selectedByPattern(_, let pattern, _) = result {
+                        throw MountError(EPERM, "kept by the selection line \(pattern): edit the selection file")
+                    }
+                }
+            default: throw MountError(EINVAL, "\(Self.pinAttribute) takes 1 (pin) or 0 (unpin), not \"\(text)\"")
+            }
+        } catch let error as MountError {
+            throw error
+        } catch {
+            throw MountError(EPERM, "\(error)")
+        }
+        lock.withLock { checked = .now - .seconds(1) }
+    }
+
+    func spaceFigures() -> statvfs? {
+        var info = statvfs()
+        return statvfs(root, &info) == 0 ? info : nil
+    }
+}
+
+/// A file kept on disk, read as it is.
+final class LocalMountedFile: MountedFile, @unchecked Sendable {
+    let fd: Int32
+    init(fd: Int32) { self.fd = fd }
+
+    func read(at offset: Int64, count: Int) async throws(MountError) -> Data {
+        var data = Data(count: count)
+        let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
+        guard n >= 0 else { throw MountError(errno) }
+        return n == count ? data : data.prefix(n)
+    }
+
+    func close() { Glibc.close(fd) }
+}
+
+/// A file read from the peers: the blocks a read covers, verified, through the block cache;
+/// a reader going forward has the next blocks fetched ahead of it.
+final class RemoteMountedFile: MountedFile, @unchecked Sendable {
+    let entry: RemoteFiles.Entry
+    let files: RemoteFiles
+    let disk: DiskBlockCache
+    let hashes: [ContentHash]
+    private let lastEnd = Mutex<Int64>(-1)
+    /// How far ahead of a sequential reader blocks are fetched.
+    static let readAhead: Int64 = 4 << 20
+
+    init(entry: RemoteFiles.Entry, files: RemoteFiles, disk: DiskBlockCache, hashes: [ContentHash]) {
+        self.entry = entry
+        self.files = files
+        self.disk = disk
+        self.hashes = hashes
+        disk.hold(hashes)
+    }
+
+    func read(at offset: Int64, count: Int) async throws(MountError) -> Data {
+        let size = entry.size
+        guard offset < size, count > 0 else { return Data() }
+        let end = min(size, offset + Int64(count))
+        let sequential = lastEnd.withLock { last in
+            defer { last = end }
+            return last == offset
+        }
+        var data = Data(capacity: Int(end - offset))
+        do {
+            try await files.read(entry, range: offset...(end - 1), window: 4) { data.append($0) }
+        } catch {
+            throw MountError(EIO, "\(entry.folder)/\(entry.global.name): \(error)")
+        }
+        if sequential && end < size {
+            files.prefetch(entry, range: end...min(size - 1, end + Self.readAhead))
+        }
+        return data
+    }
+
+    func close() { disk.release(hashes) }
+}
+
+/// What `kaiten free` did.
+public struct Freed: Sendable, Encodable {
+    /// Files whose cached blocks were dropped.
+    public var files: [String] = []
+    public var bytes: Int64 = 0
+    /// Files left alone because the selection keeps them (unpin them first).
+    public var pinned: [String] = []
+}
+
+extension App {
+    /// Drops the cached blocks of `paths` (files, or everything under a directory) that the
+    /// selection does not keep. Blocks a kept file shares are kept; a mount reading a freed
+    /// file fetches its blocks again.
+    public func free(_ folder: String, _ paths: [String]) throws -> Freed {
+        let opened = try openForReading()
+        let log = try openLog(folder, in: opened)
+        defer { log.close() }
+        let (file, _) = try Planner.readSelection(opened.home.selectionPath(folderID: folder))
+        let selection = Selection(file, global: log.index)
+        let disk = try DiskBlockCache(directory: opened.home.blockCacheDirectory, budget: .max)
+        var freed = Freed()
+        var drop: [ContentHash] = []
+        for path in paths {
+            let clean = Self.clean(path)
+            guard let named = log.index.global(clean), !named.file.isDeleted else {
+                throw ArgumentError("\(clean) is not in the global index of \(folder) (see `kaiten ls \(folder)`)")
+            }
+            let entries = named.file.type == .directory ? log.index.list(under: clean, recursive: true, includeDeleted: false) : [named]
+            for entry in entries where entry.file.type == .file {
+                if selection.state(of: entry.path) != .no {
+                    freed.pinned.append(entry.path)
+                    continue
+                }
+                let hashes = try log.blocks(of: entry.file).compactMap { ContentHash(data: $0.hash) }
+                guard disk.count(of: hashes) > 0 else { continue }
+                freed.files.append(entry.path)
+                drop += hashes
+            }
+        }
+        // Content a kept file shares is not dropped with the file that is not kept.
+        var kept: Set<ContentHash> = []
+        for root in selection.roots {
+            guard let entry = log.index.global(root), !entry.file.isDeleted else { continue }
+            let files = entry.file.type == .directory ? log.index.list(under: root, recursive: true, includeDeleted: false) : [entry]
+            for file in files where file.file.type == .file {
+                for block in (try? log.blocks(of: file.file)) ?? [] { if let hash = ContentHash(data: block.hash) { kept.insert(hash) } }
+            }
+        }
+        freed.bytes = disk.drop(drop.filter { !kept.contains($0) })
+        return freed
+    }
+}

@@ -1,0 +1,353 @@
+import CFuse3
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A folder in the file system through libfuse 3: the kernel's requests, taken by libfuse's
+/// worker threads, become calls on a ``MountedFolder`` and their answers go back as libfuse
+/// wants them. Nothing here decides about files.
+///
+/// Writes are refused with EROFS here (the mount shows the folder as it is and reads it on
+/// demand), but the mount itself is read-write so that `setfattr -n user.kaiten.pin` reaches the
+/// folder: a read-only mount refuses every extended attribute write before it gets here.
+public final class FuseMount: @unchecked Sendable {
+    public let mountPoint: String
+    let folder: any MountedFolder
+    let log: @Sendable (String) -> Void
+    private let name: String
+    private let handles = Mutex<(next: UInt64, open: [UInt64: any MountedFile])>((1, [:]))
+    private let stopping = Atomic<Bool>(false)
+    /// The libfuse handle while mounted, as an address (a pointer is not Sendable).
+    private let fuse = Mutex<UInt>(0)
+
+    /// - Parameter name: what `mount` and `df` show as the source (`kaiten:NAME`).
+    public init(folder: any MountedFolder, at mountPoint: String, name: String, log: @escaping @Sendable (String) -> Void) {
+        self.folder = folder
+        self.mountPoint = (mountPoint as NSString).standardizingPath
+        self.name = String(name.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." ? $0 : "_" })
+        self.log = log
+    }
+
+    /// Mounts and serves until the file system is unmounted (``stop()``, `fusermount3 -u`,
+    /// `umount`); blocks the calling thread, which must be a thread of its own.
+    public func run() throws(MountError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: mountPoint, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw MountError(ENOTDIR, "\(mountPoint): not a directory (make it first: mkdir -p \(mountPoint))")
+        }
+        if Self.isMounted(mountPoint) {
+            throw MountError(EBUSY, "\(mountPoint): something is already mounted there (fusermount3 -u \(mountPoint))")
+        }
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
+            throw MountError(EACCES, "/dev/fuse: \(String(cString: strerror(errno))) (is the fuse3 package installed and the fuse module loaded?)")
+        }
+        var operations = Self.operations()
+        let arguments = ["kaiten", "-o", "fsname=kaiten:\(name),subtype=kaiten,default_permissions"]
+        var pointers = arguments.map { strdup($0) }
+        defer { pointers.forEach { free($0) } }
+        let created: OpaquePointer? = pointers.withUnsafeMutableBufferPointer { argv in
+            var args = fuse_args(argc: Int32(argv.count), argv: argv.baseAddress, allocated: 0)
+            defer { fuse_opt_free_args(&args) }
+            return fuse_new(&args, &operations, MemoryLayout<fuse_operations>.size, Unmanaged.passUnretained(self).toOpaque())
+        }
+        guard let created else { throw MountError(EINVAL, "libfuse refused the mount's options") }
+        defer { fuse_destroy(created) }
+        guard fuse_mount(created, mountPoint) == 0 else {
+            throw MountError(EIO, "\(mountPoint): the kernel refused the mount (see the line above; not root? /dev/fuse not usable?)")
+        }
+        fuse.withLock { $0 = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(created))) }
+        // Asked to stop between mounting and here: the loop would not see it.
+        if stopping.load(ordering: .sequentiallyConsistent) { Self.detach(mountPoint) }
+        _ = fuse_loop_mt_31(created, 0)
+        fuse.withLock { $0 = 0 }
+        if Self.isMounted(mountPoint) { fuse_unmount(created) }
+        let open = handles.withLock { state in
+            defer { state.open = [:] }
+            return Array(state.open.values)
+        }
+        for file in open { file.close() }
+    }
+
+    /// Unmounts (lazily: files open inside are closed by the kernel as their users go) and so
+    /// ends ``run()``. From any thread, any number of times.
+    public func stop() {
+        guard !stopping.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        let address = fuse.withLock { $0 }
+        guard let running = OpaquePointer(bitPattern: address) else { return }
+        fuse_exit(running)
+        Self.detach(mountPoint)
+    }
+
+    static func detach(_ mountPoint: String) {
+        if geteuid() == 0 {
+            umount2(mountPoint, Int32(MNT_DETACH))
+            return
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+        process.arguments = ["-u", "-z", "-q", mountPoint]
+        try? process.run()
+        process.waitUntilExit()
+    }
+
+    /// Whether `path` is a mount point now (from /proc/self/mountinfo).
+    public static func isMounted(_ path: String) -> Bool {
+        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        let standardized = (path as NSString).standardizingPath
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count > 4 else { continue }
+            // Spaces and other octal escapes in mount points: \040.
+            if Self.unescapeMountInfo(String(fields[4])) == standardized { return true }
+        }
+        return false
+    }
+
+    static func unescapeMountInfo(_ field: String) -> String {
+        var out = [UInt8]()
+        var bytes = Array(field.utf8)[...]
+        while let byte = bytes.first {
+            if byte == UInt8(ascii: "\\"), bytes.count >= 4,
+                let value = UInt8(String(decoding: bytes.dropFirst().prefix(3), as: UTF8.self), radix: 8)
+            {
+                out.append(value)
+                bytes = bytes.dropFirst(4)
+            } else {
+                out.append(byte)
+                bytes = bytes.dropFirst()
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    // MARK: - Requests
+
+    static var current: FuseMount {
+        Unmanaged<FuseMount>.fromOpaque(fuse_get_context()!.pointee.private_data).takeUnretainedValue()
+    }
+
+    /// The folder-relative path of a kernel path ("/a/b" → "a/b", "/" → "").
+    static func relative(_ path: UnsafePointer<CChar>?) -> String {
+        guard let path else { return "" }
+        let full = String(cString: path)
+        return full.hasPrefix("/") ? String(full.dropFirst()) : full
+    }
+
+    /// The negated errno libfuse expects; a refusal with a reason is logged.
+    func failed(_ error: MountError, _ what: String, _ path: String) -> Int32 {
+        if let reason = error.reason { log("\(what) \(path): \(reason)") }
+        return -error.code
+    }
+
+    func getattr(_ path: String, _ stat: UnsafeMutablePointer<stat>) -> Int32 {
+        do {
+            let attributes = try folder.attributes(of: path)
+            Self.fill(stat, attributes)
+            return 0
+        } catch {
+            return failed(error, "stat", path)
+        }
+    }
+
+    static func fill(_ out: UnsafeMutablePointer<stat>, _ attributes: MountAttributes) {
+        memset(out, 0, MemoryLayout<stat>.size)
+        switch attributes.kind {
+        case .directory:
+            out.pointee.st_mode = S_IFDIR | mode_t(attributes.permissions & 0o7777)
+            out.pointee.st_nlink = 2
+        case .file:
+            out.pointee.st_mode = S_IFREG | mode_t(attributes.permissions & 0o7777)
+            out.pointee.st_nlink = 1
+        case .symlink:
+            out.pointee.st_mode = S_IFLNK | 0o777
+            out.pointee.st_nlink = 1
+        }
+        out.pointee.st_size = off_t(attributes.size)
+        out.pointee.st_blocks = blkcnt_t((attributes.size + 511) / 512)
+        out.pointee.st_blksize = 128 << 10
+        out.pointee.st_uid = getuid()
+        out.pointee.st_gid = getgid()
+        let time = timespec(tv_sec: Int(attributes.modifiedNs / 1_000_000_000), tv_nsec: Int(attributes.modifiedNs % 1_000_000_000))
+        out.pointee.st_mtim = time
+        out.pointee.st_ctim = time
+        out.pointee.st_atim = time
+    }
+
+    func readdir(_ path: String, _ buffer: UnsafeMutableRawPointer?, _ filler: fuse_fill_dir_t?) -> Int32 {
+        do {
+            let names = try folder.names(in: path)
+            guard let filler else { return -EIO }
+            _ = filler(buffer, ".", nil, 0, fuse_fill_dir_flags(rawValue: 0))
+            _ = filler(buffer, "..", nil, 0, fuse_fill_dir_flags(rawValue: 0))
+            for name in names where filler(buffer, name, nil, 0, fuse_fill_dir_flags(rawValue: 0)) != 0 { break }
+            return 0
+        } catch {
+            return failed(error, "list", path)
+        }
+    }
+
+    func open(_ path: String, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        guard let info else { return -EIO }
+        if info.pointee.flags & O_ACCMODE != O_RDONLY { return -EROFS }
+        do {
+            let file = try folder.open(path)
+            info.pointee.fh = handles.withLock { state in
+                let handle = state.next
+                state.next += 1
+                state.open[handle] = file
+                return handle
+            }
+            return 0
+        } catch {
+            return failed(error, "open", path)
+        }
+    }
+
+    func read(_ path: String, _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ offset: off_t, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        guard let info, let buffer, let file = handles.withLock({ $0.open[info.pointee.fh] }) else { return -EBADF }
+        let result = Self.blocking { () async throws(MountError) -> Data in try await file.read(at: Int64(offset), count: size) }
+        switch result {
+        case .success(let data):
+            let count = min(data.count, size)
+            data.withUnsafeBytes { bytes in
+                if count > 0 { memcpy(buffer, bytes.baseAddress!, count) }
+            }
+            return Int32(count)
+        case .failure(let error):
+            return failed(error, "read", path)
+        }
+    }
+
+    func release(_ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        guard let info else { return 0 }
+        let file = handles.withLock { $0.open.removeValue(forKey: info.pointee.fh) }
+        file?.close()
+        return 0
+    }
+
+    func readlink(_ path: String, _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int32 {
+        guard let buffer, size > 0 else { return -EINVAL }
+        do {
+            let target = Array(try folder.linkTarget(of: path).utf8)
+            let count = min(target.count, size - 1)
+            target.withUnsafeBytes { memcpy(buffer, $0.baseAddress!, count) }
+            buffer[count] = 0
+            return 0
+        } catch {
+            return failed(error, "readlink", path)
+        }
+    }
+
+    func getxattr(_ path: String, _ name: String, _ value: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int32 {
+        do {
+            let bytes = try folder.extendedAttribute(name, of: path)
+            return Self.copyOut(bytes, value, size)
+        } catch {
+            return failed(error, "getxattr \(name)", path)
+        }
+    }
+
+    func listxattr(_ path: String, _ list: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int32 {
+        do {
+            let names = try folder.extendedAttributeNames(of: path)
+            return Self.copyOut(names.flatMap { Array($0.utf8) + [0] }, list, size)
+        } catch {
+            return failed(error, "listxattr", path)
+        }
+    }
+
+    func setxattr(_ path: String, _ name: String, _ value: UnsafePointer<CChar>?, _ size: Int) -> Int32 {
+        let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size).bindMemory(to: UInt8.self)) } ?? []
+        do {
+            try folder.setExtendedAttribute(name, of: path, to: bytes)
+            return 0
+        } catch {
+            return failed(error, "setxattr \(name)", path)
+        }
+    }
+
+    /// xattr's two-step protocol: the size when asked with no room, ERANGE when too small.
+    static func copyOut(_ bytes: [UInt8], _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int32 {
+        if size == 0 { return Int32(bytes.count) }
+        guard let buffer, size >= bytes.count else { return -ERANGE }
+        bytes.withUnsafeBytes { if !bytes.isEmpty { memcpy(buffer, $0.baseAddress!, bytes.count) } }
+        return Int32(bytes.count)
+    }
+
+    func statfs(_ out: UnsafeMutablePointer<statvfs>?) -> Int32 {
+        guard let out else { return -EIO }
+        if let figures = folder.spaceFigures() {
+            out.pointee = figures
+        } else {
+            memset(out, 0, MemoryLayout<statvfs>.size)
+        }
+        out.pointee.f_namemax = 255
+        return 0
+    }
+
+    /// Runs async work from a libfuse worker thread (never one of Swift's pool) and waits.
+    static func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws(MountError) -> T) -> Result<T, MountError> {
+        let done = DispatchSemaphore(value: 0)
+        let box = Mutex<Result<T, MountError>?>(nil)
+        Task {
+            let result: Result<T, MountError>
+            do throws(MountError) { result = .success(try await body()) } catch { result = .failure(error) }
+            box.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return box.withLock { $0! }
+    }
+
+    static func operations() -> fuse_operations {
+        var ops = fuse_operations()
+        ops.`init` = { _, config in
+            // Short lifetimes: names the peers add or delete show within a second, and a file
+            // the peers change is read anew (the page cache is not kept across opens).
+            if let config {
+                config.pointee.entry_timeout = 1
+                config.pointee.attr_timeout = 1
+                config.pointee.negative_timeout = 1
+                config.pointee.kernel_cache = 0
+                config.pointee.use_ino = 0
+            }
+            return fuse_get_context()!.pointee.private_data
+        }
+        ops.getattr = { path, stat, _ in
+            guard let stat else { return -EIO }
+            return FuseMount.current.getattr(FuseMount.relative(path), stat)
+        }
+        ops.readdir = { path, buffer, filler, _, _, _ in FuseMount.current.readdir(FuseMount.relative(path), buffer, filler) }
+        ops.open = { path, info in FuseMount.current.open(FuseMount.relative(path), info) }
+        ops.read = { path, buffer, size, offset, info in FuseMount.current.read(FuseMount.relative(path), buffer, size, offset, info) }
+        ops.release = { _, info in FuseMount.current.release(info) }
+        ops.readlink = { path, buffer, size in FuseMount.current.readlink(FuseMount.relative(path), buffer, size) }
+        ops.getxattr = { path, name, value, size in
+            FuseMount.current.getxattr(FuseMount.relative(path), name.map { String(cString: $0) } ?? "", value, size)
+        }
+        ops.listxattr = { path, list, size in FuseMount.current.listxattr(FuseMount.relative(path), list, size) }
+        ops.setxattr = { path, name, value, size, _ in
+            FuseMount.current.setxattr(FuseMount.relative(path), name.map { String(cString: $0) } ?? "", value, size)
+        }
+        ops.removexattr = { _, _ in -ENOTSUP }
+        ops.statfs = { _, out in FuseMount.current.statfs(out) }
+        // Every change of the tree: refused, the folder is shown as it is.
+        ops.mknod = { _, _, _ in -EROFS }
+        ops.mkdir = { _, _ in -EROFS }
+        ops.unlink = { _ in -EROFS }
+        ops.rmdir = { _ in -EROFS }
+        ops.symlink = { _, _ in -EROFS }
+        ops.rename = { _, _, _ in -EROFS }
+        ops.link = { _, _ in -EROFS }
+        ops.chmod = { _, _, _ in -EROFS }
+        ops.chown = { _, _, _, _ in -EROFS }
+        ops.truncate = { _, _, _ in -EROFS }
+        ops.write = { _, _, _, _, _ in -EROFS }
+        ops.create = { _, _, _ in -EROFS }
+        ops.utimens = { _, _, _ in -EROFS }
+        return ops
+    }
+}

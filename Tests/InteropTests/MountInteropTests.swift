@@ -1,0 +1,221 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenTestSupport
+import KaitenTestThreads
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `kaiten mount` against a real syncthing peer, used with the programs users point at a
+/// folder: find, rsync, ffprobe, getfattr/setfattr, touch.
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
+struct MountInteropTests {
+    static let folder = ApplyInteropTests.folder
+    static let fuse = access("/dev/fuse", R_OK | W_OK) == 0 && ProcessRunner.which("fusermount3") != nil
+
+    /// A running `kaiten mount`.
+    struct Mounted {
+        let process: Process
+        let point: String
+        let logPath: String
+
+        static func start(home: String, at point: String, logPath: String, extra: [String] = []) async throws -> Mounted {
+            try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+            let process = try KaitenCLI.start(["mount", "--home", home, MountInteropTests.folder, point] + extra, logPath: logPath)
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline {
+                if MountInteropTests.isMounted(point) { return Mounted(process: process, point: point, logPath: logPath) }
+                guard process.isRunning else { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            kill(process.processIdentifier, SIGKILL)
+            throw HarnessError("kaiten mount did not mount within 60 s: \((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
+        }
+
+        func file(_ path: String) -> String { point + "/" + path }
+
+        var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+        /// Ends it with `signal`, or with fusermount3 -u when nil; returns its exit status.
+        func stop(signal: Int32? = SIGTERM) throws -> Int32 {
+            if let signal {
+                kill(process.processIdentifier, signal)
+            } else {
+                let unmounted = try ProcessRunner.run("/bin/fusermount3", ["-u", point])
+                #expect(unmounted.status == 0, "\(unmounted.stderr)")
+            }
+            try process.waitForExit(timeout: 60, what: "kaiten mount")
+            return process.terminationStatus
+        }
+    }
+
+    static func isMounted(_ point: String) -> Bool {
+        let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        return table.split(separator: "\n").contains { $0.split(separator: " ").count > 4 && $0.split(separator: " ")[4] == point }
+    }
+
+    static func attribute(_ name: String, of path: String) throws -> String {
+        let result = try ProcessRunner.run("/usr/bin/getfattr", ["--only-values", "-n", name, path])
+        guard result.status == 0 else { throw HarnessError("getfattr \(name) \(path): \(result.stderr)") }
+        return result.stdout
+    }
+
+    /// Every path below `root` with its type and size, as find prints them.
+    static func tree(_ root: String) throws -> [String] {
+        let found = try ProcessRunner.run("/usr/bin/find", [root, "-mindepth", "1", "-printf", "%P %y %s\n"])
+        #expect(found.status == 0, "\(found.stderr)")
+        return found.stdout.split(separator: "\n").map(String.init).map { line in
+            // Directories' sizes are the file system's own business.
+            line.contains(" d ") ? String(line.prefix { $0 != " " }) + " d" : line
+        }.sorted()
+    }
+
+    @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
+    func theGlobalTreeIsReadOnDemandAndCachedThroughTheMount() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        let peer = world.peerData
+        try TestFiles.random(peer + "/big.bin", size: 5_000_000)
+        try TestFiles.write(peer + "/docs/a.txt", "alpha\n")
+        try TestFiles.write(peer + "/docs/sub/b.txt", "beta\n")
+        try TestFiles.write(peer + "/keep.txt", "kept here\n")
+        try TestFiles.write(peer + "/run.sh", "#!/bin/sh\necho hi\n")
+        chmod(peer + "/run.sh", 0o755)
+        try FileManager.default.createSymbolicLink(atPath: peer + "/link", withDestinationPath: "docs/a.txt")
+        try FileManager.default.createDirectory(atPath: peer + "/films", withIntermediateDirectories: true)
+        let made = try ProcessRunner.run(
+            "/usr/bin/ffmpeg",
+            ["-v", "error", "-f", "lavfi", "-i", "testsrc=duration=2:size=160x120:rate=10", "-c:v", "mpeg4", "-pix_fmt", "yuv420p", peer + "/films/clip.mp4"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 6)  // syncthing counts the symlink apart
+            #expect(try world.kaiten("select", Self.folder, "keep.txt").status == 0)
+            let applied = try world.kaiten("apply", "--yes")
+            #expect(applied.status == 0, "\(applied.stderr)")
+
+            let mounted = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount.log"))
+            var stopped = false
+            defer { if !stopped { kill(mounted.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", mounted.point]) } }
+
+            // The tree: every name the peer has, with its type and size.
+            let expected = try Self.tree(peer).filter { !$0.hasPrefix(".stfolder") && !$0.hasPrefix(".stignore") }
+            #expect(try Self.tree(mounted.point) == expected)
+
+            // States before reading: nothing here but the pinned file.
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("docs/a.txt")) == "online-only")
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("keep.txt")) == "pinned")
+            #expect(try Self.attribute("user.kaiten.holders", of: mounted.file("big.bin")) == st.deviceID.description)
+            let head = try ProcessRunner.run("/usr/bin/head", ["-c", "131072", mounted.file("big.bin")])
+            #expect(head.status == 0)
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("big.bin")) == "partial")
+
+            // What programs read is the peer's bytes: rsync copies the whole tree, modes and links.
+            let copy = dir.file("copy")
+            let rsync = try ProcessRunner.run("/usr/bin/rsync", ["-a", mounted.point + "/", copy + "/"])
+            #expect(rsync.status == 0, "\(rsync.stderr)")
+            for name in ["big.bin", "docs/a.txt", "docs/sub/b.txt", "keep.txt", "run.sh", "films/clip.mp4"] {
+                #expect(FileManager.default.contents(atPath: copy + "/" + name) == FileManager.default.contents(atPath: peer + "/" + name), "\(name)")
+            }
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: copy + "/link") == "docs/a.txt")
+            #expect(StreamInteropTests.mode(copy + "/run.sh") == 0o755)
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("big.bin")) == "cached")
+            let probe = try ProcessRunner.run(
+                "/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width", "-of", "csv=p=0", mounted.file("films/clip.mp4")])
+            #expect(probe.status == 0 && probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "mpeg4,160", "\(probe.stdout) \(probe.stderr)")
+
+            // The mount shows the folder as it is: writes are refused.
+            let touch = try ProcessRunner.run("/usr/bin/touch", [mounted.file("new.txt")])
+            #expect(touch.status != 0 && touch.stderr.contains("Read-only file system"), "\(touch.stderr)")
+            let overwrite = try ProcessRunner.run("/bin/sh", ["-c", "echo x > '\(mounted.file("docs/a.txt"))'"])
+            #expect(overwrite.status != 0 && overwrite.stderr.contains("Read-only file system"), "\(overwrite.stderr)")
+
+            // Pinning through the attribute edits the selection file; unpinning takes it back.
+            let pin = try ProcessRunner.run("/usr/bin/setfattr", ["-n", "user.kaiten.pin", "-v", "1", mounted.file("docs")])
+            #expect(pin.status == 0, "\(pin.stderr)")
+            let selection = world.home + "/selections/\(Self.folder).txt"
+            #expect(try String(contentsOfFile: selection, encoding: .utf8).split(separator: "\n").contains("docs"))
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("docs/sub/b.txt")) == "pinned")
+            let unpinChild = try ProcessRunner.run("/usr/bin/setfattr", ["-n", "user.kaiten.pin", "-v", "0", mounted.file("docs/a.txt")])
+            #expect(unpinChild.status != 0 && mounted.log.contains("kept through docs"), "\(unpinChild.stderr)")
+            let unpin = try ProcessRunner.run("/usr/bin/setfattr", ["-n", "user.kaiten.pin", "-v", "0", mounted.file("docs")])
+            #expect(unpin.status == 0, "\(unpin.stderr)")
+            #expect(!(try String(contentsOfFile: selection, encoding: .utf8).split(separator: "\n").contains("docs")))
+            let bad = try ProcessRunner.run("/usr/bin/setfattr", ["-n", "user.kaiten.pin", "-v", "yes", mounted.file("docs")])
+            #expect(bad.status != 0)
+
+            // The tree follows the peer's index while mounted.
+            try TestFiles.write(peer + "/docs/new.txt", "added while mounted\n")
+            try FileManager.default.removeItem(atPath: peer + "/docs/sub/b.txt")
+            try await ApplyInteropTests.rescan(st)
+            try await st.waitUntil("the mount shows the peer's change", timeout: 60) {
+                FileManager.default.contents(atPath: mounted.file("docs/new.txt")) == Data("added while mounted\n".utf8)
+                    && !FileManager.default.fileExists(atPath: mounted.file("docs/sub/b.txt"))
+            }
+
+            #expect(try mounted.stop(signal: SIGTERM) == 0, "\(mounted.log)")
+            stopped = true
+            #expect(!Self.isMounted(mounted.point))
+            #expect(mounted.log.contains("unmounted:"), "\(mounted.log)")
+        }
+
+        // The peer is gone: what was read is still readable, from the cache, verified.
+        let again = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount2.log"))
+        defer { if again.process.isRunning { kill(again.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", again.point]) } }
+        #expect(FileManager.default.contents(atPath: again.file("big.bin")) == FileManager.default.contents(atPath: peer + "/big.bin"))
+        #expect(try Self.attribute("user.kaiten.holders", of: again.file("big.bin")) == "")
+        // A damaged cache block is not served: the read fails, naming why, and the block goes.
+        let blocks = dir.file("kaiten/cache/blocks")
+        let clipBytes = try #require(FileManager.default.contents(atPath: peer + "/films/clip.mp4"))
+        var damagedOne = false
+        for shard in try FileManager.default.contentsOfDirectory(atPath: blocks) {
+            for name in try FileManager.default.contentsOfDirectory(atPath: blocks + "/" + shard) {
+                let path = blocks + "/" + shard + "/" + name
+                guard var data = FileManager.default.contents(atPath: path), data == clipBytes.prefix(data.count), data.count == clipBytes.count else { continue }
+                data[data.count / 2] ^= 0x40
+                try data.write(to: URL(fileURLWithPath: path))
+                damagedOne = true
+            }
+        }
+        #expect(damagedOne, "the clip is one block in the cache")
+        let damaged = try ProcessRunner.run("/bin/cat", [again.file("films/clip.mp4")])
+        #expect(damaged.status != 0 && damaged.stdout.isEmpty, "no byte of a damaged block is read")
+        #expect(again.log.contains("films/clip.mp4"), "\(again.log)")
+        #expect(try again.stop(signal: nil) == 0, "fusermount3 -u ends it with 0: \(again.log)")
+        #expect(!Self.isMounted(again.point))
+    }
+
+    /// Beside a running service the mount reads through it (it holds the peers' connections).
+    @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
+    func aMountBesideARunningServiceReadsThroughIt() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount-run")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        try TestFiles.random(world.peerData + "/films/movie.mkv", size: 3_000_000)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let server = try await StreamInteropTests.Server.start(home: world.home, logPath: dir.file("run.log"), underRun: true)
+            defer { if server.process.isRunning { kill(server.process.processIdentifier, SIGKILL) } }
+            let mounted = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount.log"), extra: ["--cache-budget", "1M"])
+            defer { if mounted.process.isRunning { kill(mounted.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", mounted.point]) } }
+            #expect(FileManager.default.contents(atPath: mounted.file("films/movie.mkv")) == FileManager.default.contents(atPath: world.peerData + "/films/movie.mkv"))
+            #expect(try mounted.stop(signal: SIGINT) == 0, "\(mounted.log)")
+            // Within its budget: 3 MB read through a 1 MiB cache.
+            #expect(mounted.log.contains("eviction(s)") && !mounted.log.contains(" 0 eviction(s)"), "\(mounted.log)")
+            var bytes = 0
+            let blocks = dir.file("kaiten/cache/blocks")
+            for shard in (try? FileManager.default.contentsOfDirectory(atPath: blocks)) ?? [] {
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: blocks + "/" + shard)) ?? [] {
+                    bytes += (FileManager.default.contents(atPath: blocks + "/" + shard + "/" + name)?.count ?? 0)
+                }
+            }
+            #expect(bytes > 0 && bytes <= 1 << 20, "\(bytes) bytes in the cache")
+            try server.stop()
+        }
+    }
+}
