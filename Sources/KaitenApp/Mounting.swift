@@ -21,6 +21,10 @@ public struct MountRequest: Sendable {
     /// `--cache-budget`: a size or a percentage; the default (10 % of the file system, at most
     /// 20 GiB) when nil.
     public var cacheBudget: String?
+    /// How long a read waits for a peer's block before it fails with EIO.
+    public var readTimeout: Duration = .seconds(10)
+    /// `--read-only`: changes are refused with EROFS even in a folder that sends.
+    public var readOnly = false
 
     public init(folder: String, directory: String, cacheBudget: String? = nil) {
         self.folder = folder
@@ -67,10 +71,12 @@ extension App {
         let opened = try open()
         _ = try Self.folders([request.folder], in: opened)
         let disk = try blockCache(budget: request.cacheBudget)
-        let files = try await remoteFiles(opened, verb: "mount", folder: request.folder, disk: disk)
+        let files = try await remoteFiles(opened, verb: "mount", folder: request.folder, disk: disk, readTimeout: request.readTimeout)
         // On its own connections: a peer that goes away is dialled again.
         let redial = files.relay == nil ? files.sessions.keepConnected(warn: log) : nil
-        let view = MountedFolderView(app: self, home: opened, folder: request.folder, files: files, disk: disk, log: log)
+        let type = opened.config.folders.first { $0.id == request.folder }!.type
+        let writable = !request.readOnly && (type == .sendreceive || type == .sendonly)
+        let view = MountedFolderView(app: self, home: opened, folder: request.folder, files: files, disk: disk, writable: writable, log: log)
         let mount = FuseMount(folder: view, at: request.directory, name: request.folder, log: log)
         onStop { mount.stop() }
         let result: Result<Void, MountError> = await withCheckedContinuation { continuation in
@@ -105,6 +111,8 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
     let root: String
     let files: RemoteFiles
     let disk: DiskBlockCache
+    /// Changes act on the folder (a folder that sends, not mounted --read-only).
+    let writable: Bool
     let log: @Sendable (String) -> Void
 
     /// What the view is made of, and the files' stamps it was read at.
@@ -119,11 +127,18 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
 
     private let lock = NSLock()
     private var sources: Sources?
+    /// The block hashes of file contents asked about, by content: `find` and `du` stat every
+    /// file, and decoding a file's blocks each time would cost more than the answer.
+    private var blocksByContent: [ContentHash: [ContentHash]] = [:]
     private var checked = ContinuousClock.now
     private var skippedNames: Set<String> = []
 
-    init(app: App, home: KaitenHome, folder: String, files: RemoteFiles, disk: DiskBlockCache, log: @escaping @Sendable (String) -> Void) {
+    init(
+        app: App, home: KaitenHome, folder: String, files: RemoteFiles, disk: DiskBlockCache, writable: Bool,
+        log: @escaping @Sendable (String) -> Void
+    ) {
         self.app = app
+        self.writable = writable
         self.home = home
         self.folder = folder
         self.root = home.config.folders.first { $0.id == folder }!.path
@@ -241,10 +256,22 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             return MountAttributes(kind: .directory, size: 0, permissions: permissions, modifiedNs: modified)
         case .file:
             let permissions = file.noPermissions || file.permissions == 0 ? 0o644 : file.permissions & 0o777
-            return MountAttributes(kind: .file, size: file.size, permissions: permissions, modifiedNs: modified)
+            return MountAttributes(
+                kind: .file, size: file.size, permissions: permissions, modifiedNs: modified,
+                bytesHere: disk.bytes(of: blockHashes(of: file, in: sources)))
         default:
             return MountAttributes(kind: .symlink, size: Int64(file.symlinkTarget.utf8.count), permissions: 0o777, modifiedNs: modified)
         }
+    }
+
+    private func blockHashes(of file: FileEntry, in sources: Sources) -> [ContentHash] {
+        if let known = lock.withLock({ blocksByContent[file.contentHash] }) { return known }
+        let hashes = ((try? sources.log.blocks(of: file)) ?? []).compactMap { ContentHash(data: $0.hash) }
+        lock.withLock {
+            if blocksByContent.count > 100_000 { blocksByContent.removeAll(keepingCapacity: true) }
+            blocksByContent[file.contentHash] = hashes
+        }
+        return hashes
     }
 
     func names(in directory: String) throws(MountError) -> [String] {
@@ -271,9 +298,15 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         return names
     }
 
-    func open(_ path: String) throws(MountError) -> any MountedFile {
+    func open(_ path: String, writing: Bool) throws(MountError) -> any MountedFile {
         let attributes = try attributes(of: path)
         guard attributes.kind == .file else { throw MountError(attributes.kind == .directory ? EISDIR : ELOOP) }
+        if writing {
+            try localize(path)
+            let fd = Glibc.open(local(path), O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw MountError(errno) }
+            return LocalMountedFile(fd: fd)
+        }
         let sources = try current()
         let entry = global(path, in: sources)
         if let info = localStat(path), showsLocal(path, info, entry, sources) {
@@ -305,6 +338,174 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         }
         guard let entry else { throw MountError(ENOENT) }
         return entry.file.symlinkTarget
+    }
+
+    // MARK: - Changes: made in the folder on disk, as doing the same there directly would, and
+    // kept by the selection (a new file is selected, so the plan sends it).
+
+    func local(_ path: String) -> String { root + "/" + path }
+
+    private func refuseUnlessWritable() throws(MountError) {
+        guard writable else { throw MountError(EROFS) }
+    }
+
+    /// The directories above `path` made on disk where the global tree has them and the disk not yet.
+    private func prepareParents(_ path: String) throws(MountError) {
+        let parent = (path as NSString).deletingLastPathComponent
+        guard !parent.isEmpty else { return }
+        do {
+            try FileManager.default.createDirectory(atPath: local(parent), withIntermediateDirectories: true)
+        } catch {
+            throw MountError(EIO, "cannot make \(parent) in the folder: \(error.localizedDescription)")
+        }
+    }
+
+    /// `path` kept by the selection (`kaiten select`: a file on disk in a folder that sends).
+    private func keep(_ path: String) throws(MountError) {
+        if let sources = try? current(), sources.selection.state(of: path) != .no { return }
+        do {
+            _ = try app.select(folder, [path], force: false)
+        } catch {
+            throw MountError(EIO, "cannot select it: \(error)")
+        }
+        lock.withLock { checked = .now - .seconds(1) }
+    }
+
+    /// Brings `path` onto the disk here and keeps it, so a change acts on the local file: a file
+    /// of the global tree is fetched (every block verified, a temporary file renamed into place).
+    private func localize(_ path: String) throws(MountError) {
+        try refuseUnlessWritable()
+        let sources = try current()
+        let entry = global(path, in: sources)
+        if let info = localStat(path) {
+            if !showsLocal(path, info, entry, sources) { try keep(path) }
+            return
+        }
+        guard let entry else { throw MountError(ENOENT) }
+        try prepareParents(path)
+        switch entry.file.type {
+        case .directory:
+            if mkdir(local(path), 0o755) != 0 && errno != EEXIST { throw MountError(errno) }
+        case .file:
+            let files = self.files
+            let folder = self.folder
+            let target = local(path)
+            // Recorded as synced at the version fetched, as apply records a pull: an edit made
+            // next is this device's change of that version, not a conflict with it.
+            let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: home.home.scanCachePath(folderID: folder)))
+            let fetched = FuseMount.blocking { () async throws(MountError) -> FetchReport in
+                do {
+                    return try await files.fetch(folder: folder, path: path, to: target, journal: journal)
+                } catch {
+                    throw MountError(EIO, "\(error)")
+                }
+            }
+            journal?.sync()
+            switch fetched {
+            case .success(let report):
+                if let failure = report.failed.first { throw MountError(EIO, "cannot bring it here to change it: \(failure.why)") }
+                // Folded into the scan cache now, while the file has the content the record names
+                // (a record counts only for that content, and the change comes next).
+                if let config = home.config.folders.first(where: { $0.id == folder }) {
+                    _ = try? Planner.loadFolder(config, home: home, warn: { [log] in log("\(folder): \($0)") })
+                }
+            case .failure(let error):
+                throw MountError(EIO, "cannot bring it here to change it: \(error.reason ?? "")")
+            }
+        default:
+            if symlink(entry.file.symlinkTarget, local(path)) != 0 { throw MountError(errno) }
+        }
+        try keep(path)
+    }
+
+    func create(_ path: String, permissions: UInt32) throws(MountError) -> any MountedFile {
+        try refuseUnlessWritable()
+        try check(path)
+        try prepareParents(path)
+        let fd = Glibc.open(local(path), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode_t(permissions))
+        guard fd >= 0 else { throw MountError(errno) }
+        do {
+            try keep(path)
+        } catch {
+            Glibc.close(fd)
+            unlink(local(path))
+            throw error
+        }
+        return LocalMountedFile(fd: fd)
+    }
+
+    func makeDirectory(_ path: String, permissions: UInt32) throws(MountError) {
+        try refuseUnlessWritable()
+        try check(path)
+        try prepareParents(path)
+        guard mkdir(local(path), mode_t(permissions)) == 0 else { throw MountError(errno) }
+        try keep(path)
+    }
+
+    func makeSymlink(_ path: String, target: String) throws(MountError) {
+        try refuseUnlessWritable()
+        try check(path)
+        try prepareParents(path)
+        guard symlink(target, local(path)) == 0 else { throw MountError(errno) }
+        try keep(path)
+    }
+
+    func removeFile(_ path: String) throws(MountError) {
+        try refuseUnlessWritable()
+        let sources = try current()
+        let entry = global(path, in: sources)
+        guard let info = localStat(path), showsLocal(path, info, entry, sources) else {
+            guard entry != nil else { throw MountError(ENOENT) }
+            throw MountError(EACCES, "not on this device: pin it (so it is kept here) to delete it everywhere")
+        }
+        guard unlink(local(path)) == 0 else { throw MountError(errno) }
+    }
+
+    func removeDirectory(_ path: String) throws(MountError) {
+        try refuseUnlessWritable()
+        guard try names(in: path).isEmpty else { throw MountError(ENOTEMPTY) }
+        guard localStat(path) != nil else { throw MountError(EACCES, "not on this device: pin it to delete it everywhere") }
+        guard rmdir(local(path)) == 0 else { throw MountError(errno) }
+    }
+
+    func rename(_ from: String, to: String, replace: Bool) throws(MountError) {
+        try refuseUnlessWritable()
+        try check(to)
+        let attributes = try attributes(of: from)
+        if attributes.kind == .directory {
+            // A directory's files not on this device would stay behind under the old name.
+            let sources = try current()
+            let away = sources.log.index.list(under: from, recursive: true, includeDeleted: false).contains { entry in
+                localStat(entry.path) == nil && !entry.holders.isEmpty
+            }
+            if away { throw MountError(EACCES, "has files not on this device: pin it first to move it everywhere") }
+        }
+        if !replace, (try? self.attributes(of: to)) != nil { throw MountError(EEXIST) }
+        try localize(from)
+        try prepareParents(to)
+        guard Glibc.rename(local(from), local(to)) == 0 else { throw MountError(errno) }
+        // The old name's line stays: with it the plan sends the old name's deletion, as for a
+        // kept file removed (syncthing sees a rename as a new file and a deletion).
+        try keep(to)
+    }
+
+    func truncate(_ path: String, to size: Int64) throws(MountError) {
+        try localize(path)
+        guard Glibc.truncate(local(path), off_t(size)) == 0 else { throw MountError(errno) }
+    }
+
+    func setPermissions(_ path: String, _ permissions: UInt32) throws(MountError) {
+        try localize(path)
+        guard chmod(local(path), mode_t(permissions)) == 0 else { throw MountError(errno) }
+    }
+
+    func setModified(_ path: String, nanoseconds: Int64) throws(MountError) {
+        try localize(path)
+        var times = [
+            timespec(tv_sec: 0, tv_nsec: FuseMount.utimeOmit),
+            timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000)),
+        ]
+        guard utimensat(AT_FDCWD, local(path), &times, AT_SYMLINK_NOFOLLOW) == 0 else { throw MountError(errno) }
     }
 
     static let stateAttribute = "user.kaiten.state"
@@ -353,8 +554,8 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         }
         var blocks = 0
         var cached = 0
-        if let entry, entry.file.type == .file, local == .absent, let list = try? sources.log.blocks(of: entry.file) {
-            let hashes = list.compactMap { ContentHash(data: $0.hash) }
+        if let entry, entry.file.type == .file, local == .absent {
+            let hashes = blockHashes(of: entry.file, in: sources)
             blocks = hashes.count
             cached = disk.count(of: hashes)
         }
@@ -395,10 +596,20 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
     }
 }
 
-/// A file kept on disk, read as it is.
+/// A file kept on disk, read and written as it is.
 final class LocalMountedFile: MountedFile, @unchecked Sendable {
     let fd: Int32
     init(fd: Int32) { self.fd = fd }
+
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(MountError) -> Int {
+        let n = pwrite(fd, bytes.baseAddress, bytes.count, off_t(offset))
+        guard n >= 0 else { throw MountError(errno) }
+        return n
+    }
+
+    func sync() throws(MountError) {
+        guard fsync(fd) == 0 else { throw MountError(errno) }
+    }
 
     func read(at offset: Int64, count: Int) async throws(MountError) -> Data {
         var data = Data(count: count)

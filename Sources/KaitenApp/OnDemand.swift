@@ -42,13 +42,15 @@ extension App {
 
     /// Files to read for `cat` and `get`: through a running service when one holds the peers'
     /// connections (its control socket), else over this process's own connections.
-    func remoteFiles(_ opened: KaitenHome, verb: String, folder: String, disk: DiskBlockCache? = nil) async throws -> RemoteFiles {
+    func remoteFiles(
+        _ opened: KaitenHome, verb: String, folder: String, disk: DiskBlockCache? = nil, readTimeout: Duration = RemoteFiles.blockTimeout
+    ) async throws -> RemoteFiles {
         switch try route(verb, .dialsThroughService, in: opened) {
         case .service(let service):
             _ = try Self.folders([folder], in: opened)
-            return RemoteFiles(home: opened, logger: logger, relay: service.relay, disk: disk)
+            return RemoteFiles(home: opened, logger: logger, relay: service.relay, disk: disk, readTimeout: readTimeout)
         case .here:
-            let files = RemoteFiles(home: opened, logger: logger, disk: disk)
+            let files = RemoteFiles(home: opened, logger: logger, disk: disk, readTimeout: readTimeout)
             try await files.connect(folders: [folder], warn: diagnostics.error)
             return files
         }

@@ -10,9 +10,9 @@ import Glibc
 /// worker threads, become calls on a ``MountedFolder`` and their answers go back as libfuse
 /// wants them. Nothing here decides about files.
 ///
-/// Writes are refused with EROFS here (the mount shows the folder as it is and reads it on
-/// demand), but the mount itself is read-write so that `setfattr -n user.kaiten.pin` reaches the
-/// folder: a read-only mount refuses every extended attribute write before it gets here.
+/// The mount is read-write even for a folder that takes no change (which refuses each with
+/// EROFS): `setfattr -n user.kaiten.pin` must reach the folder, and a read-only mount refuses
+/// every extended attribute write before it gets here.
 public final class FuseMount: @unchecked Sendable {
     public let mountPoint: String
     let folder: any MountedFolder
@@ -39,7 +39,13 @@ public final class FuseMount: @unchecked Sendable {
             throw MountError(ENOTDIR, "\(mountPoint): not a directory (make it first: mkdir -p \(mountPoint))")
         }
         if Self.isMounted(mountPoint) {
-            throw MountError(EBUSY, "\(mountPoint): something is already mounted there (fusermount3 -u \(mountPoint))")
+            // A mount whose process died (kill -9) answers ENOTCONN to everything: cleared, said.
+            var info = stat()
+            guard stat(mountPoint, &info) != 0 && errno == ENOTCONN else {
+                throw MountError(EBUSY, "\(mountPoint): something is already mounted there (fusermount3 -u \(mountPoint))")
+            }
+            Self.detach(mountPoint)
+            log("\(mountPoint): a mount left by a process that ended without unmounting was cleared")
         }
         guard access("/dev/fuse", R_OK | W_OK) == 0 else {
             throw MountError(EACCES, "/dev/fuse: \(String(cString: strerror(errno))) (is the fuse3 package installed and the fuse module loaded?)")
@@ -125,6 +131,10 @@ public final class FuseMount: @unchecked Sendable {
 
     // MARK: - Requests
 
+    /// utimensat(2)'s UTIME_NOW and UTIME_OMIT (macros Swift does not import).
+    public static let utimeNow = (1 << 30) - 1
+    public static let utimeOmit = (1 << 30) - 2
+
     static var current: FuseMount {
         Unmanaged<FuseMount>.fromOpaque(fuse_get_context()!.pointee.private_data).takeUnretainedValue()
     }
@@ -166,7 +176,7 @@ public final class FuseMount: @unchecked Sendable {
             out.pointee.st_nlink = 1
         }
         out.pointee.st_size = off_t(attributes.size)
-        out.pointee.st_blocks = blkcnt_t((attributes.size + 511) / 512)
+        out.pointee.st_blocks = blkcnt_t((attributes.bytesHere + 511) / 512)
         out.pointee.st_blksize = 128 << 10
         out.pointee.st_uid = getuid()
         out.pointee.st_gid = getgid()
@@ -191,18 +201,60 @@ public final class FuseMount: @unchecked Sendable {
 
     func open(_ path: String, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
         guard let info else { return -EIO }
-        if info.pointee.flags & O_ACCMODE != O_RDONLY { return -EROFS }
         do {
-            let file = try folder.open(path)
-            info.pointee.fh = handles.withLock { state in
-                let handle = state.next
-                state.next += 1
-                state.open[handle] = file
-                return handle
-            }
+            let file = try folder.open(path, writing: info.pointee.flags & O_ACCMODE != O_RDONLY)
+            info.pointee.fh = keep(file)
             return 0
         } catch {
             return failed(error, "open", path)
+        }
+    }
+
+    func keep(_ file: any MountedFile) -> UInt64 {
+        handles.withLock { state in
+            let handle = state.next
+            state.next += 1
+            state.open[handle] = file
+            return handle
+        }
+    }
+
+    func create(_ path: String, _ mode: mode_t, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        guard let info else { return -EIO }
+        do {
+            info.pointee.fh = keep(try folder.create(path, permissions: UInt32(mode & 0o7777)))
+            return 0
+        } catch {
+            return failed(error, "create", path)
+        }
+    }
+
+    func write(_ path: String, _ buffer: UnsafePointer<CChar>?, _ size: Int, _ offset: off_t, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        guard let info, let buffer, let file = handles.withLock({ $0.open[info.pointee.fh] }) else { return -EBADF }
+        do {
+            return Int32(try file.write(UnsafeRawBufferPointer(start: buffer, count: size), at: Int64(offset)))
+        } catch {
+            return failed(error, "write", path)
+        }
+    }
+
+    func fsync(_ path: String, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        guard let info, let file = handles.withLock({ $0.open[info.pointee.fh] }) else { return 0 }
+        do {
+            try file.sync()
+            return 0
+        } catch {
+            return failed(error, "fsync", path)
+        }
+    }
+
+    /// A change of the tree, its refusal as libfuse wants it.
+    func change(_ what: String, _ path: String, _ body: () throws(MountError) -> Void) -> Int32 {
+        do {
+            try body()
+            return 0
+        } catch {
+            return failed(error, what, path)
         }
     }
 
@@ -289,7 +341,7 @@ public final class FuseMount: @unchecked Sendable {
     }
 
     /// Runs async work from a libfuse worker thread (never one of Swift's pool) and waits.
-    static func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws(MountError) -> T) -> Result<T, MountError> {
+    public static func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws(MountError) -> T) -> Result<T, MountError> {
         let done = DispatchSemaphore(value: 0)
         let box = Mutex<Result<T, MountError>?>(nil)
         Task {
@@ -334,20 +386,64 @@ public final class FuseMount: @unchecked Sendable {
         }
         ops.removexattr = { _, _ in -ENOTSUP }
         ops.statfs = { _, out in FuseMount.current.statfs(out) }
-        // Every change of the tree: refused, the folder is shown as it is.
-        ops.mknod = { _, _, _ in -EROFS }
-        ops.mkdir = { _, _ in -EROFS }
-        ops.unlink = { _ in -EROFS }
-        ops.rmdir = { _ in -EROFS }
-        ops.symlink = { _, _ in -EROFS }
-        ops.rename = { _, _, _ in -EROFS }
-        ops.link = { _, _ in -EROFS }
-        ops.chmod = { _, _, _ in -EROFS }
-        ops.chown = { _, _, _, _ in -EROFS }
-        ops.truncate = { _, _, _ in -EROFS }
-        ops.write = { _, _, _, _, _ in -EROFS }
-        ops.create = { _, _, _ in -EROFS }
-        ops.utimens = { _, _, _ in -EROFS }
+        // Changes of the tree, as the folder takes them. Special files, hard links and owners
+        // are not what syncthing syncs.
+        ops.mknod = { _, _, _ in -EPERM }
+        ops.link = { _, _ in -EPERM }
+        ops.chown = { _, _, _, _ in 0 }
+        ops.create = { path, mode, info in FuseMount.current.create(FuseMount.relative(path), mode, info) }
+        ops.write = { path, buffer, size, offset, info in FuseMount.current.write(FuseMount.relative(path), buffer, size, offset, info) }
+        ops.fsync = { path, _, info in FuseMount.current.fsync(FuseMount.relative(path), info) }
+        ops.mkdir = { path, mode in
+            let name = FuseMount.relative(path)
+            return FuseMount.current.change("mkdir", name) { () throws(MountError) in
+                try FuseMount.current.folder.makeDirectory(name, permissions: UInt32(mode & 0o7777))
+            }
+        }
+        ops.symlink = { target, path in
+            let name = FuseMount.relative(path)
+            let to = target.map { String(cString: $0) } ?? ""
+            return FuseMount.current.change("symlink", name) { () throws(MountError) in try FuseMount.current.folder.makeSymlink(name, target: to) }
+        }
+        ops.unlink = { path in
+            let name = FuseMount.relative(path)
+            return FuseMount.current.change("unlink", name) { () throws(MountError) in try FuseMount.current.folder.removeFile(name) }
+        }
+        ops.rmdir = { path in
+            let name = FuseMount.relative(path)
+            return FuseMount.current.change("rmdir", name) { () throws(MountError) in try FuseMount.current.folder.removeDirectory(name) }
+        }
+        ops.rename = { from, to, flags in
+            let source = FuseMount.relative(from)
+            let target = FuseMount.relative(to)
+            // RENAME_NOREPLACE (1) is kept; RENAME_EXCHANGE (2) and the rest are not offered.
+            guard flags & ~UInt32(1) == 0 else { return -EINVAL }
+            return FuseMount.current.change("rename", source) { () throws(MountError) in
+                try FuseMount.current.folder.rename(source, to: target, replace: flags & 1 == 0)
+            }
+        }
+        ops.truncate = { path, size, _ in
+            let name = FuseMount.relative(path)
+            return FuseMount.current.change("truncate", name) { () throws(MountError) in try FuseMount.current.folder.truncate(name, to: Int64(size)) }
+        }
+        ops.chmod = { path, mode, _ in
+            let name = FuseMount.relative(path)
+            return FuseMount.current.change("chmod", name) { () throws(MountError) in
+                try FuseMount.current.folder.setPermissions(name, UInt32(mode & 0o7777))
+            }
+        }
+        ops.utimens = { path, times, _ in
+            let name = FuseMount.relative(path)
+            // The modification time (times[1]); UTIME_NOW and UTIME_OMIT as utimensat(2) has them.
+            var nanoseconds = Int64(Date().timeIntervalSince1970 * 1e9)
+            if let times {
+                let modified = times[1]
+                if modified.tv_nsec == FuseMount.utimeOmit { return 0 }
+                if modified.tv_nsec != FuseMount.utimeNow { nanoseconds = Int64(modified.tv_sec) * 1_000_000_000 + Int64(modified.tv_nsec) }
+            }
+            let at = nanoseconds
+            return FuseMount.current.change("utimens", name) { () throws(MountError) in try FuseMount.current.folder.setModified(name, nanoseconds: at) }
+        }
         return ops
     }
 }

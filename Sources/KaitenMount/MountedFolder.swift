@@ -9,8 +9,8 @@ public protocol MountedFolder: AnyObject, Sendable {
     func attributes(of path: String) throws(MountError) -> MountAttributes
     /// The names directly inside a directory.
     func names(in directory: String) throws(MountError) -> [String]
-    /// Opens a file for reading.
-    func open(_ path: String) throws(MountError) -> any MountedFile
+    /// Opens a file for reading, or for writing too.
+    func open(_ path: String, writing: Bool) throws(MountError) -> any MountedFile
     /// A symbolic link's target.
     func linkTarget(of path: String) throws(MountError) -> String
     /// The extended attributes a path has, by name.
@@ -19,13 +19,46 @@ public protocol MountedFolder: AnyObject, Sendable {
     func setExtendedAttribute(_ name: String, of path: String, to value: [UInt8]) throws(MountError)
     /// The file system's figures as `df` shows them (those of the disk the folder is on).
     func spaceFigures() -> statvfs?
+
+    // Changes of the tree. A folder that takes none refuses them all with EROFS.
+    func create(_ path: String, permissions: UInt32) throws(MountError) -> any MountedFile
+    func makeDirectory(_ path: String, permissions: UInt32) throws(MountError)
+    func makeSymlink(_ path: String, target: String) throws(MountError)
+    func removeFile(_ path: String) throws(MountError)
+    func removeDirectory(_ path: String) throws(MountError)
+    /// `replace`: whether an existing `to` may be replaced (rename(2)'s default).
+    func rename(_ from: String, to: String, replace: Bool) throws(MountError)
+    func truncate(_ path: String, to size: Int64) throws(MountError)
+    func setPermissions(_ path: String, _ permissions: UInt32) throws(MountError)
+    func setModified(_ path: String, nanoseconds: Int64) throws(MountError)
+}
+
+extension MountedFolder {
+    public func create(_ path: String, permissions: UInt32) throws(MountError) -> any MountedFile { throw MountError(EROFS) }
+    public func makeDirectory(_ path: String, permissions: UInt32) throws(MountError) { throw MountError(EROFS) }
+    public func makeSymlink(_ path: String, target: String) throws(MountError) { throw MountError(EROFS) }
+    public func removeFile(_ path: String) throws(MountError) { throw MountError(EROFS) }
+    public func removeDirectory(_ path: String) throws(MountError) { throw MountError(EROFS) }
+    public func rename(_ from: String, to: String, replace: Bool) throws(MountError) { throw MountError(EROFS) }
+    public func truncate(_ path: String, to size: Int64) throws(MountError) { throw MountError(EROFS) }
+    public func setPermissions(_ path: String, _ permissions: UInt32) throws(MountError) { throw MountError(EROFS) }
+    public func setModified(_ path: String, nanoseconds: Int64) throws(MountError) { throw MountError(EROFS) }
 }
 
 /// An open file of the mount.
 public protocol MountedFile: AnyObject, Sendable {
     /// Up to `count` bytes at `offset` (fewer only at the end of the file).
     func read(at offset: Int64, count: Int) async throws(MountError) -> Data
+    /// Writes `bytes` at `offset`; returns how many were written.
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(MountError) -> Int
+    /// Makes what was written durable (fsync).
+    func sync() throws(MountError)
     func close()
+}
+
+extension MountedFile {
+    public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(MountError) -> Int { throw MountError(EROFS) }
+    public func sync() throws(MountError) {}
 }
 
 /// A path's attributes as the mount shows them.
@@ -37,12 +70,16 @@ public struct MountAttributes: Sendable, Equatable {
     public var permissions: UInt32
     /// Nanoseconds since the epoch.
     public var modifiedNs: Int64
+    /// What of it is on this device's disk (the local file, or its cached blocks): what `du`
+    /// counts, so a walk over the mount tells what it really takes.
+    public var bytesHere: Int64
 
-    public init(kind: Kind, size: Int64, permissions: UInt32, modifiedNs: Int64) {
+    public init(kind: Kind, size: Int64, permissions: UInt32, modifiedNs: Int64, bytesHere: Int64? = nil) {
         self.kind = kind
         self.size = size
         self.permissions = permissions
         self.modifiedNs = modifiedNs
+        self.bytesHere = bytesHere ?? size
     }
 }
 

@@ -141,6 +141,11 @@ public final class DiskBlockCache: Sendable {
         state.withLock { s in hashes.reduce(0) { $0 + (s.sizes[$1] != nil ? 1 : 0) } }
     }
 
+    /// The bytes of `hashes` the cache holds.
+    public func bytes(of hashes: [ContentHash]) -> Int64 {
+        state.withLock { s in hashes.reduce(0) { $0 + Int64(s.sizes[$1] ?? 0) } }
+    }
+
     /// The block, verified against its hash; nil (a miss) when it is not here or is damaged.
     public func get(_ hash: ContentHash) -> Data? {
         let known = state.withLock { s -> Bool in

@@ -23,8 +23,11 @@ extension RemoteFiles {
     ///   - replace: whether a file already at a target may be replaced (`--force`); never a
     ///     directory, and without it nothing that exists is touched (as `cp -n`).
     ///   - onFile: called after each file of a tree is written.
+    ///   - journal: where a file written into the folder itself is recorded as synced at the
+    ///     version fetched (the mount bringing a file here to change it), as apply records it.
     public func fetch(
-        folder: String, path: String, to destination: String, replace: Bool = false, onFile: (String) -> Void = { _ in }
+        folder: String, path: String, to destination: String, replace: Bool = false, journal: SyncedJournal? = nil,
+        onFile: (String) -> Void = { _ in }
     ) async throws -> FetchReport {
         let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
         defer { log.close() }
@@ -60,7 +63,8 @@ extension RemoteFiles {
                 }
                 let blocks = entry.file.type == .file ? try log.blocks(of: entry.file) : []
                 let source = BlockSource(folderID: folder, root: folderPath, connections: try connections(), tree: localBlocks, relay: relay)
-                let puller = FilePuller(root: root, ignorePermissions: false, source: source)
+                var puller = FilePuller(root: root, ignorePermissions: false, source: source)
+                puller.journal = journal
                 let target = (root as NSString).appendingPathComponent(local)
                 // Checked before the fetch (nothing fetched for a file that stays) and again just
                 // before the rename (a file that appeared meanwhile is not replaced either).

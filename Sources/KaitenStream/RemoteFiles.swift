@@ -68,6 +68,8 @@ public final class RemoteFiles: @unchecked Sendable {
     /// How long a read waits for one block before it gives up: a peer that holds the
     /// connection open but answers nothing (stopped, frozen) must not hang every reader.
     public static let blockTimeout: Duration = .seconds(20)
+    /// This reader's wait for one block (the mount's --read-timeout).
+    public let readTimeout: Duration
     let cache: BlockCache
     /// The peer connections, their index intake and this device's announcements.
     public let sessions: PeerSessions
@@ -103,9 +105,10 @@ public final class RemoteFiles: @unchecked Sendable {
     ///   blocks are fetched through it; nothing is dialled then and `connect` is not called.
     public init(
         home: KaitenHome, cacheBytes: Int = 16 << 20, timeout: Double = 120, logger: Logger, sessions: PeerSessions? = nil,
-        relay: BlockSource.Relay? = nil, disk: DiskBlockCache? = nil
+        relay: BlockSource.Relay? = nil, disk: DiskBlockCache? = nil, readTimeout: Duration = RemoteFiles.blockTimeout
     ) {
         self.home = home
+        self.readTimeout = readTimeout
         self.relay = relay
         self.disk = disk
         self.logger = logger
@@ -278,7 +281,7 @@ public final class RemoteFiles: @unchecked Sendable {
             let task = pending.removeFirst()
             let data: Data
             do {
-                data = try await Self.value(of: task, within: Self.blockTimeout, file: file.name)
+                data = try await Self.value(of: task, within: readTimeout, file: file.name)
             } catch let error as ApplyError {
                 throw StreamError(.peerFailed, error.description)
             }

@@ -93,7 +93,8 @@ struct MountInteropTests {
         #expect(made.status == 0, "\(made.stderr)")
         let st = try SyncthingInstance.generate(in: dir.path, name: "a")
         try await withSyncthing(st) { st in
-            try await world.share(st, files: 6)  // syncthing counts the symlink apart
+            // Receive-only here: the mount refuses changes (a folder that sends takes them: below).
+            try await world.share(st, files: 6, type: "receiveonly")  // syncthing counts the symlink apart
             #expect(try world.kaiten("select", Self.folder, "keep.txt").status == 0)
             let applied = try world.kaiten("apply", "--yes")
             #expect(applied.status == 0, "\(applied.stderr)")
@@ -128,7 +129,7 @@ struct MountInteropTests {
                 "/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width", "-of", "csv=p=0", mounted.file("films/clip.mp4")])
             #expect(probe.status == 0 && probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "mpeg4,160", "\(probe.stdout) \(probe.stderr)")
 
-            // The mount shows the folder as it is: writes are refused.
+            // A receive-only folder takes no change through the mount.
             let touch = try ProcessRunner.run("/usr/bin/touch", [mounted.file("new.txt")])
             #expect(touch.status != 0 && touch.stderr.contains("Read-only file system"), "\(touch.stderr)")
             let overwrite = try ProcessRunner.run("/bin/sh", ["-c", "echo x > '\(mounted.file("docs/a.txt"))'"])
@@ -187,6 +188,61 @@ struct MountInteropTests {
         #expect(again.log.contains("films/clip.mp4"), "\(again.log)")
         #expect(try again.stop(signal: nil) == 0, "fusermount3 -u ends it with 0: \(again.log)")
         #expect(!Self.isMounted(again.point))
+    }
+
+    /// In a folder that sends, changes made through the mount are changes of the folder: a new
+    /// file, an edit of a file that was online only (brought here first), a rename and a delete
+    /// reach the peer at the next apply.
+    @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
+    func changesThroughTheMountReachThePeer() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount-write")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        let peer = world.peerData
+        try TestFiles.write(peer + "/docs/a.txt", "alpha\n")
+        try TestFiles.write(peer + "/docs/old.txt", "old name\n")
+        try TestFiles.write(peer + "/gone.txt", "to be deleted\n")
+        try TestFiles.random(peer + "/remote.bin", size: 300_000)
+        let remote = try #require(FileManager.default.contents(atPath: peer + "/remote.bin"))
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 4)
+            #expect(try world.kaiten("select", Self.folder, "docs/old.txt", "gone.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            let mounted = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount.log"))
+            defer { if mounted.process.isRunning { kill(mounted.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", mounted.point]) } }
+
+            let made = try ProcessRunner.run("/bin/sh", ["-c", "mkdir -p '\(mounted.file("notes/2025"))' && printf 'made here\\n' > '\(mounted.file("notes/2025/new.txt"))'"])
+            #expect(made.status == 0, "\(made.stderr)")
+            let appended = try ProcessRunner.run("/bin/sh", ["-c", "printf 'appended' >> '\(mounted.file("remote.bin"))'"])
+            #expect(appended.status == 0, "\(appended.stderr)")
+            let moved = try ProcessRunner.run("/bin/mv", [mounted.file("docs/old.txt"), mounted.file("docs/new-name.txt")])
+            #expect(moved.status == 0, "\(moved.stderr)")
+            let removed = try ProcessRunner.run("/bin/rm", [mounted.file("gone.txt")])
+            #expect(removed.status == 0, "\(removed.stderr)")
+            // A file that is only on the peers is not deleted everywhere from here.
+            let refused = try ProcessRunner.run("/bin/rm", [mounted.file("docs/a.txt")])
+            #expect(refused.status != 0 && mounted.log.contains("pin it"), "\(refused.stderr) \(mounted.log)")
+            // What the mount shows is the folder: the same bytes on disk.
+            #expect(FileManager.default.contents(atPath: mounted.file("remote.bin")) == remote + Data("appended".utf8))
+            #expect(FileManager.default.contents(atPath: world.local + "/remote.bin") == remote + Data("appended".utf8))
+            #expect(FileManager.default.contents(atPath: world.local + "/notes/2025/new.txt") == Data("made here\n".utf8))
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/gone.txt"))
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("notes/2025/new.txt")) == "local-only")
+            #expect(try mounted.stop() == 0, "\(mounted.log)")
+
+            let applied = try world.kaiten("apply", "--yes")
+            #expect(applied.status == 0, "\(applied.stdout) \(applied.stderr)")
+            #expect(applied.stdout.contains(" 0 conflicts open"), "\(applied.stdout)")
+            try await st.waitUntil("the peer has the changes", timeout: 90) {
+                FileManager.default.contents(atPath: peer + "/notes/2025/new.txt") == Data("made here\n".utf8)
+                    && FileManager.default.contents(atPath: peer + "/remote.bin") == remote + Data("appended".utf8)
+                    && FileManager.default.contents(atPath: peer + "/docs/new-name.txt") == Data("old name\n".utf8)
+                    && !FileManager.default.fileExists(atPath: peer + "/docs/old.txt")
+                    && !FileManager.default.fileExists(atPath: peer + "/gone.txt")
+            }
+            #expect(FileManager.default.contents(atPath: peer + "/docs/a.txt") == Data("alpha\n".utf8))
+        }
     }
 
     /// Beside a running service the mount reads through it (it holds the peers' connections).

@@ -16,7 +16,15 @@ extension Kaiten {
                 renamed or duplicated file costs nothing twice), within --cache-budget, least \
                 recently used blocks first out, never those of an open file; it survives \
                 restarts, and a damaged block is dropped, never served. The tree follows the \
-                peers' index while mounted (new files appear, deleted ones go, within a second).
+                peers' index while mounted (new files appear, deleted ones go, within a second). \
+                A walk over the tree (find, du, a file manager listing) reads no content; du \
+                counts what is really here (local files, cached blocks).
+
+                A read that no peer answers fails with EIO after --read-timeout; a file no \
+                connected peer holds fails to open with EIO unless its blocks are all cached \
+                (cached and pinned files stay readable with every peer offline). A block that \
+                fails verification is never handed to the reader. A mount left behind by a \
+                killed process is cleared at the next start.
 
                 The mount shows the folder as it is: creating, writing, renaming and removing \
                 fail with EROFS. Extended attributes say and change what is kept: \
@@ -46,6 +54,13 @@ extension Kaiten {
         @Option(help: ArgumentHelp("The block cache's budget: a size (500M, 2G) or a share of its file system (10%). Default: 10 %, at most 20 GiB.", valueName: "size"))
         var cacheBudget: String?
 
+        @Option(help: ArgumentHelp("Seconds a read waits for a peer's block before it fails with EIO.", valueName: "seconds"))
+        var readTimeout: Int = 10
+
+        func validate() throws {
+            guard readTimeout > 0 else { throw ValidationError("--read-timeout takes a number of seconds above 0") }
+        }
+
         func run() async throws {
             try await reportingErrors {
                 let stamps = LockedISO8601()
@@ -53,8 +68,10 @@ extension Kaiten {
                 let absolute = (directory as NSString).isAbsolutePath
                     ? directory : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(directory)
                 log("mounting \(folder) at \(absolute) (fusermount3 -u \(absolute), or Ctrl-C, to end)")
+                var request = MountRequest(folder: folder, directory: absolute, cacheBudget: cacheBudget)
+                request.readTimeout = .seconds(readTimeout)
                 let report = try await global.app.mount(
-                    MountRequest(folder: folder, directory: absolute, cacheBudget: cacheBudget), log: log,
+                    request, log: log,
                     onStop: { stop in SignalStop.install(stop) })
                 let cache = report.cache
                 log(
