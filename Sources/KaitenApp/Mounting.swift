@@ -5,6 +5,7 @@ import KaitenMount
 import KaitenProtocol
 import KaitenReconcile
 import KaitenScan
+import KaitenService
 import KaitenStream
 import KaitenSync
 import KaitenTransfer
@@ -74,29 +75,98 @@ extension App {
         let files = try await remoteFiles(opened, verb: "mount", folder: request.folder, disk: disk, readTimeout: request.readTimeout)
         // On its own connections: a peer that goes away is dialled again.
         let redial = files.relay == nil ? files.sessions.keepConnected(warn: log) : nil
-        let type = opened.config.folders.first { $0.id == request.folder }!.type
-        let writable = !request.readOnly && (type == .sendreceive || type == .sendonly)
-        let view = MountedFolderView(app: self, home: opened, folder: request.folder, files: files, disk: disk, writable: writable, log: log)
-        let mount = FuseMount(folder: view, at: request.directory, name: request.folder, log: log)
-        onStop { mount.stop() }
-        let result: Result<Void, MountError> = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                do throws(MountError) {
-                    try mount.run()
-                    continuation.resume(returning: .success(()))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
-            thread.name = "kaiten-mount"
-            thread.start()
-        }
+        let running = startMount(request, opened: opened, files: files, disk: disk, log: log)
+        onStop { running.mount.stop() }
+        let result = await running.ended.value
         redial?.cancel()
         await files.close()
         if case .failure(let error) = result {
             throw ArgumentError(error.reason ?? "mount failed: \(String(cString: strerror(error.code)))")
         }
         return MountReport(cache: disk.figures, blocksFetched: files.blocksFetched)
+    }
+}
+
+/// A mount serving on a thread of its own (libfuse's loop blocks it) until it is unmounted.
+struct RunningMount: Sendable {
+    let mount: FuseMount
+    let ended: Task<Result<Void, MountError>, Never>
+}
+
+extension App {
+    func startMount(
+        _ request: MountRequest, opened: KaitenHome, files: RemoteFiles, disk: DiskBlockCache, log: @escaping @Sendable (String) -> Void
+    ) -> RunningMount {
+        let type = opened.config.folders.first { $0.id == request.folder }!.type
+        let writable = !request.readOnly && (type == .sendreceive || type == .sendonly)
+        let view = MountedFolderView(app: self, home: opened, folder: request.folder, files: files, disk: disk, writable: writable, log: log)
+        let mount = FuseMount(folder: view, at: request.directory, name: request.folder, log: log)
+        let ended = Task {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, MountError>, Never>) in
+                let thread = Thread {
+                    do throws(MountError) {
+                        try mount.run()
+                        continuation.resume(returning: .success(()))
+                    } catch {
+                        continuation.resume(returning: .failure(error))
+                    }
+                }
+                thread.name = "kaiten-mount"
+                thread.start()
+            }
+        }
+        return RunningMount(mount: mount, ended: ended)
+    }
+
+    /// `kaiten run --mount FOLDER=DIR`: each mount reads through the service's control socket
+    /// (the peers' connections and index the service holds), from when the socket answers
+    /// until `stop`. Problems are said as `mount` events; the service goes on without the mount.
+    func hostMounts(
+        _ requests: [MountRequest], home: Home, stop: StopSignal, events: @escaping @Sendable (ServiceEvent) -> Void
+    ) -> Task<Void, Never> {
+        Task { @Sendable in
+            var client: ControlClient?
+            while client == nil && !stop.isSet {
+                client = ControlClient.running(home)
+                if client == nil { try? await Task.sleep(for: .milliseconds(100)) }
+            }
+            guard let client, !stop.isSet else { return }
+            let opened: KaitenHome
+            do {
+                opened = try self.open()
+            } catch {
+                events(ServiceEvent("error", "mounts not made: \(error)"))
+                return
+            }
+            var running: [(MountRequest, RunningMount, RemoteFiles, DiskBlockCache)] = []
+            for request in requests {
+                let log: @Sendable (String) -> Void = { events(ServiceEvent("mount", folder: request.folder, $0)) }
+                do {
+                    let disk = try blockCache(budget: request.cacheBudget)
+                    let files = RemoteFiles(home: opened, logger: logger, relay: client.relay, disk: disk, readTimeout: request.readTimeout)
+                    let mount = startMount(request, opened: opened, files: files, disk: disk, log: log)
+                    running.append((request, mount, files, disk))
+                    log("mounted at \(request.directory)")
+                } catch {
+                    log("not mounted at \(request.directory): \(error)")
+                }
+            }
+            let mounts = running.map(\.1.mount)
+            stop.onRaise { _ in for mount in mounts { mount.stop() } }
+            for (request, mount, files, disk) in running {
+                let result = await mount.ended.value
+                await files.close()
+                let figures = disk.figures
+                switch result {
+                case .success:
+                    events(ServiceEvent(
+                        "mount", folder: request.folder,
+                        "unmounted \(request.directory): cache \(figures.bytes) B of \(figures.budget) B, \(figures.hits) hit(s), \(figures.evictions) eviction(s)"))
+                case .failure(let error):
+                    events(ServiceEvent("error", folder: request.folder, "mount at \(request.directory): \(error.reason ?? String(cString: strerror(error.code)))"))
+                }
+            }
+        }
     }
 }
 

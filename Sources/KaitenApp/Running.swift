@@ -12,6 +12,8 @@ public struct RunRequest: Sendable {
     public var imports: [String] = []
     /// Once this many peers hold an imported file, it is deselected (freed by the next round).
     public var offloadAfter: Int?
+    /// `--mount FOLDER=DIR`: folders shown in the file system while the service runs.
+    public var mounts: [MountRequest] = []
 
     public init() {}
 }
@@ -40,8 +42,24 @@ extension App {
             guard let served = await App.thumbnailMaker(files: files, cacheRoot: thumbnailCache, log: error) else { return nil }
             return (served.make, { await served.close() })
         }
+        for mount in request.mounts {
+            _ = try Self.folders([mount.folder], in: opened)
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: mount.directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw ArgumentError("--mount \(mount.folder)=\(mount.directory): not a directory (make it first: mkdir -p \(mount.directory))")
+            }
+        }
         let service = Service(home: home, options: options, logger: logger, events: events)
-        try await service.run(stop: stop, reload: reloads)
+        let mounts = request.mounts.isEmpty ? nil : hostMounts(request.mounts, home: opened.home, stop: stop, events: events)
+        do {
+            try await service.run(stop: stop, reload: reloads)
+        } catch {
+            stop.raise(SIGTERM)
+            await mounts?.value
+            throw error
+        }
+        stop.raise(SIGTERM)
+        await mounts?.value
     }
 
     /// `SRC:FOLDER[/SUBDIR]` (split at the last ':' whose right side names a folder), as a watch

@@ -29,7 +29,7 @@ public struct ServiceEvent: Sendable, Encodable {
         try container.encode(message, forKey: .message)
     }
 
-    init(_ kind: String, folder: String? = nil, path: String? = nil, action: String? = nil, _ message: String) {
+    public init(_ kind: String, folder: String? = nil, path: String? = nil, action: String? = nil, _ message: String) {
         time = Date()
         self.kind = kind
         self.folder = folder

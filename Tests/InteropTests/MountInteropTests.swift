@@ -245,6 +245,32 @@ struct MountInteropTests {
         }
     }
 
+    /// `kaiten run --mount FOLDER=DIR`: the service hosts the mount on its connections, and the
+    /// mount ends with it.
+    @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
+    func theServiceHostsAMount() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-run-mount")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        try TestFiles.random(world.peerData + "/films/movie.mkv", size: 2_000_000)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let point = dir.file("mnt")
+            try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+            let run = try KaitenCLI.start(["run", "--home", world.home, "--apply", "none", "--mount", "\(Self.folder)=\(point)"], logPath: dir.file("run.log"))
+            defer { if run.isRunning { kill(run.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", point]) } }
+            try await st.waitUntil("the service mounted the folder", timeout: 60) { Self.isMounted(point) }
+            #expect(FileManager.default.contents(atPath: point + "/films/movie.mkv") == FileManager.default.contents(atPath: world.peerData + "/films/movie.mkv"))
+            kill(run.processIdentifier, SIGTERM)
+            try run.waitForExit(timeout: 60, what: "kaiten run")
+            let log = (try? String(contentsOfFile: dir.file("run.log"), encoding: .utf8)) ?? ""
+            #expect(run.terminationStatus == 0, "\(log)")
+            #expect(!Self.isMounted(point))
+            #expect(log.contains("unmounted \(point)"), "\(log)")
+        }
+    }
+
     /// Beside a running service the mount reads through it (it holds the peers' connections).
     @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
     func aMountBesideARunningServiceReadsThroughIt() async throws {

@@ -48,10 +48,15 @@ extension Kaiten {
                 /rest/kaiten/ endpoints (selection, plan, conflicts, last copies) (Docs/rest.md); \
                 an address it cannot take is said, and it runs on.
 
+                With --mount FOLDER=DIR the folder is in the file system while it runs (see \
+                `kaiten mount --help`), read through the service's own connections; the mount \
+                ends with the service.
+
                 Examples:
                   kaiten run
                   kaiten run photos --apply none --json
                   kaiten run --serve 127.0.0.1:8385 &
+                  kaiten run --mount photos=$HOME/Photos
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -87,6 +92,16 @@ extension Kaiten {
         @Option(help: ArgumentHelp("With --import: once K peers hold an imported file, deselect it; the next round frees the local copy (the last-copy rule and --max-delete still apply: raise it for a folder that offloads).", valueName: "K"))
         var offloadAfter: Int?
 
+        @Option(
+            name: .customLong("mount"),
+            help: ArgumentHelp(
+                "Show FOLDER's whole global tree at DIR while the service runs, as `kaiten mount` does, on the service's connections (repeatable).",
+                valueName: "FOLDER=DIR"))
+        var mounts: [String] = []
+
+        @Option(help: ArgumentHelp("With --mount: the block cache's budget, a size (500M, 2G) or a share of its file system (10%).", valueName: "size"))
+        var cacheBudget: String?
+
         @Option(help: ArgumentHelp("Seconds of silence after which a peer's connection is given up and dialled again (syncthing waits 300).", valueName: "seconds"))
         var peerTimeout: Double = 300
 
@@ -100,6 +115,9 @@ extension Kaiten {
             guard (rescanInterval ?? 1) >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
             guard debounce >= 0 else { throw ValidationError("--debounce takes seconds, 0 or more") }
             if let serve { _ = try Self.loopback(serve) }
+            for mount in mounts where !mount.contains("=") {
+                throw ValidationError("--mount takes FOLDER=DIR, e.g. --mount photos=$HOME/Photos (\(mount) has no '=')")
+            }
             if let offloadAfter {
                 guard offloadAfter >= 1 else { throw ValidationError("--offload-after must be at least 1") }
                 guard !imports.isEmpty else { throw ValidationError("--offload-after goes with --import SRC:FOLDER") }
@@ -130,6 +148,13 @@ extension Kaiten {
                 request.service.serve = try serve.map(Self.loopback)
                 request.imports = imports
                 request.offloadAfter = offloadAfter
+                request.mounts = mounts.map { spec in
+                    let equals = spec.firstIndex(of: "=")!
+                    let directory = String(spec[spec.index(after: equals)...])
+                    let absolute = (directory as NSString).isAbsolutePath
+                        ? directory : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(directory)
+                    return MountRequest(folder: String(spec[..<equals]), directory: (absolute as NSString).standardizingPath, cacheBudget: cacheBudget)
+                }
                 let stop = StopSignal()
                 stop.install()
                 let (reloads, reload) = AsyncStream<Void>.makeStream()
