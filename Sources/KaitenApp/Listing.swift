@@ -5,6 +5,7 @@ import KaitenProtocol
 import KaitenReconcile
 import KaitenScan
 import KaitenSelection
+import KaitenStream
 import KaitenSync
 
 #if canImport(Glibc)
@@ -27,6 +28,9 @@ public struct Listing: Sendable {
         public let selected: String
         /// `in-sync`, `differs`, `absent`, `extraneous`, or `unknown` when the folder cannot be scanned.
         public let local: String
+        /// What this device holds of it, as the mount's `user.kaiten.state` says: `online-only`,
+        /// `partial`, `cached`, `pinned`, `local-only` or `conflict` (files and links only).
+        public let state: String?
     }
 
     public let entries: [Entry]
@@ -109,12 +113,30 @@ extension App {
             let same = Reconciler.contentHash(of: mine) == Reconciler.contentHash(of: entry.file)
             return same ? "in-sync" : "differs"
         }
+        let cache = opened.home.blockCacheDirectory
+        func placeholder(_ entry: GlobalEntry, local: String) -> String? {
+            guard entry.file.type != .directory, !entry.file.isDeleted else { return nil }
+            let copy: PlaceholderState.LocalCopy = local == "in-sync" ? .same : local == "differs" ? .differs : .absent
+            let selected = selection.state(of: entry.path) != .no
+            var cached = 0
+            var blocks = 0
+            if copy == .absent && !selected && entry.file.type == .file {
+                let hashes = ((try? log.blocks(of: entry.file)) ?? []).compactMap { ContentHash(data: $0.hash) }
+                blocks = hashes.count
+                cached = DiskBlockCache.count(of: hashes, in: cache)
+            }
+            return PlaceholderState.of(
+                name: (entry.path as NSString).lastPathComponent, inGlobalIndex: true, local: copy, selected: selected, cachedBlocks: cached,
+                blocks: blocks
+            ).rawValue
+        }
         var rows = entries.map { entry in
-            Listing.Entry(
+            let local = localState(entry)
+            return Listing.Entry(
                 path: entry.path, type: Listing.typeName(entry.file), size: entry.file.size,
                 modified: Listing.rfc3339(entry.file), peers: entry.holders.map(\.description),
                 deleted: entry.file.isDeleted, version: entry.file.version.descriptions,
-                selected: selection.state(of: entry.path).rawValue, local: localState(entry))
+                selected: selection.state(of: entry.path).rawValue, local: local, state: placeholder(entry, local: local))
         }
         // Local files the global index does not have, in the listed directory.
         if let localTree, !namesAFile {
@@ -128,7 +150,8 @@ extension App {
                     Listing.Entry(
                         path: path, type: file.kind == .symlink ? "symlink" : "file", size: file.size,
                         modified: Listing.rfc3339(nanoseconds: file.modifiedNs), peers: [], deleted: false, version: [],
-                        selected: selection.state(of: path).rawValue, local: "extraneous"))
+                        selected: selection.state(of: path).rawValue, local: "extraneous",
+                        state: PlaceholderState.localOnly.rawValue))
             }
             rows.sort { $0.path.utf8Precedes($1.path) }
         }

@@ -87,6 +87,34 @@ extension App {
     }
 }
 
+/// A running mount as `kaiten status` shows it: written by the mount every few seconds to
+/// `state/mounts/FOLDER-PID.json`, removed when it ends.
+public struct MountRecord: Codable, Sendable {
+    public var folder: String
+    public var directory: String
+    public var pid: Int32
+    public var cache_bytes: Int64
+    public var cache_budget: Int64
+    public var cache_hits: Int
+    public var cache_misses: Int
+    public var cache_evictions: Int
+    public var blocks_fetched: Int
+
+    static func directory(_ home: Home) -> String { home.stateDirectory + "/mounts" }
+
+    /// The records of mounts whose process still runs.
+    public static func running(_ home: Home, folder: String) -> [MountRecord] {
+        let directory = directory(home)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.sorted().compactMap { name -> MountRecord? in
+            guard name.hasSuffix(".json"), let data = FileManager.default.contents(atPath: directory + "/" + name),
+                let record = try? JSONDecoder().decode(MountRecord.self, from: data), record.folder == folder
+            else { return nil }
+            return kill(record.pid, 0) == 0 || errno == EPERM ? record : nil
+        }
+    }
+}
+
 /// A mount serving on a thread of its own (libfuse's loop blocks it) until it is unmounted.
 struct RunningMount: Sendable {
     let mount: FuseMount
@@ -101,8 +129,29 @@ extension App {
         let writable = !request.readOnly && (type == .sendreceive || type == .sendonly)
         let view = MountedFolderView(app: self, home: opened, folder: request.folder, files: files, disk: disk, writable: writable, log: log)
         let mount = FuseMount(folder: view, at: request.directory, name: request.folder, log: log)
+        let recordPath = MountRecord.directory(opened.home) + "/\(request.folder.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "folder")-\(getpid()).json"
+        let folder = request.folder
+        let directory = request.directory
+        let figures: @Sendable () -> MountRecord = {
+            let cache = disk.figures
+            return MountRecord(
+                folder: folder, directory: directory, pid: getpid(), cache_bytes: cache.bytes, cache_budget: cache.budget, cache_hits: cache.hits,
+                cache_misses: cache.misses, cache_evictions: cache.evictions, blocks_fetched: files.blocksFetched)
+        }
+        // What `kaiten status` shows, kept current while the mount lives.
+        let recorder = Task {
+            try? FileManager.default.createDirectory(atPath: (recordPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            while !Task.isCancelled {
+                if let data = try? JSONEncoder().encode(figures()) { try? data.write(to: URL(fileURLWithPath: recordPath), options: .atomic) }
+                try? await Task.sleep(for: .seconds(2))
+            }
+        }
         let ended = Task {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, MountError>, Never>) in
+            defer {
+                recorder.cancel()
+                unlink(recordPath)
+            }
+            return await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, MountError>, Never>) in
                 let thread = Thread {
                     do throws(MountError) {
                         try mount.run()
@@ -627,7 +676,8 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         if let entry, entry.file.type == .file, local == .absent {
             let hashes = blockHashes(of: entry.file, in: sources)
             blocks = hashes.count
-            cached = disk.count(of: hashes)
+            // From the files themselves: `kaiten free` in another process may have dropped some.
+            cached = DiskBlockCache.count(of: hashes, in: disk.directory)
         }
         return PlaceholderState.of(
             name: (path as NSString).lastPathComponent, inGlobalIndex: path.isEmpty || entry != nil, local: local, selected: selected,

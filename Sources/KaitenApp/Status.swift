@@ -41,6 +41,8 @@ public struct StatusReport: Sendable {
         public let log_live_fraction: Double
         /// The `kaiten run` serving this home, when one runs (the same for every folder).
         public let service: ServiceRecord?
+        /// The folder's mounts running now (`kaiten mount`, `run --mount`), with their block cache.
+        public let mounts: [MountRecord]
     }
 }
 
@@ -78,7 +80,8 @@ extension App {
                     id: id, path: opened.config.folder(id: id)?.path ?? "", global_files: totals.files,
                     global_directories: totals.directories, global_symlinks: totals.symlinks,
                     global_bytes: totals.bytes, peers: peers, announced: announced, log_bytes: log.fileSize,
-                    log_live_fraction: (log.liveFraction * 1000).rounded() / 1000, service: service))
+                    log_live_fraction: (log.liveFraction * 1000).rounded() / 1000, service: service,
+                    mounts: MountRecord.running(opened.home, folder: id)))
         }
         return StatusReport(folders: rows, service: service)
     }

@@ -115,6 +115,16 @@ public final class DiskBlockCache: Sendable {
 
     public var figures: Figures { state.withLock { $0.figures } }
 
+    /// How many of `hashes` a cache in `directory` holds, from the files there (for a reader
+    /// that does not open the cache, such as `kaiten ls`).
+    public static func count(of hashes: [ContentHash], in directory: String) -> Int {
+        var info = stat()
+        return hashes.reduce(0) { count, hash in
+            let hex = hash.hex
+            return count + (stat(directory + "/" + hex.prefix(2) + "/" + hex, &info) == 0 ? 1 : 0)
+        }
+    }
+
     func path(of hash: ContentHash) -> String {
         let hex = hash.hex
         return directory + "/" + hex.prefix(2) + "/" + hex

@@ -1,6 +1,7 @@
 import KaitenApp
 
-/// `kaiten ls` as text: names, or with `long` type, selection mark, local state, size, time and peers.
+/// `kaiten ls` as text: names, or with `long` type, selection mark, local state, what this device
+/// holds of it (the mount's states), size, time and peers.
 public enum ListingView {
     public static func lines(_ listing: Listing, long: Bool, recursive: Bool) -> [String] {
         let directory = listing.directory
@@ -11,7 +12,7 @@ public enum ListingView {
             let peers = row.peers.map { Terminal.peer($0, name: listing.peerNames[$0]) }.joined(separator: ",")
             let mark = row.selected == "explicit" ? "S" : row.selected == "parent" ? "s" : "-"
             let type = row.type == "directory" ? "d" : row.type == "symlink" ? "l" : "-"
-            return "\(type)  \(mark) \(row.local.padded(10))  \(Terminal.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
+            return "\(type)  \(mark) \(row.local.padded(10))  \((row.state ?? "").padded(11))  \(Terminal.human(row.size).leftPad(9))  \(row.modified)  \(shown)  [\(peers)]"
         }
     }
 }

@@ -129,6 +129,20 @@ struct MountInteropTests {
                 "/usr/bin/ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width", "-of", "csv=p=0", mounted.file("films/clip.mp4")])
             #expect(probe.status == 0 && probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "mpeg4,160", "\(probe.stdout) \(probe.stderr)")
 
+            // kaiten ls and status say the same; free drops what is cached of a file.
+            let listed = try JSONSerialization.jsonObject(with: Data(try world.kaiten("ls", Self.folder, "-R", "--json").stdout.utf8)) as? [[String: Any]]
+            let states = Dictionary(uniqueKeysWithValues: (listed ?? []).map { ($0["path"] as? String ?? "", $0["state"] as? String ?? "-") })
+            #expect(states["big.bin"] == "cached" && states["keep.txt"] == "pinned" && states["docs"] == "-", "\(states)")
+            try await st.waitUntil("kaiten status shows the mount", timeout: 30) {
+                let status = try JSONSerialization.jsonObject(with: Data(try world.kaiten("status", "--json").stdout.utf8)) as? [[String: Any]]
+                let mount = (status?.first?["mounts"] as? [[String: Any]])?.first
+                return mount?["directory"] as? String == mounted.point && (mount?["blocks_fetched"] as? Int ?? 0) > 0
+            }
+            let freed = try world.kaiten("free", Self.folder, "docs", "keep.txt")
+            #expect(freed.status == 0 && freed.stdout.contains("of 2 file(s)") && freed.stderr.contains("keep.txt: pinned"), "\(freed.stdout)\(freed.stderr)")
+            #expect(try Self.attribute("user.kaiten.state", of: mounted.file("docs/a.txt")) == "online-only")
+            #expect(FileManager.default.contents(atPath: mounted.file("docs/a.txt")) == Data("alpha\n".utf8), "fetched again")
+
             // A receive-only folder takes no change through the mount.
             let touch = try ProcessRunner.run("/usr/bin/touch", [mounted.file("new.txt")])
             #expect(touch.status != 0 && touch.stderr.contains("Read-only file system"), "\(touch.stderr)")
