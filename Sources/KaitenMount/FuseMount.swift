@@ -34,18 +34,21 @@ public final class FuseMount: @unchecked Sendable {
     /// Mounts and serves until the file system is unmounted (``stop()``, `fusermount3 -u`,
     /// `umount`); blocks the calling thread, which must be a thread of its own.
     public func run() throws(MountError) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: mountPoint, isDirectory: &isDirectory), isDirectory.boolValue else {
-            throw MountError(ENOTDIR, "\(mountPoint): not a directory (make it first: mkdir -p \(mountPoint))")
-        }
         if Self.isMounted(mountPoint) {
-            // A mount whose process died (kill -9) answers ENOTCONN to everything: cleared, said.
-            var info = stat()
-            guard stat(mountPoint, &info) != 0 && errno == ENOTCONN else {
+            // A mount whose process died (kill -9) answers ENOTCONN to every request: cleared,
+            // said. (Listing asks; a stat can be answered from the kernel's cache.)
+            let listing = opendir(mountPoint)
+            let stale = listing == nil && errno == ENOTCONN
+            if let listing { closedir(listing) }
+            guard stale else {
                 throw MountError(EBUSY, "\(mountPoint): something is already mounted there (fusermount3 -u \(mountPoint))")
             }
             Self.detach(mountPoint)
             log("\(mountPoint): a mount left by a process that ended without unmounting was cleared")
+        }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: mountPoint, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw MountError(ENOTDIR, "\(mountPoint): not a directory (make it first: mkdir -p \(mountPoint))")
         }
         guard access("/dev/fuse", R_OK | W_OK) == 0 else {
             throw MountError(EACCES, "/dev/fuse: \(String(cString: strerror(errno))) (is the fuse3 package installed and the fuse module loaded?)")

@@ -27,12 +27,17 @@ struct MountInteropTests {
             let process = try KaitenCLI.start(["mount", "--home", home, MountInteropTests.folder, point] + extra, logPath: logPath)
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
-                if MountInteropTests.isMounted(point) { return Mounted(process: process, point: point, logPath: logPath) }
+                // Mounted and answering (a mount a killed process left answers ENOTCONN).
+                if MountInteropTests.isMounted(point), let listing = opendir(point) {
+                    closedir(listing)
+                    return Mounted(process: process, point: point, logPath: logPath)
+                }
                 guard process.isRunning else { break }
                 try await Task.sleep(for: .milliseconds(50))
             }
+            let ended = process.isRunning ? "still running" : "ended with \(process.terminationStatus) (\(process.terminationReason == .uncaughtSignal ? "signal" : "exit"))"
             kill(process.processIdentifier, SIGKILL)
-            throw HarnessError("kaiten mount did not mount within 60 s: \((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
+            throw HarnessError("kaiten mount did not mount within 60 s, \(ended): \((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")")
         }
 
         func file(_ path: String) -> String { point + "/" + path }
@@ -256,6 +261,80 @@ struct MountInteropTests {
                     && !FileManager.default.fileExists(atPath: peer + "/gone.txt")
             }
             #expect(FileManager.default.contents(atPath: peer + "/docs/a.txt") == Data("alpha\n".utf8))
+        }
+    }
+
+    /// How the mount fails and holds up: ffprobe reads only what it needs; 50 readers at once get
+    /// the peer's bytes; a frozen peer fails a read with EIO within --read-timeout while cached
+    /// files still read; a mount killed with SIGKILL is cleared by the next start.
+    @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
+    func failuresAreBoundedAndManyReadersAgree() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount-fail")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        let peer = world.peerData
+        for i in 0..<10 { try TestFiles.random(peer + "/set/\(i).bin", size: 1_000_000 + i * 4096) }
+        try TestFiles.random(peer + "/big.bin", size: 8_000_000)
+        let made = try ProcessRunner.run(
+            "/usr/bin/ffmpeg",
+            ["-v", "error", "-f", "lavfi", "-i", "testsrc2=duration=10:size=640x480:rate=25,noise=alls=80:allf=t+u", "-c:v", "mpeg4", "-q:v", "2", "-movflags", "+faststart",
+             peer + "/film.mp4"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let filmSize = (try FileManager.default.attributesOfItem(atPath: peer + "/film.mp4")[.size] as? Int) ?? 0
+        #expect(filmSize > 4_000_000, "\(filmSize)")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 12)
+            let point = dir.file("mnt")
+            let mounted = try await Mounted.start(home: world.home, at: point, logPath: dir.file("mount.log"), extra: ["--read-timeout", "3"])
+            var current = mounted
+            defer { if current.process.isRunning { kill(current.process.processIdentifier, SIGKILL) }; _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", point]) }
+
+            // ffprobe reads the header it needs, not the film.
+            let before = try await ApplyInteropTests.bytesSent(st, to: world.me)
+            let probe = try ProcessRunner.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", mounted.file("film.mp4")])
+            #expect(probe.status == 0 && probe.stdout.hasPrefix("10."), "\(probe.stdout) \(probe.stderr)")
+            let sent = try await ApplyInteropTests.bytesSent(st, to: world.me) - before
+            #expect(sent < filmSize / 4, "the peer sent \(sent) bytes of a \(filmSize)-byte film for ffprobe")
+
+            // 50 readers at once, five on each file: every one reads the peer's bytes.
+            var readers: [Process] = []
+            for i in 0..<50 {
+                let reader = Process()
+                reader.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+                reader.arguments = [mounted.file("set/\(i % 10).bin")]
+                FileManager.default.createFile(atPath: dir.file("sum-\(i)"), contents: nil)
+                reader.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("sum-\(i)")))
+                try reader.run()
+                readers.append(reader)
+            }
+            for reader in readers { try reader.waitForExit(timeout: 120, what: "sha256sum") }
+            for i in 0..<50 {
+                let sum = (try? String(contentsOfFile: dir.file("sum-\(i)"), encoding: .utf8))?.prefix(64)
+                #expect(sum.map(String.init) == ApplyInteropTests.sha(peer + "/set/\(i % 10).bin"), "reader \(i)")
+            }
+
+            // The peer stops answering: an uncached read fails with EIO within the timeout, a
+            // cached file still reads.
+            st.freeze(true)
+            let started = ContinuousClock.now
+            let frozen = try ProcessRunner.run("/usr/bin/timeout", ["60", "/bin/cat", mounted.file("big.bin")])
+            let waited = ContinuousClock.now - started
+            let cached = FileManager.default.contents(atPath: mounted.file("set/3.bin"))
+            st.freeze(false)
+            #expect(frozen.status == 1 && frozen.stderr.contains("Input/output error"), "\(frozen.status) \(frozen.stderr)")
+            #expect(waited < .seconds(20), "EIO after \(waited), --read-timeout 3")
+            #expect(mounted.log.contains("big.bin") && mounted.log.contains("answered within"), "\(mounted.log)")
+            #expect(cached == FileManager.default.contents(atPath: peer + "/set/3.bin"))
+
+            // Killed with SIGKILL: the mount point is left dead; the next start clears it and serves.
+            kill(mounted.process.processIdentifier, SIGKILL)
+            try mounted.process.waitForExit(timeout: 30, what: "kaiten mount")
+            #expect(Self.isMounted(point), "a killed FUSE process leaves its mount behind")
+            current = try await Mounted.start(home: world.home, at: point, logPath: dir.file("mount2.log"))
+            #expect(current.log.contains("was cleared"), "\(current.log)")
+            #expect(FileManager.default.contents(atPath: current.file("big.bin")) == FileManager.default.contents(atPath: peer + "/big.bin"))
+            #expect(try current.stop() == 0)
         }
     }
 
