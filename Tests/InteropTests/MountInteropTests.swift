@@ -249,6 +249,10 @@ struct MountInteropTests {
             #expect(!FileManager.default.fileExists(atPath: world.local + "/gone.txt"))
             #expect(try Self.attribute("user.kaiten.state", of: mounted.file("notes/2025/new.txt")) == "local-only")
             #expect(try mounted.stop() == 0, "\(mounted.log)")
+            let readOnly = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount-ro.log"), extra: ["--read-only"])
+            let refusedWrite = try ProcessRunner.run("/usr/bin/touch", [readOnly.file("docs/another.txt")])
+            #expect(refusedWrite.status != 0 && refusedWrite.stderr.contains("Read-only file system"), "\(refusedWrite.stderr)")
+            #expect(try readOnly.stop() == 0)
 
             let applied = try world.kaiten("apply", "--yes")
             #expect(applied.status == 0, "\(applied.stdout) \(applied.stderr)")
@@ -335,6 +339,64 @@ struct MountInteropTests {
             #expect(current.log.contains("was cleared"), "\(current.log)")
             #expect(FileManager.default.contents(atPath: current.file("big.bin")) == FileManager.default.contents(atPath: peer + "/big.bin"))
             #expect(try current.stop() == 0)
+        }
+    }
+
+    /// As users run it: not root. Run as `nobody` (setpriv) where /dev/fuse is usable by every
+    /// user, as Debian's udev rule leaves it (a machine whose /dev/fuse is root's only gets that
+    /// mode for the test, and back after): the mount is made, read, and ended by SIGTERM through
+    /// the setuid fusermount3, leaving nothing mounted.
+    @Test(.enabled(if: fuse && getuid() == 0, "the unprivileged mount is run as nobody from a root test run (CI); run as root"))
+    func anOrdinaryUserMounts() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount-user")
+        defer { dir.remove() }
+        var device = stat()
+        stat("/dev/fuse", &device)
+        let mode = device.st_mode & 0o777
+        if mode & 0o006 != 0o006 { chmod("/dev/fuse", 0o666) }
+        defer { if mode & 0o006 != 0o006 { chmod("/dev/fuse", mode) } }
+        let nobody = UnprivilegedInteropTests.nobody
+        chmod(dir.path, 0o755)
+        let user = dir.file("user")
+        try FileManager.default.createDirectory(atPath: user + "/mnt", withIntermediateDirectories: true)
+        #expect(chown(user, nobody, nobody) == 0 && chown(user + "/mnt", nobody, nobody) == 0)
+        let home = user + "/kaiten"
+        let run = { (args: [String]) throws -> ProcessResult in try UnprivilegedInteropTests.kaiten(args + ["--home", home], home: user) }
+        let created = try run(["init", "--name", "k", "--listen", "tcp://127.0.0.1:0"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let peerData = dir.file("peer")
+        try TestFiles.write(peerData + "/docs/a.txt", "read through a user's mount\n")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await st.addDevice(me, name: "k")
+            try await st.addFolder(id: Self.folder, path: peerData, devices: [me])
+            try await ApplyInteropTests.waitScanned(st, files: 1)
+            #expect(try run(["peer", "add", st.deviceID.description, "--name", "a", "--address", st.address]).status == 0)
+            #expect(try run(["folder", "add", Self.folder, "--path", user + "/local", "--share", st.deviceID.description]).status == 0)
+            #expect(try run(["index", "sync"]).status == 0)
+
+            let point = user + "/mnt"
+            let mount = Process()
+            mount.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            mount.arguments = ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "--", KaitenCLI.executable, "mount", Self.folder, point, "--home", home]
+            mount.environment = ["PATH": "/usr/bin:/bin", "HOME": user]
+            FileManager.default.createFile(atPath: dir.file("mount.log"), contents: nil)
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("mount.log")))
+            mount.standardOutput = log
+            mount.standardError = log
+            try mount.run()
+            defer { if mount.isRunning { kill(mount.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", point]) } }
+            try await st.waitUntil("nobody's mount is made", timeout: 60) { Self.isMounted(point) || !mount.isRunning }
+            let mountLog = { (try? String(contentsOfFile: dir.file("mount.log"), encoding: .utf8)) ?? "" }
+            #expect(Self.isMounted(point), "\(mountLog())")
+            let read = try ProcessRunner.run(
+                "/usr/bin/setpriv", ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "--", "/bin/cat", point + "/docs/a.txt"])
+            #expect(read.status == 0 && read.stdout == "read through a user's mount\n", "\(read.stderr) \(mountLog())")
+            kill(mount.processIdentifier, SIGTERM)
+            try mount.waitForExit(timeout: 60, what: "kaiten mount as nobody")
+            #expect(mount.terminationStatus == 0, "\(mountLog())")
+            #expect(!Self.isMounted(point))
         }
     }
 

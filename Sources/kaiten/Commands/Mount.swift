@@ -26,8 +26,11 @@ extension Kaiten {
                 fails verification is never handed to the reader. A mount left behind by a \
                 killed process is cleared at the next start.
 
-                The mount shows the folder as it is: creating, writing, renaming and removing \
-                fail with EROFS. Extended attributes say and change what is kept: \
+                In a folder that sends (sendreceive, sendonly), creating, writing, renaming and \
+                removing act on the folder on disk as doing the same there would, and what is \
+                made is selected, so the plan sends it; a file only on the peers is brought here \
+                first. In a receiveonly folder, and with --read-only, they fail with EROFS. \
+                Extended attributes say and change what is kept: \
                 user.kaiten.state (online-only, partial, cached, pinned, local-only, conflict), \
                 user.kaiten.holders (the connected peers holding the global version, one device \
                 ID per line) and user.kaiten.pin (1 or 0; writing it pins or unpins, as `kaiten \
@@ -57,6 +60,9 @@ extension Kaiten {
         @Option(help: ArgumentHelp("Seconds a read waits for a peer's block before it fails with EIO.", valueName: "seconds"))
         var readTimeout: Int = 10
 
+        @Flag(help: "Refuse every change with EROFS, even in a folder that sends (pins still work).")
+        var readOnly = false
+
         func validate() throws {
             guard readTimeout > 0 else { throw ValidationError("--read-timeout takes a number of seconds above 0") }
         }
@@ -70,6 +76,7 @@ extension Kaiten {
                 log("mounting \(folder) at \(absolute) (fusermount3 -u \(absolute), or Ctrl-C, to end)")
                 var request = MountRequest(folder: folder, directory: absolute, cacheBudget: cacheBudget)
                 request.readTimeout = .seconds(readTimeout)
+                request.readOnly = readOnly
                 let report = try await global.app.mount(
                     request, log: log,
                     onStop: { stop in SignalStop.install(stop) })
