@@ -449,6 +449,11 @@ do {
         let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 20_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runApplyBench(mib: mib, files: files, directories: max(1, files / 100), runs: runs)
+    case "mount":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        let files = args.firstIndex(of: "--files").flatMap { Int(args[$0 + 1]) } ?? 100_000
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try await runMountBench(mib: mib, files: files, runs: runs)
     case "stream":
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         try await runStreamBench(mib: mib)

@@ -114,6 +114,8 @@ missing_bench_deps() {
     ls /usr/lib/*/libcurl.so >/dev/null 2>&1 || missing+=(libcurl4-openssl-dev)
     # The thumbnail bench runs libvips's own vipsthumbnail beside kaiten thumb.
     command -v vipsthumbnail >/dev/null 2>&1 || missing+=(libvips-tools)
+    # The mount bench runs rclone mount and rclone serve http beside kaiten mount.
+    command -v rclone >/dev/null 2>&1 || missing+=(rclone)
     echo "${missing[@]:-}"
 }
 
