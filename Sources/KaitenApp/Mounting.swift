@@ -26,6 +26,8 @@ public struct MountRequest: Sendable {
     public var readTimeout: Duration = .seconds(10)
     /// `--read-only`: changes are refused with EROFS even in a folder that sends.
     public var readOnly = false
+    /// Verified blocks kept in memory in front of the disk cache.
+    static let memoryCache = 4 << 20
 
     public init(folder: String, directory: String, cacheBudget: String? = nil) {
         self.folder = folder
@@ -72,7 +74,9 @@ extension App {
         let opened = try open()
         _ = try Self.folders([request.folder], in: opened)
         let disk = try blockCache(budget: request.cacheBudget)
-        let files = try await remoteFiles(opened, verb: "mount", folder: request.folder, disk: disk, readTimeout: request.readTimeout)
+        // Blocks are kept on disk: a small memory cache in front of it (the mount's RSS).
+        let files = try await remoteFiles(
+            opened, verb: "mount", folder: request.folder, disk: disk, readTimeout: request.readTimeout, memoryBytes: MountRequest.memoryCache)
         // On its own connections: a peer that goes away is dialled again.
         let redial = files.relay == nil ? files.sessions.keepConnected(warn: log) : nil
         let running = startMount(request, opened: opened, files: files, disk: disk, log: log)
@@ -192,7 +196,9 @@ extension App {
                 let log: @Sendable (String) -> Void = { events(ServiceEvent("mount", folder: request.folder, $0)) }
                 do {
                     let disk = try blockCache(budget: request.cacheBudget)
-                    let files = RemoteFiles(home: opened, logger: logger, relay: client.relay, disk: disk, readTimeout: request.readTimeout)
+                    let files = RemoteFiles(
+                        home: opened, cacheBytes: MountRequest.memoryCache, logger: logger, relay: client.relay, disk: disk,
+                        readTimeout: request.readTimeout)
                     let mount = startMount(request, opened: opened, files: files, disk: disk, log: log)
                     running.append((request, mount, files, disk))
                     log("mounted at \(request.directory)")
@@ -367,7 +373,11 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             return MountAttributes(kind: .directory, size: 0, permissions: 0o755, modifiedNs: 0)
         }
         guard let entry else { throw MountError(ENOENT) }
-        let file = entry.file
+        return globalAttributes(entry.file, in: sources)
+    }
+
+    /// A global entry's attributes as the mount shows them.
+    private func globalAttributes(_ file: FileEntry, in sources: Sources) -> MountAttributes {
         let modified = file.modifiedS * 1_000_000_000 + Int64(file.modifiedNs)
         switch file.type {
         case .directory:
@@ -375,9 +385,9 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             return MountAttributes(kind: .directory, size: 0, permissions: permissions, modifiedNs: modified)
         case .file:
             let permissions = file.noPermissions || file.permissions == 0 ? 0o644 : file.permissions & 0o777
-            return MountAttributes(
-                kind: .file, size: file.size, permissions: permissions, modifiedNs: modified,
-                bytesHere: disk.bytes(of: blockHashes(of: file, in: sources)))
+            // An empty cache holds nothing of it: no blocks to look up.
+            let here = disk.figures.blocks == 0 ? 0 : disk.bytes(of: blockHashes(of: file, in: sources))
+            return MountAttributes(kind: .file, size: file.size, permissions: permissions, modifiedNs: modified, bytesHere: here)
         default:
             return MountAttributes(kind: .symlink, size: Int64(file.symlinkTarget.utf8.count), permissions: 0o777, modifiedNs: modified)
         }
@@ -394,11 +404,17 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
     }
 
     func names(in directory: String) throws(MountError) -> [String] {
+        try entries(in: directory).map(\.name)
+    }
+
+    func entries(in directory: String) throws(MountError) -> [(name: String, attributes: MountAttributes?)] {
         let attributes = try attributes(of: directory)
         guard attributes.kind == .directory else { throw MountError(ENOTDIR) }
         let sources = try current()
-        var names: [String] = []
+        var entries: [(name: String, attributes: MountAttributes?)] = []
         var seen: Set<String> = []
+        let here = directory.isEmpty ? root : root + "/" + directory
+        let onDisk = Set(((try? FileManager.default.contentsOfDirectory(atPath: here)) ?? []).filter { !Self.isInternal($0) })
         for entry in sources.log.index.list(under: directory, recursive: false, includeDeleted: false) {
             let name = (entry.path as NSString).lastPathComponent
             do {
@@ -408,13 +424,12 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
                 continue
             }
             if Self.isInternal(name) { continue }
-            if seen.insert(name).inserted { names.append(name) }
+            guard seen.insert(name).inserted else { continue }
+            // A name also on disk may show the local file: its attributes come from a lookup.
+            entries.append((name, onDisk.contains(name) ? nil : globalAttributes(entry.file, in: sources)))
         }
-        let here = directory.isEmpty ? root : root + "/" + directory
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: here)) ?? [] where !Self.isInternal(name) {
-            if seen.insert(name).inserted { names.append(name) }
-        }
-        return names
+        for name in onDisk.sorted() where seen.insert(name).inserted { entries.append((name, nil)) }
+        return entries
     }
 
     func open(_ path: String, writing: Bool) throws(MountError) -> any MountedFile {
@@ -721,6 +736,12 @@ final class LocalMountedFile: MountedFile, @unchecked Sendable {
     let fd: Int32
     init(fd: Int32) { self.fd = fd }
 
+    var contentTag: String? {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return nil }
+        return "local:\(info.st_dev):\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+    }
+
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(MountError) -> Int {
         let n = pwrite(fd, bytes.baseAddress, bytes.count, off_t(offset))
         guard n >= 0 else { throw MountError(errno) }
@@ -751,6 +772,8 @@ final class RemoteMountedFile: MountedFile, @unchecked Sendable {
     private let lastEnd = Mutex<Int64>(-1)
     /// How far ahead of a sequential reader blocks are fetched.
     static let readAhead: Int64 = 4 << 20
+
+    var contentTag: String? { "global:\(entry.global.contentHash.hex)" }
 
     init(entry: RemoteFiles.Entry, files: RemoteFiles, disk: DiskBlockCache, hashes: [ContentHash]) {
         self.entry = entry

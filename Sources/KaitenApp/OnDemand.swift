@@ -43,14 +43,15 @@ extension App {
     /// Files to read for `cat` and `get`: through a running service when one holds the peers'
     /// connections (its control socket), else over this process's own connections.
     func remoteFiles(
-        _ opened: KaitenHome, verb: String, folder: String, disk: DiskBlockCache? = nil, readTimeout: Duration = RemoteFiles.blockTimeout
+        _ opened: KaitenHome, verb: String, folder: String, disk: DiskBlockCache? = nil, readTimeout: Duration = RemoteFiles.blockTimeout,
+        memoryBytes: Int = 16 << 20
     ) async throws -> RemoteFiles {
         switch try route(verb, .dialsThroughService, in: opened) {
         case .service(let service):
             _ = try Self.folders([folder], in: opened)
-            return RemoteFiles(home: opened, logger: logger, relay: service.relay, disk: disk, readTimeout: readTimeout)
+            return RemoteFiles(home: opened, cacheBytes: memoryBytes, logger: logger, relay: service.relay, disk: disk, readTimeout: readTimeout)
         case .here:
-            let files = RemoteFiles(home: opened, logger: logger, disk: disk, readTimeout: readTimeout)
+            let files = RemoteFiles(home: opened, cacheBytes: memoryBytes, logger: logger, disk: disk, readTimeout: readTimeout)
             try await files.connect(folders: [folder], warn: diagnostics.error)
             return files
         }

@@ -20,6 +20,8 @@ public final class FuseMount: @unchecked Sendable {
     private let name: String
     private let handles = Mutex<(next: UInt64, open: [UInt64: any MountedFile])>((1, [:]))
     private let stopping = Atomic<Bool>(false)
+    /// The content tag each path was last opened with (``MountedFile/contentTag``).
+    private let openedTags = Mutex<[String: String]>([:])
     /// The libfuse handle while mounted, as an address (a pointer is not Sendable).
     private let fuse = Mutex<UInt>(0)
 
@@ -191,11 +193,23 @@ public final class FuseMount: @unchecked Sendable {
 
     func readdir(_ path: String, _ buffer: UnsafeMutableRawPointer?, _ filler: fuse_fill_dir_t?) -> Int32 {
         do {
-            let names = try folder.names(in: path)
+            let entries = try folder.entries(in: path)
             guard let filler else { return -EIO }
             _ = filler(buffer, ".", nil, 0, fuse_fill_dir_flags(rawValue: 0))
             _ = filler(buffer, "..", nil, 0, fuse_fill_dir_flags(rawValue: 0))
-            for name in names where filler(buffer, name, nil, 0, fuse_fill_dir_flags(rawValue: 0)) != 0 { break }
+            // With their attributes (readdirplus): a walk over the tree costs one request per
+            // directory instead of one per name.
+            var attributes = stat()
+            for entry in entries {
+                let filled: Int32
+                if let known = entry.attributes {
+                    Self.fill(&attributes, known)
+                    filled = filler(buffer, entry.name, &attributes, 0, fuse_fill_dir_flags(rawValue: 2))
+                } else {
+                    filled = filler(buffer, entry.name, nil, 0, fuse_fill_dir_flags(rawValue: 0))
+                }
+                if filled != 0 { break }
+            }
             return 0
         } catch {
             return failed(error, "list", path)
@@ -206,6 +220,16 @@ public final class FuseMount: @unchecked Sendable {
         guard let info else { return -EIO }
         do {
             let file = try folder.open(path, writing: info.pointee.flags & O_ACCMODE != O_RDONLY)
+            // The same content as at the last open: what the kernel cached of it stays valid.
+            if let tag = file.contentTag {
+                let same = openedTags.withLock { tags in
+                    defer { tags[path] = tag }
+                    return tags[path] == tag
+                }
+                if same { info.pointee.keep_cache = 1 }
+            } else {
+                openedTags.withLock { $0[path] = nil }
+            }
             info.pointee.fh = keep(file)
             return 0
         } catch {

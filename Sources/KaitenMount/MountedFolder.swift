@@ -7,8 +7,9 @@ import Foundation
 public protocol MountedFolder: AnyObject, Sendable {
     /// A path's attributes; `""` is the root.
     func attributes(of path: String) throws(MountError) -> MountAttributes
-    /// The names directly inside a directory.
-    func names(in directory: String) throws(MountError) -> [String]
+    /// The names directly inside a directory, each with its attributes when they are known
+    /// without more work (a listing then answers the kernel's lookups too).
+    func entries(in directory: String) throws(MountError) -> [(name: String, attributes: MountAttributes?)]
     /// Opens a file for reading, or for writing too.
     func open(_ path: String, writing: Bool) throws(MountError) -> any MountedFile
     /// A symbolic link's target.
@@ -49,6 +50,10 @@ extension MountedFolder {
 public protocol MountedFile: AnyObject, Sendable {
     /// Up to `count` bytes at `offset` (fewer only at the end of the file).
     func read(at offset: Int64, count: Int) async throws(MountError) -> Data
+    /// What the content read through this file is (the global version's hash, or a local file's
+    /// inode, size and time): a file opened again with the same tag may be read from the kernel's
+    /// page cache; nil when that cannot be said.
+    var contentTag: String? { get }
     /// Writes `bytes` at `offset`; returns how many were written.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(MountError) -> Int
     /// Makes what was written durable (fsync).

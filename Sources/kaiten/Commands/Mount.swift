@@ -137,14 +137,7 @@ extension Kaiten {
         var paths: [String]
 
         func run() async throws {
-            try await reportingErrors {
-                let results = try global.app.deselect(folder, paths)
-                for result in results {
-                    let (line, refused) = SelectionView.line(result)
-                    if refused { Terminal.error(line) } else { print(line) }
-                }
-                if results.contains(where: \.refused) { throw VerbEnded(.failure) }
-            }
+            try await reportingErrors { try Deselect.deselect(global.app, folder, paths) }
         }
     }
 

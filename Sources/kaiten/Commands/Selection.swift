@@ -65,14 +65,18 @@ extension Kaiten {
         var paths: [String]
 
         func run() async throws {
-            try await reportingErrors {
-                let results = try global.app.deselect(folder, paths)
-                for result in results {
-                    let (line, refused) = SelectionView.line(result)
-                    if refused { Terminal.error(line) } else { print(line) }
-                }
-                if results.contains(where: \.refused) { throw VerbEnded(.failure) }
+            try await reportingErrors { try Self.deselect(global.app, folder, paths) }
+        }
+
+        /// Deselects and says so, a line each; a path that could not be taken out ends with exit 1
+        /// (`unpin` says the same).
+        static func deselect(_ app: App, _ folder: String, _ paths: [String]) throws {
+            let results = try app.deselect(folder, paths)
+            for result in results {
+                let (line, refused) = SelectionView.line(result)
+                if refused { Terminal.error(line) } else { print(line) }
             }
+            if results.contains(where: \.refused) { throw VerbEnded(.failure) }
         }
     }
 
