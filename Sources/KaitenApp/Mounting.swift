@@ -73,15 +73,29 @@ extension App {
     ) async throws -> MountReport {
         let opened = try open()
         _ = try Self.folders([request.folder], in: opened)
+        // With no service running, this process holds the peers' connections (syncthing takes
+        // one per device): it takes the home's lock and answers on the control socket, as
+        // `kaiten serve` does, so apply, cat and get beside it go through it.
+        let lock = ControlClient.running(opened.home) == nil ? try ServiceRecord.lock(opened.home, role: "mount") : nil
+        defer { withExtendedLifetime(lock) {} }
         let disk = try blockCache(budget: request.cacheBudget)
         // Blocks are kept on disk: a small memory cache in front of it (the mount's RSS).
         let files = try await remoteFiles(
             opened, verb: "mount", folder: request.folder, disk: disk, readTimeout: request.readTimeout, memoryBytes: MountRequest.memoryCache)
         // On its own connections: a peer that goes away is dialled again.
         let redial = files.relay == nil ? files.sessions.keepConnected(warn: log) : nil
+        let endpoints: LocalEndpoints?
+        if lock != nil {
+            endpoints = try? await LocalEndpoints.start(
+                home: opened, files: files, peerAddresses: [], folders: [request.folder], role: "mount", stop: StopSignal(), http: nil,
+                controlLog: log, controlFailed: log)
+        } else {
+            endpoints = nil
+        }
         let running = startMount(request, opened: opened, files: files, disk: disk, log: log)
         onStop { running.mount.stop() }
         let result = await running.ended.value
+        await endpoints?.close()
         redial?.cancel()
         await files.close()
         if case .failure(let error) = result {

@@ -255,6 +255,9 @@ struct MountInteropTests {
             #expect(FileManager.default.contents(atPath: world.local + "/notes/2025/new.txt") == Data("made here\n".utf8))
             #expect(!FileManager.default.fileExists(atPath: world.local + "/gone.txt"))
             #expect(try Self.attribute("user.kaiten.state", of: mounted.file("notes/2025/new.txt")) == "local-only")
+            // The verbs that need the peers work beside the mount: through its control socket.
+            let catBeside = try world.kaiten("cat", Self.folder, "docs/a.txt")
+            #expect(catBeside.status == 0 && catBeside.stdout == "alpha\n", "\(catBeside.stderr)")
             #expect(try mounted.stop() == 0, "\(mounted.log)")
             let readOnly = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount-ro.log"), extra: ["--read-only"])
             let refusedWrite = try ProcessRunner.run("/usr/bin/touch", [readOnly.file("docs/another.txt")])
