@@ -179,6 +179,8 @@ public final class Service: Sendable {
         let discovery = link.discovery
         let addresses = link.addresses
         let status = StatusKeeper(home: home, options: options, folders: folderIDs, started: started)
+        // A stop while connecting ends the dials (a peer slow to answer holds nothing up).
+        stop.onRaise { _ in Task { await sessions.abandonDials() } }
         do {
             let reports = try await sessions.connect(folders: folderIDs, warn: note)
             if reports.contains(where: \.ok) { status.indexUpdated() }

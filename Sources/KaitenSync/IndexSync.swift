@@ -230,17 +230,22 @@ public enum IndexSync {
             let wanted = keepOpen ? lanes.count(for: device) : 1
             var hello = hello
             if wanted > 1 { hello.numConnections = Int32(wanted) }
+            var yielded = false
             for delay in [0, 500, 1000, 2000, 3000] {
                 if delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
-                // Said while an attempt is under way, not between attempts: a peer that does not
-                // listen (a one-shot verb) can only be reached by its own dial.
-                dialing?.attempting(device.id)
-                defer { dialing?.remove(device.id) }
+                // The peer's own dial arrived and is kept (``DialsInProgress``): it is reported
+                // by the exchange that connection runs, not here.
+                if dialing?.state(device.id) == .yielded { yielded = true; break }
+                defer { dialing?.attemptEnded(device.id) }
                 do {
                     let connection = try await dial(
                         device, identity: home.identity, hello: hello, addresses: book, settings: settings, logger: logger,
                         retryClosed: metBefore, directOnly: directOnly)
-                    dialing?.connected(device.id)
+                    if dialing?.connected(device.id, connection) == false {
+                        await connection.close(reason: "both devices dialled each other; the connection the other one dialled is kept")
+                        yielded = true
+                        break
+                    }
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
@@ -259,11 +264,12 @@ public enum IndexSync {
                 } catch let error as PeerError where error.code == .closedBeforeClusterConfig && delay < 3000 && metBefore {
                     continue
                 } catch {
+                    if dialing?.state(device.id) == .yielded { yielded = true; break }
                     for folder in shared { perFolder[folder.id]?.problem = "\((error as? PeerError)?.reason ?? "\(error)")" }
                 }
                 break
             }
-            reports += shared.compactMap { perFolder[$0.id] }
+            if !yielded { reports += shared.compactMap { perFolder[$0.id] } }
         }
         for (_, log) in logs { log.maintain(warn: warn) }
         for (_, log) in logs { log.close() }
@@ -454,17 +460,97 @@ public enum IndexSync {
     }
 }
 
-/// The peers a long-running Kaiten is dialling at the moment, for its listener: when two
-/// devices dial each other at once, each one's dial waits for an answer the other gives only
-/// once its own dial is done (a Kaiten takes one exchange at a time), so one of the two
-/// connections must give way (``PeerSessions/accept(_:warn:)``), but only to a dial that got
-/// through: a peer that does not listen (a one-shot verb) is reached only by its own.
+/// The peers a long-running Kaiten means to dial, is dialling or has just reached, for its
+/// listener. When two devices dial each other at once, each one's dial waits for an answer the
+/// other gives only once its own exchange is done (a Kaiten takes one exchange at a time), so
+/// exactly one of the two connections must give way, whatever the timing: the one dialled by
+/// the device with the higher ID (``PeerSessions/accept(_:warn:)``). The lower one keeps its
+/// dial only once it got through, since a peer that does not listen (a one-shot verb) is
+/// reached only by its own; the higher one gives its dial up (``yield(_:)``) as soon as the
+/// lower one's arrives, even before its own is under way (still waiting for its turn), since
+/// a dial that waits its turn behind an exchange that waits for the other is how both hang.
 public final class DialsInProgress: Sendable {
-    public enum State: Sendable { case attempting, connected }
-    private let devices = Mutex<[DeviceID: State]>([:])
+    public enum State: Sendable, Equatable {
+        /// A dial is planned or under way and has not reached the peer (yet).
+        case planned
+        /// A dial reached the peer (TLS done); its exchange is under way.
+        case connected
+        /// The peer's own dial is kept: this device's dial to it is abandoned.
+        case yielded
+    }
+    private struct Entry {
+        var state: State = .planned
+        /// The dials that planned this peer (a connect and a redial may overlap).
+        var plans = 0
+        /// The connection a dial got, while its exchange runs: closed by ``yield(_:)``.
+        var connection: PeerConnection?
+    }
+    private let devices = Mutex<[DeviceID: Entry]>([:])
+    /// Set by ``abandonAll()``: every dial planned from then on gives way at once.
+    private let abandoned = Atomic<Bool>(false)
     public init() {}
-    func attempting(_ device: DeviceID) { devices.withLock { $0[device] = .attempting } }
-    func connected(_ device: DeviceID) { devices.withLock { $0[device] = .connected } }
-    func remove(_ device: DeviceID) { _ = devices.withLock { $0.removeValue(forKey: device) } }
-    public func state(_ device: DeviceID) -> State? { devices.withLock { $0[device] } }
+
+    /// The process stops: every dial stops where it is (its connection closed) and none starts.
+    public func abandonAll() async {
+        abandoned.store(true, ordering: .relaxed)
+        let connections = devices.withLock { devices -> [PeerConnection] in
+            for peer in devices.keys { devices[peer]?.state = .yielded }
+            return devices.values.compactMap(\.connection)
+        }
+        for connection in connections { await connection.close(reason: "stopping") }
+    }
+
+    /// `peers` are to be dialled: from now until ``unplan(_:)``, even while the dial waits its
+    /// turn behind other exchanges.
+    func plan(_ peers: Set<DeviceID>) {
+        devices.withLock { devices in
+            for peer in peers {
+                devices[peer, default: Entry()].plans += 1
+                if abandoned.load(ordering: .relaxed) { devices[peer]?.state = .yielded }
+            }
+        }
+    }
+
+    func unplan(_ peers: Set<DeviceID>) {
+        devices.withLock { devices in
+            for peer in peers {
+                devices[peer]?.plans -= 1
+                if (devices[peer]?.plans ?? 0) <= 0 { devices[peer] = nil }
+            }
+        }
+    }
+
+    /// A dial reached the peer; false if it is to give way (the caller closes `connection`).
+    func connected(_ peer: DeviceID, _ connection: PeerConnection) -> Bool {
+        devices.withLock { devices in
+            guard let entry = devices[peer] else { return true }
+            if entry.state == .yielded { return false }
+            devices[peer]?.state = .connected
+            devices[peer]?.connection = connection
+            return true
+        }
+    }
+
+    /// A dial attempt is over (its exchange done or failed): another attempt may follow.
+    func attemptEnded(_ peer: DeviceID) {
+        devices.withLock { devices in
+            guard devices[peer] != nil else { return }
+            devices[peer]?.connection = nil
+            if devices[peer]?.state == .connected { devices[peer]?.state = .planned }
+        }
+    }
+
+    /// The peer's dial is kept: this device's dial to it stops here (its connection closed if
+    /// it got one, no further attempt). Nothing happens when no dial is planned.
+    func yield(_ peer: DeviceID) async {
+        let connection = devices.withLock { devices -> PeerConnection? in
+            guard devices[peer] != nil else { return nil }
+            devices[peer]?.state = .yielded
+            defer { devices[peer]?.connection = nil }
+            return devices[peer]?.connection
+        }
+        await connection?.close(reason: "both devices dialled each other; the connection the other one dialled is kept")
+    }
+
+    public func state(_ device: DeviceID) -> State? { devices.withLock { $0[device]?.state } }
 }

@@ -108,6 +108,9 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         // In turn with accepted sessions: a peer that dials in meanwhile is then seen as
         // connected (and closed as a duplicate) rather than kept beside this one.
         let outcome = Mutex<Result<[IndexSync.Report], Error>>(.success([]))
+        let planned = peersSharing(folders)
+        dialing.plan(planned)
+        defer { dialing.unplan(planned) }
         await exchanges.run {
             do {
                 // After a reload, the peers still connected are not dialled again.
@@ -120,6 +123,17 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             }
         }
         return try outcome.withLock { $0 }.get()
+    }
+
+    /// Stops every dial under way or waiting its turn (a service asked to stop while it
+    /// connects: a peer that takes its time answering must not hold the stop up).
+    public func abandonDials() async { await dialing.abandonAll() }
+
+    /// The peers that share one of `folders` (all of them when empty): those a connect dials.
+    func peersSharing(_ folders: [String]) -> Set<DeviceID> {
+        let me = home.identity.deviceID
+        let named = Set(folders)
+        return Set(home.config.folders.filter { named.isEmpty || named.contains($0.id) }.flatMap(\.devices)).subtracting([me])
     }
 
     /// Dials (only `only`, when given) and keeps what connects; the caller holds the queue.
@@ -192,21 +206,24 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// connection to a peer already connected is closed ("already connected"), as syncthing
     /// closes it, so that exactly one stays.
     public func accept(_ connection: PeerConnection, warn: @escaping @Sendable (String) -> Void) async {
-        // Dialled by a peer this device is dialling too (two Kaitens starting together): the
-        // dial of the device with the lower ID is kept, and the other gives way, since each
-        // one's dial waits for an answer the other gives only after its own dial. Kept only
-        // once it got through: until then it is awaited (a moment, on a network that answers),
-        // and a dial that fails (the peer does not listen: a one-shot verb) keeps nothing.
+        // Dialled by a peer this device means to dial too (two Kaitens starting together, or
+        // one redialling while the other starts): the dial of the device with the lower ID is
+        // kept (``DialsInProgress``). The lower one keeps its own once it got through: until
+        // then it is awaited (a moment, on a network that answers), and a dial that fails (the
+        // peer does not listen: a one-shot verb) keeps nothing. The higher one gives its own
+        // up at once, wherever it is, so that its exchange queue is free for this connection.
         let me = home.identity.deviceID
         if me.bytes.lexicographicallyPrecedes(connection.deviceID.bytes) {
             let patience = ContinuousClock.now + .seconds(15)
-            while dialing.state(connection.deviceID) == .attempting, ContinuousClock.now < patience {
+            while dialing.state(connection.deviceID) == .planned, ContinuousClock.now < patience {
                 try? await Task.sleep(for: .milliseconds(20))
             }
             if dialing.state(connection.deviceID) == .connected {
                 await connection.close(reason: "both devices dialled each other; the connection this device dialled is kept")
                 return
             }
+        } else {
+            await dialing.yield(connection.deviceID)
         }
         await exchanges.run {
             // One connection per peer, as syncthing keeps: a second one is closed, unless it
@@ -452,6 +469,8 @@ extension PeerSessions: RedialTarget {
         } else {
             warn = { [weak self] in self?.notice($0) }
         }
+        dialing.plan(devices)
+        defer { dialing.unplan(devices) }
         await exchanges.run {
             do {
                 let reports = try await self.dial(folders: [], only: devices, directOnly: directOnly, warn: warn)
