@@ -298,7 +298,7 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenStream"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenStream", "KaitenMount"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenTestThreads", "KaitenProtocol", "KaitenTestSupport"]),
@@ -366,7 +366,7 @@ let package = Package(
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenTestThreads", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream", "KaitenService",
-                "KaitenDiscovery", "KaitenMedia",
+                "KaitenDiscovery", "KaitenMedia", "KaitenMount",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

@@ -271,6 +271,8 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
     private var blocksByContent: [ContentHash: [ContentHash]] = [:]
     private var checked = ContinuousClock.now
     private var skippedNames: Set<String> = []
+    /// Names listed since the snapshot's pages were last given back.
+    private var listedSinceRelease = 0
 
     init(
         app: App, home: KaitenHome, folder: String, files: RemoteFiles, disk: DiskBlockCache, writable: Bool,
@@ -309,7 +311,7 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             if sources.logSize == logSize && sources.selectionStamp == selectionStamp && sources.scanStamp == scanStamp { return sources }
             do {
                 if sources.logSize != logSize {
-                    sources.log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+                    sources.log = try files.current(folder: folder).log
                     sources.logSize = logSize
                 }
                 if sources.scanStamp != scanStamp {
@@ -329,7 +331,7 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             return sources
         }
         do {
-            let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
+            let log = try files.current(folder: folder).log
             let selection = Selection(try Planner.readSelection(selectionPath).0, global: log.index)
             let made = Sources(
                 log: log, logSize: logSize, selection: selection, selectionStamp: selectionStamp, scan: ScanCache.load(path: scanPath),
@@ -430,7 +432,7 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         let here = directory.isEmpty ? root : root + "/" + directory
         let onDisk = Set(((try? FileManager.default.contentsOfDirectory(atPath: here)) ?? []).filter { !Self.isInternal($0) })
         for entry in sources.log.index.list(under: directory, recursive: false, includeDeleted: false) {
-            let name = (entry.path as NSString).lastPathComponent
+            let name = String(SafePath.lastComponent(entry.path))
             do {
                 try SafePath.validate(entry.path)
             } catch {
@@ -443,6 +445,15 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             entries.append((name, onDisk.contains(name) ? nil : globalAttributes(entry.file, in: sources)))
         }
         for name in onDisk.sorted() where seen.insert(name).inserted { entries.append((name, nil)) }
+        // A walk reads the whole snapshot a directory at a time: what it read goes back every
+        // few thousand names (it stays in the page cache), so the mount's memory holds a few
+        // directories' worth of it, not the tree's.
+        let release = lock.withLock {
+            listedSinceRelease += entries.count
+            defer { if listedSinceRelease >= 5_000 { listedSinceRelease = 0 } }
+            return listedSinceRelease >= 5_000
+        }
+        if release { sources.log.index.releaseSnapshotPages() }
         return entries
     }
 
@@ -469,6 +480,7 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
             throw MountError(EIO, "\(error)")
         }
         let hashes = readable.blocks.compactMap { ContentHash(data: $0.hash) }
+        sources.log.index.releaseSnapshotPages()
         if let unreachable = readable.unreachable, disk.count(of: hashes) < hashes.count {
             throw MountError(EIO, unreachable.description)
         }
@@ -673,9 +685,15 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         case Self.stateAttribute:
             return Array(state(of: path, attributes, entry, sources).rawValue.utf8)
         case Self.holdersAttribute:
-            let connected = (try? files.connections()) ?? [:]
-            // Beside a service this process has no connections of its own: the index's holders.
-            let holders = (entry?.holders ?? []).filter { files.relay != nil || connected[$0] != nil }
+            // Beside a service this process has no connections of its own: the service's,
+            // as its record says them.
+            let connected: Set<DeviceID>
+            if files.relay != nil {
+                connected = Set((ServiceRecord.running(home.home)?.peers ?? []).filter(\.connected).compactMap { try? DeviceID($0.id) })
+            } else {
+                connected = Set(((try? files.connections()) ?? [:]).keys)
+            }
+            let holders = (entry?.holders ?? []).filter { connected.contains($0) }
             return Array(holders.map(\.description).joined(separator: "\n").utf8)
         case Self.pinAttribute:
             return Array((path.isEmpty || sources.selection.state(of: path) == .no ? "0" : "1").utf8)

@@ -39,7 +39,7 @@ public final class FuseMount: @unchecked Sendable {
         if Self.isMounted(mountPoint) {
             // A mount whose process died (kill -9) answers ENOTCONN to every request: cleared,
             // said. (Listing asks; a stat can be answered from the kernel's cache.)
-            let listing = opendir(mountPoint)
+            let listing = Glibc.opendir(mountPoint)
             let stale = listing == nil && errno == ENOTCONN
             if let listing { closedir(listing) }
             guard stale else {
@@ -183,37 +183,77 @@ public final class FuseMount: @unchecked Sendable {
         out.pointee.st_size = off_t(attributes.size)
         out.pointee.st_blocks = blkcnt_t((attributes.bytesHere + 511) / 512)
         out.pointee.st_blksize = 128 << 10
-        out.pointee.st_uid = getuid()
-        out.pointee.st_gid = getgid()
+        out.pointee.st_uid = owner.uid
+        out.pointee.st_gid = owner.gid
         let time = timespec(tv_sec: Int(attributes.modifiedNs / 1_000_000_000), tv_nsec: Int(attributes.modifiedNs % 1_000_000_000))
         out.pointee.st_mtim = time
         out.pointee.st_ctim = time
         out.pointee.st_atim = time
     }
 
-    func readdir(_ path: String, _ buffer: UnsafeMutableRawPointer?, _ filler: fuse_fill_dir_t?) -> Int32 {
+    /// An open directory's listing, read once at opendir and handed out in the kernel's
+    /// buffer-sized pieces (each readdir asks from an offset).
+    private let listings = Mutex<(next: UInt64, open: [UInt64: [MountedFolderEntry]])>((1, [:]))
+
+    func opendir(_ path: String, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
         do {
             let entries = try folder.entries(in: path)
-            guard let filler else { return -EIO }
-            _ = filler(buffer, ".", nil, 0, fuse_fill_dir_flags(rawValue: 0))
-            _ = filler(buffer, "..", nil, 0, fuse_fill_dir_flags(rawValue: 0))
-            // With their attributes (readdirplus): a walk over the tree costs one request per
-            // directory instead of one per name.
-            var attributes = stat()
-            for entry in entries {
-                let filled: Int32
-                if let known = entry.attributes {
-                    Self.fill(&attributes, known)
-                    filled = filler(buffer, entry.name, &attributes, 0, fuse_fill_dir_flags(rawValue: 2))
-                } else {
-                    filled = filler(buffer, entry.name, nil, 0, fuse_fill_dir_flags(rawValue: 0))
-                }
-                if filled != 0 { break }
+            let handle = listings.withLock { listings -> UInt64 in
+                defer { listings.next += 1 }
+                listings.open[listings.next] = entries
+                return listings.next
             }
+            info?.pointee.fh = handle
             return 0
         } catch {
             return failed(error, "list", path)
         }
+    }
+
+    func releasedir(_ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
+        if let handle = info?.pointee.fh { _ = listings.withLock { $0.open.removeValue(forKey: handle) } }
+        return 0
+    }
+
+    /// Entries from `offset` on, each with its offset (its place + 1), so that libfuse passes
+    /// the attributes on (readdirplus: the kernel's lookups and `stat`s of a walk are answered
+    /// by the listing; with offset 0, libfuse 3.14 drops them) and asks again where the
+    /// kernel's buffer ended.
+    /// Who owns every name (the mounting user): asked once, not per name of a listing.
+    static let owner = (uid: getuid(), gid: getgid())
+
+    func readdir(
+        _ path: String, _ buffer: UnsafeMutableRawPointer?, _ filler: fuse_fill_dir_t?, _ offset: off_t,
+        _ info: UnsafeMutablePointer<fuse_file_info>?
+    ) -> Int32 {
+        guard let filler else { return -EIO }
+        let entries: [MountedFolderEntry]
+        if let handle = info?.pointee.fh, let listed = listings.withLock({ $0.open[handle] }) {
+            entries = listed
+        } else {
+            do { entries = try folder.entries(in: path) } catch { return failed(error, "list", path) }
+        }
+        var attributes = stat()
+        var place = Int(max(0, offset))
+        while place < entries.count + 2 {
+            let next = off_t(place + 1)
+            let filled: Int32
+            switch place {
+            case 0: filled = filler(buffer, ".", nil, next, fuse_fill_dir_flags(rawValue: 0))
+            case 1: filled = filler(buffer, "..", nil, next, fuse_fill_dir_flags(rawValue: 0))
+            default:
+                let entry = entries[place - 2]
+                if let known = entry.attributes {
+                    Self.fill(&attributes, known)
+                    filled = filler(buffer, entry.name, &attributes, next, fuse_fill_dir_flags(rawValue: 2))
+                } else {
+                    filled = filler(buffer, entry.name, nil, next, fuse_fill_dir_flags(rawValue: 0))
+                }
+            }
+            if filled != 0 { break }
+            place += 1
+        }
+        return 0
     }
 
     func open(_ path: String, _ info: UnsafeMutablePointer<fuse_file_info>?) -> Int32 {
@@ -383,9 +423,12 @@ public final class FuseMount: @unchecked Sendable {
 
     static func operations() -> fuse_operations {
         var ops = fuse_operations()
-        ops.`init` = { _, config in
+        ops.`init` = { connection, config in
+            // Every listing with its entries' attributes, not only a directory's first batch
+            // (the kernel's "auto" mode): `du` over a large directory then asks nothing per name.
+            if let connection { connection.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO) }
             // Short lifetimes: names the peers add or delete show within a second, and a file
-            // the peers change is read anew (the page cache is not kept across opens).
+            // the peers change is read anew (the page cache is kept only for the same content).
             if let config {
                 config.pointee.entry_timeout = 1
                 config.pointee.attr_timeout = 1
@@ -399,7 +442,11 @@ public final class FuseMount: @unchecked Sendable {
             guard let stat else { return -EIO }
             return FuseMount.current.getattr(FuseMount.relative(path), stat)
         }
-        ops.readdir = { path, buffer, filler, _, _, _ in FuseMount.current.readdir(FuseMount.relative(path), buffer, filler) }
+        ops.opendir = { path, info in FuseMount.current.opendir(FuseMount.relative(path), info) }
+        ops.releasedir = { _, info in FuseMount.current.releasedir(info) }
+        ops.readdir = { path, buffer, filler, offset, info, _ in
+            FuseMount.current.readdir(FuseMount.relative(path), buffer, filler, offset, info)
+        }
         ops.open = { path, info in FuseMount.current.open(FuseMount.relative(path), info) }
         ops.read = { path, buffer, size, offset, info in FuseMount.current.read(FuseMount.relative(path), buffer, size, offset, info) }
         ops.release = { _, info in FuseMount.current.release(info) }

@@ -1,5 +1,8 @@
 import Foundation
 
+/// A name in a directory, with its attributes when they are known without more work.
+public typealias MountedFolderEntry = (name: String, attributes: MountAttributes?)
+
 /// What the file system asks of the folder it shows. The FUSE host (``FuseMount``) only
 /// translates the kernel's requests into these calls and their answers back; every decision
 /// (what a name is, where its bytes come from, what a pin does) is the folder's, which the
@@ -9,7 +12,7 @@ public protocol MountedFolder: AnyObject, Sendable {
     func attributes(of path: String) throws(MountError) -> MountAttributes
     /// The names directly inside a directory, each with its attributes when they are known
     /// without more work (a listing then answers the kernel's lookups too).
-    func entries(in directory: String) throws(MountError) -> [(name: String, attributes: MountAttributes?)]
+    func entries(in directory: String) throws(MountError) -> [MountedFolderEntry]
     /// Opens a file for reading, or for writing too.
     func open(_ path: String, writing: Bool) throws(MountError) -> any MountedFile
     /// A symbolic link's target.

@@ -163,18 +163,11 @@ public final class RemoteFiles: @unchecked Sendable {
         return stat(path, &info) == 0 ? Int64(info.st_size) : -1
     }
 
-    /// Looks a path up. Errors say why in words: not in the index, deleted, a directory, no peer.
-    /// - Parameter reachable: whether a file no connected peer holds (and with no local copy) is
-    ///   an error; when false it is returned with ``Entry/unreachable`` set (its content hash
-    ///   is still known: a cache keyed by it can answer).
-    public func entry(folder: String, path: String, reachable: Bool = true) throws(StreamError) -> Entry {
-        guard let config = home.config.folders.first(where: { $0.id == folder }) else {
-            throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
-        }
-        let connections = sessions.connections()
-        let (log, local): (IndexLog, LocalTree)
+    /// A folder's log as it is now, and the local scan read with it: the one copy this
+    /// reader keeps (a mount's view of the tree reads the same, rather than mapping its own).
+    public func current(folder: String) throws(StreamError) -> (log: IndexLog, local: LocalTree) {
         do {
-            (log, local) = try withLock {
+            return try withLock {
                 // The sessions append what peers announce as it arrives, and another kaiten
                 // process (a timer's `index sync`, an `apply`) may have appended: the log is
                 // read again when the file changed size, so what is served is current.
@@ -193,6 +186,18 @@ public final class RemoteFiles: @unchecked Sendable {
         } catch {
             throw StreamError(.unavailable, "\(folder): cannot read the index: \(error)")
         }
+    }
+
+    /// Looks a path up. Errors say why in words: not in the index, deleted, a directory, no peer.
+    /// - Parameter reachable: whether a file no connected peer holds (and with no local copy) is
+    ///   an error; when false it is returned with ``Entry/unreachable`` set (its content hash
+    ///   is still known: a cache keyed by it can answer).
+    public func entry(folder: String, path: String, reachable: Bool = true) throws(StreamError) -> Entry {
+        guard let config = home.config.folders.first(where: { $0.id == folder }) else {
+            throw StreamError(.notFound, "folder \"\(folder)\" is not configured")
+        }
+        let connections = sessions.connections()
+        let (log, local) = try current(folder: folder)
         guard let g = log.index.global(path) else {
             throw StreamError(.notFound, "\(folder)/\(path): not in the global index")
         }

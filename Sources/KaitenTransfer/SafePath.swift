@@ -18,21 +18,47 @@ public enum SafePath {
         guard WireName.isASCII(name) || name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) else {
             throw ApplyError(.unsafePath, path: name, "not in Unicode NFC")
         }
-        let first = name.split(separator: "/").first.map(String.init) ?? name
-        guard ![".stfolder", ".stignore", ".stversions"].contains(first) else {
+        let utf8 = name.utf8
+        let first = utf8.firstIndex(of: UInt8(ascii: "/")).map { Substring(utf8[..<$0]) } ?? Substring(name)
+        guard first != ".stfolder", first != ".stignore", first != ".stversions" else {
             throw ApplyError(.unsafePath, path: name, "a name syncthing reserves")
         }
-        let base = (name as NSString).lastPathComponent
+        let base = lastComponent(name)
         guard !(base.hasPrefix(".syncthing.") && base.hasSuffix(".tmp")), !base.hasPrefix("~syncthing~") else {
             throw ApplyError(.unsafePath, path: name, "a temporary-file name")
         }
     }
 
+    /// The part of a clean name after its last `/` (the whole name when it has none). Byte by
+    /// byte: a walk over a mounted folder asks it of every name, and NSString's is slow.
+    public static func lastComponent(_ name: String) -> Substring {
+        let utf8 = name.utf8
+        guard let slash = utf8.lastIndex(of: UInt8(ascii: "/")) else { return Substring(name) }
+        return Substring(utf8[utf8.index(after: slash)...])
+    }
+
     /// `path.Clean(name) == name` and relative: not empty, no leading or trailing `/`, no NUL,
     /// no empty, `.` or `..` component.
     public static func isClean(_ name: String) -> Bool {
-        guard !name.isEmpty, !name.hasPrefix("/"), !name.hasSuffix("/"), name.utf8.firstIndex(of: 0) == nil else { return false }
-        return !name.split(separator: "/", omittingEmptySubsequences: false).contains { $0.isEmpty || $0 == "." || $0 == ".." }
+        var length = 0  // of the component so far
+        var dots = 0  // how many of its bytes are dots
+        for byte in name.utf8 {
+            switch byte {
+            case 0: return false
+            case UInt8(ascii: "/"):
+                // An empty, `.` or `..` component (a leading `/` is an empty first one).
+                if length == 0 || dots == length && length <= 2 { return false }
+                length = 0
+                dots = 0
+            case UInt8(ascii: "."):
+                length += 1
+                dots += 1
+            default:
+                length += 1
+            }
+        }
+        // The last component: empty when the name is empty or ends in `/`.
+        return !(length == 0 || dots == length && length <= 2)
     }
 
     /// Makes sure every parent of `name` below `root` is a real directory (creating missing ones

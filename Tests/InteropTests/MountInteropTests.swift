@@ -1,5 +1,6 @@
 import Foundation
 import KaitenConfig
+import KaitenMount
 import KaitenProtocol
 import KaitenTestSupport
 import KaitenTestThreads
@@ -57,10 +58,7 @@ struct MountInteropTests {
         }
     }
 
-    static func isMounted(_ point: String) -> Bool {
-        let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-        return table.split(separator: "\n").contains { $0.split(separator: " ").count > 4 && $0.split(separator: " ")[4] == point }
-    }
+    static func isMounted(_ point: String) -> Bool { FuseMount.isMounted(point) }
 
     static func attribute(_ name: String, of path: String) throws -> String {
         let result = try ProcessRunner.run("/usr/bin/getfattr", ["--only-values", "-n", name, path])
@@ -437,6 +435,40 @@ struct MountInteropTests {
         }
     }
 
+    /// A Kaiten peer serves the mount as syncthing does: the tree is its folder's, every byte
+    /// its own, and it is the holder the mount names.
+    @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
+    func aKaitenPeerServesTheMount() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount-k2k")
+        defer { dir.remove() }
+        let a = try KaitenToKaitenInteropTests.Side("a", in: dir)
+        let b = try KaitenToKaitenInteropTests.Side("b", in: dir)
+        try a.meet(b, type: "sendonly")
+        try b.meet(a, type: "receiveonly")
+        try TestFiles.random(a.data + "/films/movie.mkv", size: 3_000_000)
+        try TestFiles.write(a.data + "/docs/note.txt", "from a kaiten\n")
+        #expect(try a.kaiten("select", Self.folder, "films", "docs", "--force").status == 0)
+        let runA = try a.run(dir, ["--apply", "all"])
+        defer { runA.stop() }
+        try await RunInteropTests.waitFor("a announces its files", log: runA) {
+            runA.log.contains("done send f/films/movie.mkv") && runA.log.contains("done send f/docs/note.txt")
+        }
+        let sync = try b.kaiten("index", "sync")
+        #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+
+        let mounted = try await Mounted.start(home: b.home, at: dir.file("mnt"), logPath: dir.file("mount.log"))
+        defer { if mounted.process.isRunning { kill(mounted.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", mounted.point]) } }
+        // Syncthing's own names (the marker, the .stignore Kaiten writes) are not shown.
+        let shown = try Self.tree(mounted.point)
+        let held = try Self.tree(a.data).filter { !$0.hasPrefix(".stfolder") && !$0.hasPrefix(".stignore") }
+        #expect(shown == held, "\(shown) against \(held)")
+        #expect(FileManager.default.contents(atPath: mounted.file("films/movie.mkv")) == FileManager.default.contents(atPath: a.data + "/films/movie.mkv"))
+        #expect(FileManager.default.contents(atPath: mounted.file("docs/note.txt")) == Data("from a kaiten\n".utf8))
+        #expect(try Self.attribute("user.kaiten.holders", of: mounted.file("films/movie.mkv")) == a.id.description)
+        #expect(try mounted.stop(signal: SIGINT) == 0, "\(mounted.log)")
+        #expect(!Self.isMounted(mounted.point))
+    }
+
     /// Beside a running service the mount reads through it (it holds the peers' connections).
     @Test(.enabled(if: fuse, "no usable /dev/fuse or fusermount3 (scripts/test installs fuse3)"))
     func aMountBesideARunningServiceReadsThroughIt() async throws {
@@ -452,6 +484,12 @@ struct MountInteropTests {
             let mounted = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount.log"), extra: ["--cache-budget", "1M"])
             defer { if mounted.process.isRunning { kill(mounted.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", mounted.point]) } }
             #expect(FileManager.default.contents(atPath: mounted.file("films/movie.mkv")) == FileManager.default.contents(atPath: world.peerData + "/films/movie.mkv"))
+            // The holders are the service's connected peers: none once the peer is gone.
+            #expect(try Self.attribute("user.kaiten.holders", of: mounted.file("films/movie.mkv")) == st.deviceID.description)
+            st.stop()
+            try await st.waitUntil("the service saw the peer go", timeout: 60) {
+                (try? Self.attribute("user.kaiten.holders", of: mounted.file("films/movie.mkv"))) == ""
+            }
             #expect(try mounted.stop(signal: SIGINT) == 0, "\(mounted.log)")
             // Within its budget: 3 MB read through a 1 MiB cache.
             #expect(mounted.log.contains("eviction(s)") && !mounted.log.contains(" 0 eviction(s)"), "\(mounted.log)")

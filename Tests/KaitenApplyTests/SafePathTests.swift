@@ -11,14 +11,21 @@ import Testing
 @Suite(.timeLimit(.minutes(5)))
 struct SafePathTests {
     @Test(arguments: ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "..", "", "./a", ".stfolder", ".stignore",
-        ".stversions/x", "d/.syncthing.f.tmp", "~syncthing~f", "cafe\u{301}"])
+        ".stversions/x", "d/.syncthing.f.tmp", "~syncthing~f", "cafe\u{301}", "a/./b", "a/..", "../", "/", "//", "a\u{0}b",
+        "d/~syncthing~x"])
     func refusesNamesThatAreNotCleanOrAreReserved(_ name: String) {
         #expect(throws: ApplyError.self) { try SafePath.validate(name) }
     }
 
-    @Test(arguments: ["a", "a/b c/d [1].txt", "café", "x/.stfolder", "!bang", "a*b?"])
+    @Test(arguments: ["a", "a/b c/d [1].txt", "café", "x/.stfolder", "!bang", "a*b?", "...", "a/.../b", ".a/..b/c..", "a.", ".x"])
     func acceptsOrdinaryNames(_ name: String) throws {
         try SafePath.validate(name)
+    }
+
+    @Test func theLastComponentIsAfterTheLastSlash() {
+        #expect(SafePath.lastComponent("a/b/c.txt") == "c.txt")
+        #expect(SafePath.lastComponent("c.txt") == "c.txt")
+        #expect(SafePath.lastComponent("dir/café") == "café")
     }
 
     @Test func temporaryNamesFollowSyncthing() {
