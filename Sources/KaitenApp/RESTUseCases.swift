@@ -15,6 +15,8 @@ import KaitenTransfer
 /// JSON documents. An error becomes the HTTP status that says whose fault it is.
 public struct RESTUseCases: APIUseCases {
     let app: App
+    /// The folders' logs, kept open between searches.
+    let logs = IndexLogKeeper()
 
     public init(app: App) { self.app = app }
 
@@ -92,6 +94,10 @@ public struct RESTUseCases: APIUseCases {
             let listing = try app.list(folder, under: directory, recursive: false, deleted: false)
             return try JSONDocument.encode(ListingDocument(folder: folder, directory: listing.directory, entries: listing.entries))
         }
+    }
+
+    public func search(folder: String, query: SearchQuery) throws -> Data {
+        try answering { try JSONDocument.encode(try app.search(folder, query, kept: logs)) }
     }
 
     public func apply(plan data: Data) async throws -> Data {

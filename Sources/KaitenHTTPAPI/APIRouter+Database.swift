@@ -267,6 +267,22 @@ extension APIRouter {
             else { throw APIFailure(status: 400, "want {\"path\": …, \"choice\": \"select|keep|delete-local|use-global\"}") }
             return document(try useCases.resolve(folder: try folder(), path: path, choice: choice))
         case ("GET", "/rest/kaiten/lastcopies"): return document(try useCases.lastCopies(folders: folders))
+        case ("GET", "/rest/kaiten/search"):
+            // q (glob or text), type, min/max (bytes), after/before (seconds since 1970), limit.
+            func number(_ key: String) throws -> Int64? {
+                guard let text = request.query[key], !text.isEmpty else { return nil }
+                guard let value = Int64(text), value >= 0 else { throw APIFailure(status: 400, "\(key) must be a whole number ≥ 0, not \"\(text)\"") }
+                return value
+            }
+            var query = SearchQuery()
+            query.text = request.query["q"] ?? ""
+            query.type = request.query["type"].flatMap { $0.isEmpty ? nil : $0 }
+            query.minSize = try number("min")
+            query.maxSize = try number("max")
+            query.modifiedAfter = try number("after")
+            query.modifiedBefore = try number("before")
+            if let limit = try number("limit") { query.limit = Int(min(limit, Int64(SearchQuery.maximumLimit))) }
+            return document(try useCases.search(folder: try folder(), query: query))
         case ("GET", "/rest/kaiten/ls"): return document(try useCases.listing(folder: try folder(), directory: request.query["dir"] ?? ""))
         case ("POST", "/rest/kaiten/apply"):
             // The plan the page showed, applied as a saved plan is (stale if things moved).

@@ -25,6 +25,8 @@ public protocol APIUseCases: Sendable {
     func lastCopies(folders: [String]) throws -> Data
     /// One directory of the global tree as `kaiten ls --json` sees it: `{folder, directory, entries}`.
     func listing(folder: String, directory: String) throws -> Data
+    /// The live global entries matching `query`: `{folder, total, entries, truncated}`.
+    func search(folder: String, query: SearchQuery) throws -> Data
     /// Applies `plan` (a plan document as `plan` gave it) as `kaiten apply PLAN` does:
     /// `{exit, message, report}`.
     func apply(plan: Data) async throws -> Data

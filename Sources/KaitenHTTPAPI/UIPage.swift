@@ -37,6 +37,15 @@ enum UIPage {
           <section aria-labelledby="tree-title">
             <h2 id="tree-title">Global tree <span id="where"></span></h2>
             <p class="hint">Tick what this device keeps: each tick is a line of the selection file. Nothing moves until you apply the plan.</p>
+            <form id="search" role="search">
+              <input type="search" id="q" name="q" placeholder="Name, or a glob such as *.jpg" aria-label="Search the folder by name">
+              <select id="search-type" aria-label="Type">
+                <option value="">Any type</option><option value="file">Files</option><option value="directory">Directories</option><option value="symlink">Links</option>
+              </select>
+              <button type="submit">Search</button>
+              <button type="button" id="search-clear">Clear</button>
+            </form>
+            <p id="search-summary" aria-live="polite"></p>
             <table id="tree">
               <thead><tr><th scope="col">Keep</th><th scope="col">Name</th><th scope="col">Size</th><th scope="col">Modified</th><th scope="col">Here</th><th scope="col">Peers</th></tr></thead>
               <tbody></tbody>
@@ -69,6 +78,8 @@ enum UIPage {
         button.dir { background: none; border: none; padding: 0; font: inherit; color: LinkText; cursor: pointer; text-align: left; }
         button.dir:focus-visible, input:focus-visible, button:focus-visible { outline: 2px solid Highlight; }
         .hint { color: GrayText; font-size: .9em; }
+        #search { display: flex; flex-wrap: wrap; gap: .5em; margin-bottom: .5em; }
+        #search input { flex: 1 1 12em; min-width: 0; }
         #plan li { font-family: ui-monospace, monospace; font-size: .9em; }
         .state-in-sync { color: green; } .state-absent { color: GrayText; } .state-differs, .state-extraneous { color: darkorange; }
 
@@ -106,7 +117,7 @@ enum UIPage {
           while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
           return (unit === 0 ? value : value.toFixed(1)) + " " + units[unit];
         }
-        const state = { folder: null, directory: "" };
+        const state = { folder: null, directory: "", search: null };
         const q = (id) => document.getElementById(id);
 
         async function loadFolders() {
@@ -118,7 +129,9 @@ enum UIPage {
         }
 
         async function open(folder, directory) {
-          state.folder = folder; state.directory = directory;
+          if (state.search !== null && folder === state.folder) return search(state.search.text, state.search.type);
+          state.folder = folder; state.directory = directory; state.search = null;
+          q("search-summary").textContent = "";
           q("where").textContent = directory ? "/ " + directory : "";
           const status = await api("/rest/db/status?folder=" + encodeURIComponent(folder));
           q("totals").textContent = status.globalFiles + " files, " + size(status.globalBytes) + " in all; needed here: " + status.needFiles + " (" + size(status.needBytes) + ")";
@@ -137,24 +150,41 @@ enum UIPage {
           await showPlan();
         }
 
-        function row(entry) {
+        // The global index searched by name (a glob, or text anywhere in the path) and type:
+        // the matches replace the directory's rows, each with its whole path and its tick.
+        async function search(text, type) {
+          if (!text.trim() && !type) { state.search = null; return open(state.folder, state.directory); }
+          state.search = { text, type };
+          const started = performance.now();
+          const found = await api("/rest/kaiten/search?folder=" + encodeURIComponent(state.folder) + "&q=" + encodeURIComponent(text) + "&type=" + encodeURIComponent(type));
+          q("where").textContent = "";
+          q("tree").tBodies[0].replaceChildren(...found.entries.map((entry) => row(entry, true)));
+          const took = Math.round(performance.now() - started);
+          q("search-summary").textContent = found.total + " match(es)" + (found.truncated ? ", the first " + found.entries.length + " shown" : "") + " (" + took + " ms)";
+          q("search-summary").dataset.took = String(took);
+          q("search-summary").dataset.total = String(found.total);
+          await showPlan();
+        }
+
+        function row(entry, wholePath = false) {
           const tr = el("tr", { "data-path": entry.path });
           const keep = el("input", { type: "checkbox", "data-select": entry.path, "aria-label": "Keep " + entry.path });
           keep.checked = entry.selected !== "no";
           keep.disabled = entry.selected === "parent";
           keep.addEventListener("change", () => toggle(entry.path, keep.checked));
-          const name = entry.path.slice(entry.path.lastIndexOf("/") + 1);
+          const name = wholePath ? entry.path : entry.path.slice(entry.path.lastIndexOf("/") + 1);
           const nameCell = el("td");
           if (entry.type === "directory") {
             const button = el("button", { class: "dir", type: "button" }, name + "/");
-            button.addEventListener("click", () => open(state.folder, entry.path));
+            button.addEventListener("click", () => { state.search = null; open(state.folder, entry.path); });
             nameCell.append(button);
           } else {
             nameCell.textContent = name;
           }
           const keepCell = el("td"); keepCell.append(keep);
           tr.append(keepCell, nameCell, el("td", { class: "size" }, entry.type === "directory" ? "" : size(entry.size)),
-            el("td", {}, entry.modified), el("td", { class: "state-" + entry.local }, entry.local), el("td", {}, String(entry.peers.length)));
+            el("td", {}, entry.modified), el("td", { class: "state-" + (entry.local || "unknown") }, entry.local || ""),
+            el("td", {}, String(Array.isArray(entry.peers) ? entry.peers.length : entry.peers)));
           return tr;
         }
 
@@ -194,6 +224,14 @@ enum UIPage {
 
         document.addEventListener("DOMContentLoaded", () => {
           q("apply").addEventListener("click", applyPlan);
+          q("search").addEventListener("submit", (event) => {
+            event.preventDefault();
+            search(q("q").value, q("search-type").value).catch((error) => { q("search-summary").textContent = String(error.message); });
+          });
+          q("search-clear").addEventListener("click", () => {
+            q("q").value = ""; q("search-type").value = ""; state.search = null;
+            open(state.folder, state.directory).catch((error) => { q("outcome").textContent = String(error.message); });
+          });
           loadFolders().catch((error) => { q("outcome").textContent = String(error.message); });
         });
 

@@ -1,5 +1,7 @@
 import Foundation
+import KaitenConfig
 import KaitenProtocol
+import KaitenSync
 import KaitenTestSupport
 import Testing
 
@@ -93,6 +95,18 @@ struct WebPageInteropTests {
 
         func click(_ element: String) throws { _ = try call("/element/\(element)/click", "POST") }
 
+        /// Types `text` into an input, as a person would.
+        func type(_ text: String, into element: String) throws {
+            _ = try call("/element/\(element)/clear", "POST")
+            _ = try call("/element/\(element)/value", "POST", ["text": text])
+        }
+
+        /// Searches the page's folder for `text` (the search box and its button).
+        func search(_ text: String) throws {
+            try type(text, into: try #require(try find("#q").first))
+            try click(try #require(try find("#search button[type='submit']").first))
+        }
+
         func text(_ element: String) throws -> String { try call("/element/\(element)/text") as? String ?? "" }
 
         func script(_ source: String) throws -> Any? { try call("/execute/sync", "POST", ["script": source, "args": [Any]()]) }
@@ -112,6 +126,70 @@ struct WebPageInteropTests {
             if driver.isRunning { kill(driver.processIdentifier, SIGKILL) }
             driver.waitUntilExit()
         }
+    }
+
+    /// The search box over a folder of 100,000 paths finds one name, a glob's matches and
+    /// everything (its time is measured by `scripts/bench search`, in a release build). The
+    /// index is written into the home's log as a peer's (a device that is never online): the
+    /// search reads the index alone, whoever announced it, and syncthing scanning 100,000
+    /// files twice per CI run would cost minutes for nothing this test checks.
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func aSearchOfAHundredThousandPathsFindsWhatItAsks() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-web-search")
+        defer { dir.remove() }
+        let home = dir.file("home")
+        let created = try KaitenCLI.run(["init", "--home", home, "--name", "k", "--listen", "tcp://127.0.0.1:\(try FreePort.next())", "--gui-address", "127.0.0.1:0"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let peer = try DeviceID(bytes: Array(repeating: 0x5A, count: 32))
+        try FileManager.default.createDirectory(atPath: dir.file("data/.stfolder"), withIntermediateDirectories: true)
+        #expect(try KaitenCLI.run(["peer", "add", peer.description, "--name", "away", "--address", "tcp://127.0.0.1:1", "--home", home]).status == 0)
+        #expect(try KaitenCLI.run(["folder", "add", "f", "--path", dir.file("data"), "--share", peer.description, "--home", home]).status == 0)
+        let opened = try KaitenHome.open(Home(path: home))
+        let log = try PeerGenerations.openLog(home: opened, folder: "f", readOnly: false)
+        let files = SyntheticIndex.photos(count: 100_000)
+        try log.apply(device: peer, indexID: 7, files: files, isFullIndex: true)
+        log.close()
+
+        let run = try RunInteropTests.Running.start(home: home, logPath: dir.file("run.log"), ["--apply", "none"])
+        defer { run.stop() }
+        var base = ""
+        try await RunInteropTests.waitFor("the REST API listening", log: run) {
+            let record = FileManager.default.contents(atPath: home + "/state/service.json").flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+            base = record?["rest_url"] as? String ?? ""
+            return !base.isEmpty
+        }
+        let ui = try KaitenCLI.run(["ui", "--home", home])
+        #expect(ui.status == 0, "\(ui.stdout)\(ui.stderr)")
+        let browser = try Browser(profile: dir.file("chromium-profile"), log: dir.file("chromedriver.log"))
+        defer { browser.close() }
+        try browser.go(ui.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        _ = try await browser.waitFor("tr[data-path='photos']", "the folder's tree")
+
+        // One name among 100,000.
+        try browser.search("IMG_77777.jpg")
+        let row = try await browser.waitFor("#tree tr[data-path='photos/2015/27/IMG_77777.jpg']", "IMG_77777.jpg found")
+        #expect(try browser.text(row).contains("photos/2015/27/IMG_77777.jpg"))
+        let summary = try #require(try browser.find("#search-summary").first)
+        #expect(try browser.text(summary).hasPrefix("1 match(es) ("))
+        #expect(try browser.find("#tree tbody tr").count == 1)
+        // A glob over every name, and a search that matches them all, shown in part.
+        try browser.search("IMG_7777?.jpg")
+        try await RunInteropTests.waitFor("ten matches of a glob") {
+            try browser.text(summary).hasPrefix("10 match(es)")
+        }
+        try browser.search("photos")
+        try await RunInteropTests.waitFor("every path matched, the first shown") {
+            try browser.text(summary).hasPrefix("101021 match(es), the first 200 shown")
+        }
+        #expect(try browser.find("#tree tbody tr").count == 200)
+        // Ticking a match selects it: a line of the selection file, planned.
+        try browser.click(try #require(try browser.find("input[data-select='photos/2000/0/IMG_0.jpg']").first))
+        _ = try await browser.waitFor("#plan li[data-path='photos/2000/0/IMG_0.jpg'][data-action='pull']", "the ticked match planned")
+        #expect(try String(contentsOfFile: home + "/selections/f.txt", encoding: .utf8).contains("photos/2000/0/IMG_0.jpg"))
+        try browser.screenshot(to: (ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? dir.path) + "/search-100k.png")
+        // A bad glob is said, not a failure of the page.
+        try browser.search("[unclosed")
+        try await RunInteropTests.waitFor("the bad glob said") { try browser.text(summary).contains("[unclosed") }
     }
 
     @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
@@ -168,6 +246,16 @@ struct WebPageInteropTests {
             #expect(try browser.text(row).contains(hostile))
             #expect(try browser.find("img").isEmpty)
             #expect(try browser.script("return document.title") as? String == "Kaiten")
+
+            // Search: a text anywhere in the path, and a glob, from the whole index.
+            try browser.search("C.TXT")
+            _ = try await browser.waitFor("#tree tr[data-path='other/c.txt']", "other/c.txt found by a search")
+            #expect(try browser.text(try #require(try browser.find("#search-summary").first)).hasPrefix("1 match(es)"))
+            try browser.search("<img*")
+            let found = try await browser.waitFor("tr[data-path='other/\(hostile.replacingOccurrences(of: "'", with: "\\'"))']", "the hostile name found by a glob")
+            #expect(try browser.text(found).contains("other/" + hostile))
+            #expect(try browser.find("img").isEmpty)
+            try browser.screenshot(to: shots + "/search.png")
 
             // The link was for one browser, once.
             #expect(try REST.curl(link).status == 403)
