@@ -47,7 +47,7 @@ enum UIPage {
             </form>
             <p id="search-summary" aria-live="polite"></p>
             <table id="tree">
-              <thead><tr><th scope="col">Keep</th><th scope="col">Name</th><th scope="col">Size</th><th scope="col">Modified</th><th scope="col">Here</th><th scope="col">Peers</th></tr></thead>
+              <thead><tr><th scope="col">Keep</th><th scope="col" data-sort="name" aria-sort="ascending"><button type="button" class="sort">Name</button></th><th scope="col" data-sort="size"><button type="button" class="sort">Size</button></th><th scope="col" data-sort="modified"><button type="button" class="sort">Modified</button></th><th scope="col">Here</th><th scope="col">Peers</th></tr></thead>
               <tbody></tbody>
             </table>
           </section>
@@ -77,6 +77,8 @@ enum UIPage {
         td.size { text-align: right; white-space: nowrap; }
         button.dir { background: none; border: none; padding: 0; font: inherit; color: LinkText; cursor: pointer; text-align: left; }
         button.dir:focus-visible, input:focus-visible, button:focus-visible { outline: 2px solid Highlight; }
+        button.sort { background: none; border: none; padding: 0; font: inherit; font-weight: bold; cursor: pointer; }
+        th[aria-sort="ascending"] button.sort::after { content: " ▲"; } th[aria-sort="descending"] button.sort::after { content: " ▼"; }
         .hint { color: GrayText; font-size: .9em; }
         #search { display: flex; flex-wrap: wrap; gap: .5em; margin-bottom: .5em; }
         #search input { flex: 1 1 12em; min-width: 0; }
@@ -117,7 +119,28 @@ enum UIPage {
           while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
           return (unit === 0 ? value : value.toFixed(1)) + " " + units[unit];
         }
-        const state = { folder: null, directory: "", search: null };
+        const state = { folder: null, directory: "", search: null, sort: { key: "name", descending: false } };
+
+        // Directories first (as a file manager lists them), then by the chosen column.
+        function sorted(entries) {
+          const { key, descending } = state.sort;
+          const value = (entry) => key === "size" ? entry.size : key === "modified" ? entry.modified : entry.path.toLowerCase();
+          return [...entries].sort((a, b) => {
+            const dirs = (b.type === "directory") - (a.type === "directory");
+            if (dirs !== 0) return dirs;
+            const x = value(a), y = value(b);
+            const order = x < y ? -1 : x > y ? 1 : 0;
+            return descending ? -order : order;
+          });
+        }
+        function sortBy(key) {
+          state.sort = { key, descending: state.sort.key === key ? !state.sort.descending : key !== "name" };
+          for (const th of document.querySelectorAll("th[data-sort]")) {
+            if (th.dataset.sort === key) th.setAttribute("aria-sort", state.sort.descending ? "descending" : "ascending");
+            else th.removeAttribute("aria-sort");
+          }
+          return open(state.folder, state.directory);
+        }
         const q = (id) => document.getElementById(id);
 
         async function loadFolders() {
@@ -145,7 +168,7 @@ enum UIPage {
             const cell = el("td", { colspan: "6" }); cell.append(button); up.append(cell);
             rows.push(up);
           }
-          for (const entry of listing.entries) rows.push(row(entry));
+          for (const entry of sorted(listing.entries)) rows.push(row(entry));
           q("tree").tBodies[0].replaceChildren(...rows);
           await showPlan();
         }
@@ -158,7 +181,7 @@ enum UIPage {
           const started = performance.now();
           const found = await api("/rest/kaiten/search?folder=" + encodeURIComponent(state.folder) + "&q=" + encodeURIComponent(text) + "&type=" + encodeURIComponent(type));
           q("where").textContent = "";
-          q("tree").tBodies[0].replaceChildren(...found.entries.map((entry) => row(entry, true)));
+          q("tree").tBodies[0].replaceChildren(...sorted(found.entries).map((entry) => row(entry, true)));
           const took = Math.round(performance.now() - started);
           q("search-summary").textContent = found.total + " match(es)" + (found.truncated ? ", the first " + found.entries.length + " shown" : "") + " (" + took + " ms)";
           q("search-summary").dataset.took = String(took);
@@ -224,6 +247,9 @@ enum UIPage {
 
         document.addEventListener("DOMContentLoaded", () => {
           q("apply").addEventListener("click", applyPlan);
+          for (const th of document.querySelectorAll("th[data-sort]")) {
+            th.querySelector("button").addEventListener("click", () => sortBy(th.dataset.sort).catch((error) => { q("outcome").textContent = String(error.message); }));
+          }
           q("search").addEventListener("submit", (event) => {
             event.preventDefault();
             search(q("q").value, q("search-type").value).catch((error) => { q("search-summary").textContent = String(error.message); });

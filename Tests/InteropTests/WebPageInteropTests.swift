@@ -247,6 +247,21 @@ struct WebPageInteropTests {
             #expect(try browser.find("img").isEmpty)
             #expect(try browser.script("return document.title") as? String == "Kaiten")
 
+            // Sorting: by size (largest first, then smallest), by name again.
+            try browser.click(try #require(try browser.find("#tree tbody tr:not([data-path]) button.dir").first))
+            try browser.click(try await browser.waitFor("tr[data-path='docs'] button.dir", "the root listed again"))
+            _ = try await browser.waitFor("tr[data-path='docs/a.txt']", "docs listed")
+            func order() throws -> [String] {
+                try browser.script("return [...document.querySelectorAll('#tree tbody tr[data-path]')].map((r) => r.dataset.path)") as? [String] ?? []
+            }
+            #expect(try order() == ["docs/a.txt", "docs/b.txt"])
+            try browser.click(try #require(try browser.find("th[data-sort='size'] button").first))
+            try await RunInteropTests.waitFor("docs by size, largest first") { try order() == ["docs/a.txt", "docs/b.txt"] && (try browser.find("th[data-sort='size'][aria-sort='descending']").count == 1) }
+            try browser.click(try #require(try browser.find("th[data-sort='size'] button").first))
+            try await RunInteropTests.waitFor("docs by size, smallest first") { try order() == ["docs/b.txt", "docs/a.txt"] }
+            try browser.click(try #require(try browser.find("th[data-sort='name'] button").first))
+            try await RunInteropTests.waitFor("docs by name again") { try order() == ["docs/a.txt", "docs/b.txt"] }
+
             // Search: a text anywhere in the path, and a glob, from the whole index.
             try browser.search("C.TXT")
             _ = try await browser.waitFor("#tree tr[data-path='other/c.txt']", "other/c.txt found by a search")
