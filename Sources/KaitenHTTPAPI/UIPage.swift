@@ -42,6 +42,8 @@ enum UIPage {
               <select id="search-type" aria-label="Type">
                 <option value="">Any type</option><option value="file">Files</option><option value="directory">Directories</option><option value="symlink">Links</option>
               </select>
+              <input type="text" id="search-min" inputmode="decimal" size="8" placeholder="min size" aria-label="Smallest size, such as 10M">
+              <label>modified from <input type="date" id="search-after" aria-label="Modified on or after"></label>
               <button type="submit">Search</button>
               <button type="button" id="search-clear">Clear</button>
             </form>
@@ -152,7 +154,7 @@ enum UIPage {
         }
 
         async function open(folder, directory) {
-          if (state.search !== null && folder === state.folder) return search(state.search.text, state.search.type);
+          if (state.search !== null && folder === state.folder) return search(state.search.text, state.search.type, state.search.min, state.search.after);
           state.folder = folder; state.directory = directory; state.search = null;
           q("search-summary").textContent = "";
           q("where").textContent = directory ? "/ " + directory : "";
@@ -173,13 +175,23 @@ enum UIPage {
           await showPlan();
         }
 
-        // The global index searched by name (a glob, or text anywhere in the path) and type:
-        // the matches replace the directory's rows, each with its whole path and its tick.
-        async function search(text, type) {
-          if (!text.trim() && !type) { state.search = null; return open(state.folder, state.directory); }
-          state.search = { text, type };
+        // "10M", "1.5 GiB", "2048": bytes (K, M, G, T are powers of 1024, as the sizes shown).
+        function bytes(text) {
+          const match = /^\\s*(\\d+(?:\\.\\d+)?)\\s*([KMGT]?)(?:i?B)?\\s*$/i.exec(text);
+          if (!match) throw new Error("not a size: " + text + " (such as 500K, 10M or 2G)");
+          return Math.round(parseFloat(match[1]) * Math.pow(1024, " KMGT".indexOf(match[2].toUpperCase() || " ")));
+        }
+
+        // The global index searched by name (a glob, or text anywhere in the path), type, size
+        // and date: the matches replace the directory's rows, each with its whole path and tick.
+        async function search(text, type, min = "", after = "") {
+          if (!text.trim() && !type && !min.trim() && !after) { state.search = null; return open(state.folder, state.directory); }
+          state.search = { text, type, min, after };
           const started = performance.now();
-          const found = await api("/rest/kaiten/search?folder=" + encodeURIComponent(state.folder) + "&q=" + encodeURIComponent(text) + "&type=" + encodeURIComponent(type));
+          let query = "/rest/kaiten/search?folder=" + encodeURIComponent(state.folder) + "&q=" + encodeURIComponent(text) + "&type=" + encodeURIComponent(type);
+          if (min.trim()) query += "&min=" + bytes(min);
+          if (after) query += "&after=" + Math.floor(Date.parse(after + "T00:00:00Z") / 1000);
+          const found = await api(query);
           q("where").textContent = "";
           q("tree").tBodies[0].replaceChildren(...sorted(found.entries).map((entry) => row(entry, true)));
           const took = Math.round(performance.now() - started);
@@ -252,10 +264,11 @@ enum UIPage {
           }
           q("search").addEventListener("submit", (event) => {
             event.preventDefault();
-            search(q("q").value, q("search-type").value).catch((error) => { q("search-summary").textContent = String(error.message); });
+            search(q("q").value, q("search-type").value, q("search-min").value, q("search-after").value)
+              .catch((error) => { q("search-summary").textContent = String(error.message); });
           });
           q("search-clear").addEventListener("click", () => {
-            q("q").value = ""; q("search-type").value = ""; state.search = null;
+            q("q").value = ""; q("search-type").value = ""; q("search-min").value = ""; q("search-after").value = ""; state.search = null;
             open(state.folder, state.directory).catch((error) => { q("outcome").textContent = String(error.message); });
           });
           loadFolders().catch((error) => { q("outcome").textContent = String(error.message); });

@@ -187,6 +187,20 @@ struct WebPageInteropTests {
         _ = try await browser.waitFor("#plan li[data-path='photos/2000/0/IMG_0.jpg'][data-action='pull']", "the ticked match planned")
         #expect(try String(contentsOfFile: home + "/selections/f.txt", encoding: .utf8).contains("photos/2000/0/IMG_0.jpg"))
         try browser.screenshot(to: (ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? dir.path) + "/search-100k.png")
+        // Size and date bounds: IMG_7777 and IMG_77770…77779 match the text; 76K and more
+        // (1000 + n bytes) leaves the ten; from 2023-11-16 (1,700,000,000 + n) none of them.
+        try browser.type("76K", into: try #require(try browser.find("#search-min").first))
+        try browser.search("IMG_7777")
+        try await RunInteropTests.waitFor("ten matches of 76K and more") { try browser.text(summary).hasPrefix("10 match(es)") }
+        _ = try browser.script("document.getElementById('search-after').value = '2023-11-16'")
+        try browser.click(try #require(try browser.find("#search button[type='submit']").first))
+        try await RunInteropTests.waitFor("no match from 2023-11-16") { try browser.text(summary).hasPrefix("0 match(es)") }
+        try browser.type("lots", into: try #require(try browser.find("#search-min").first))
+        try browser.click(try #require(try browser.find("#search button[type='submit']").first))
+        try await RunInteropTests.waitFor("a bad size said") { try browser.text(summary).contains("not a size: lots") }
+        try browser.click(try #require(try browser.find("#search-clear").first))
+        _ = try await browser.waitFor("tr[data-path='photos']", "the tree again after clearing")
+
         // A bad glob is said, not a failure of the page.
         try browser.search("[unclosed")
         try await RunInteropTests.waitFor("the bad glob said") { try browser.text(summary).contains("[unclosed") }
