@@ -259,9 +259,9 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         var log: IndexLog
         var logSize: Int64
         var selection: Selection
-        var selectionStamp: String
+        var selectionStamp: FileStamp?
         var scan: LocalTree
-        var scanStamp: String
+        var scanStamp: FileStamp?
     }
 
     private let lock = NSLock()
@@ -288,11 +288,6 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         self.log = log
     }
 
-    static func stamp(_ path: String) -> String {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return "-" }
-        return "\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
-    }
 
     /// The sources, read again when a file changed (looked at most every quarter second: a
     /// `find` asks thousands of times a second).
@@ -305,8 +300,8 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
         let selectionPath = home.home.selectionPath(folderID: folder)
         let scanPath = home.home.scanCachePath(folderID: folder)
         let logSize = RemoteFiles.fileSize(logPath)
-        let selectionStamp = Self.stamp(selectionPath)
-        let scanStamp = Self.stamp(scanPath)
+        let selectionStamp = FileStamp(selectionPath)
+        let scanStamp = FileStamp(scanPath)
         if var sources {
             if sources.logSize == logSize && sources.selectionStamp == selectionStamp && sources.scanStamp == scanStamp { return sources }
             do {

@@ -1,11 +1,9 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import KaitenConfig
 import KaitenIndex
 import KaitenReconcile
 import KaitenSelection
+import KaitenService
 import KaitenSync
 import KaitenTransfer
 
@@ -139,14 +137,12 @@ struct SearchMatcher {
 /// that a search of 100,000 paths does not replay the log each time.
 public final class IndexLogKeeper: @unchecked Sendable {  // state behind the lock
     private let lock = NSLock()
-    private var logs: [String: (log: IndexLog, stamp: String)] = [:]
+    private var logs: [String: (log: IndexLog, stamp: FileStamp?)] = [:]
 
     public init() {}
 
     func log(_ folder: String, in home: KaitenHome, open: () throws -> IndexLog) throws -> IndexLog {
-        var info = stat()
-        let path = home.home.indexLogPath(folderID: folder)
-        let stamp = stat(path, &info) == 0 ? "\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)" : "-"
+        let stamp = FileStamp(home.home.indexLogPath(folderID: folder))
         lock.lock()
         defer { lock.unlock() }
         if let kept = logs[folder], kept.stamp == stamp { return kept.log }

@@ -419,13 +419,13 @@ private func releaseFreedHeap(_ keep: Int) -> Int32
 
 /// What says that a file was replaced or changed: its inode, size and modification time (a
 /// crash-safe write renames a new inode into place).
-struct FileStamp: Equatable, Sendable {
-    let inode: UInt64
-    let size: Int64
+public struct FileStamp: Equatable, Sendable {
+    public let inode: UInt64
+    public let size: Int64
     /// Nanoseconds since the epoch.
-    let modified: Int64
+    public let modified: Int64
 
-    init?(_ path: String) {
+    public init?(_ path: String) {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
         inode = UInt64(info.st_ino)
