@@ -145,7 +145,7 @@ extension App {
                 let path = file.path
                 guard log.index.global(path) == nil else { continue }
                 let parent = (path as NSString).deletingLastPathComponent
-                guard recursive ? (directory.isEmpty || path.hasPrefix(directory + "/")) : parent == directory else { continue }
+                guard recursive ? (directory.isEmpty || path.utf8.starts(with: (directory + "/").utf8)) : parent == directory else { continue }
                 rows.append(
                     Listing.Entry(
                         path: path, type: file.kind == .symlink ? "symlink" : "file", size: file.size,

@@ -361,7 +361,7 @@ final class MountedFolderView: MountedFolder, @unchecked Sendable {
     }
 
     private func check(_ path: String) throws(MountError) {
-        if path.split(separator: "/").contains(where: { Self.isInternal(String($0)) }) { throw MountError(ENOENT) }
+        if WireName.components(path).contains(where: { Self.isInternal(String($0)) }) { throw MountError(ENOENT) }
     }
 
     func attributes(of path: String) throws(MountError) -> MountAttributes {

@@ -150,10 +150,10 @@ public struct RESTUseCases: APIUseCases {
                         throw APIFailure(status: 404, "no directory \(directory) in the global index of \(folder)")
                     }
                 }
-                let depth = directory.isEmpty ? 0 : directory.split(separator: "/").count
+                let depth = directory.isEmpty ? 0 : WireName.components(directory).count
                 return log.index.list(under: directory, recursive: levels != 0, includeDeleted: false).filter { entry in
                     guard let levels, levels >= 0 else { return true }
-                    return entry.path.split(separator: "/").count - depth <= levels + 1
+                    return WireName.components(entry.path).count - depth <= levels + 1
                 }
             }
         }

@@ -122,7 +122,7 @@ public enum Applier {
             // directory (or back) run before the pulls.
             let replacedRoots = folderPlan.actions.filter { $0.cause == .replaced }.map(\.path)
             let isMakingRoom: (Action) -> Bool = { action in
-                action.cause == .replaced || replacedRoots.contains { action.path.hasPrefix($0 + "/") }
+                action.cause == .replaced || replacedRoots.contains { action.path.utf8.starts(with: ($0 + "/").utf8) }
             }
             await phases.delete(folderPlan.actions.filter { $0.action == .delete && isMakingRoom($0) }, holders: holders)
             for action in folderPlan.actions where action.action == .rmdir && action.cause == .replaced { phases.removeDirectory(action) }

@@ -279,7 +279,7 @@ final class FolderPhases {
     /// Sets the directory modes kept so far, deepest first. Only those the plan lists as a mode
     /// change count as actions done (a new directory's mode is part of making it).
     func setDirectoryModes(listed planActions: [Action]) {
-        let deepestFirst = directoryModes.sorted { $0.path.split(separator: "/").count > $1.path.split(separator: "/").count }
+        let deepestFirst = directoryModes.sorted { WireName.components($0.path).count > WireName.components($1.path).count }
         for (path, mode) in deepestFirst {
             let action = Action(action: .chmod, path: path, reason: "directory permissions", type: .directory, cause: .permissions, mode: mode)
             do {

@@ -92,10 +92,10 @@ extension APIRouter {
             var children: [String: Node] = [:]
         }
         let root = Node()
-        let skip = prefix.isEmpty ? 0 : prefix.split(separator: "/").count
+        let skip = prefix.isEmpty ? 0 : WireName.components(prefix).count
         for entry in entries {
             var node = root
-            for part in entry.path.split(separator: "/").dropFirst(skip) {
+            for part in WireName.components(entry.path).dropFirst(skip) {
                 let name = String(part)
                 if node.children[name] == nil { node.children[name] = Node() }
                 node = node.children[name]!

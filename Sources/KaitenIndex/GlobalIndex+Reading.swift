@@ -305,7 +305,7 @@ extension GlobalIndex {
         let prefix = directory.isEmpty ? "" : directory + "/"
         let prefixLength = prefix.utf8.count
         func isWanted(_ path: String) -> Bool {
-            guard path.utf8.count > prefixLength, path.hasPrefix(prefix) else { return false }
+            guard path.utf8.count > prefixLength, path.utf8.starts(with: prefix.utf8) else { return false }
             return recursive || !path.utf8.dropFirst(prefixLength).contains(UInt8(ascii: "/"))
         }
         if let base {

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import KaitenProtocol
 
 /// What a file is, by its name: the thumbnailer decodes images and video frames only.
 public enum MediaKind: String, Sendable, Codable {
@@ -31,7 +32,7 @@ public enum MediaKind: String, Sendable, Codable {
     public static func isJPEG(_ path: String) -> Bool { jpegs.contains(extensionOf(path)) }
 
     static func extensionOf(_ path: String) -> String {
-        let name = path.split(separator: "/").last ?? ""
+        let name = WireName.components(path).last ?? ""
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
         return name[name.index(after: dot)...].lowercased()
     }

@@ -76,7 +76,7 @@ public struct ThumbnailCache: Sendable {
             guard inUse[directory]! <= 0 else { return }
             inUse[directory] = nil
             var current = directory
-            while current.hasPrefix(root + "/"), inUse[current] == nil, rmdir(current) == 0 {
+            while current.utf8.starts(with: (root + "/").utf8), inUse[current] == nil, rmdir(current) == 0 {
                 current = (current as NSString).deletingLastPathComponent
             }
         }

@@ -177,11 +177,11 @@ struct Builder {
     }
 
     static func isConflictCopy(_ path: String) -> Bool {
-        (path.split(separator: "/").last.map(String.init) ?? path).contains(".sync-conflict-")
+        (WireName.components(path).last.map(String.init) ?? path).contains(".sync-conflict-")
     }
 
     private func isJunk(_ path: String) -> Bool {
-        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let name = WireName.components(path).last.map(String.init) ?? path
         return Reconciler.junkNames.contains(name) || selection.isGloballyIgnored(path)
     }
 
@@ -396,7 +396,7 @@ struct Builder {
     }
 
     private mutating func classifyLocalOnly(_ l: LocalFile, reason: String) {
-        let name = l.path.split(separator: "/").last.map(String.init) ?? l.path
+        let name = WireName.components(l.path).last.map(String.init) ?? l.path
         if Reconciler.junkNames.contains(name) || selection.isGloballyIgnored(l.path) {
             junk.append(l.path)
             return

@@ -347,7 +347,7 @@ public struct Selection: Sendable {
     /// unrooted pattern against every path component).
     public func isGloballyIgnored(_ path: String) -> Bool {
         guard !ignores.isEmpty else { return false }
-        for component in path.split(separator: "/") {
+        for component in WireName.components(path) {
             let name = String(component)
             if ignores.contains(where: { $0.matches(name) }) { return true }
         }

@@ -135,7 +135,7 @@ public struct FolderScanner: Sendable {
     /// directories (never through a symlinked parent), false when it is not, nil when a scan
     /// never reports that name (syncthing's own names, temporary files, names not NFC).
     func look(_ path: String, _ st: inout stat) -> Bool? {
-        let components = path.split(separator: "/", omittingEmptySubsequences: false)
+        let components = WireName.components(path, omittingEmpty: false)
         guard !path.isEmpty, !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }),
             !Self.internalRootNames.contains(String(components[0])),
             !Self.isTemporary(String(components.last!)),

@@ -137,7 +137,7 @@ public struct LocalTree: Sendable {
 
     /// The entries whose paths start with `prefix` (`dir/` for everything below `dir`).
     public func files(withPrefix prefix: String) -> [LocalFile] {
-        var found = changed.values.filter { $0.path.hasPrefix(prefix) }
+        var found = changed.values.filter { $0.path.utf8.starts(with: prefix.utf8) }
         if let base {
             for i in base.range(withPrefix: prefix) {
                 guard let file = base.file(at: i), changed[file.path] == nil, !removed.contains(file.path) else { continue }

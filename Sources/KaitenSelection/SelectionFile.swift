@@ -173,7 +173,7 @@ public struct SelectionFile: Sendable, Equatable {
     /// Refuses a name no `.stignore` line can select exactly (never select another file).
     static func checkRepresentable(_ path: String, file: String, line: Int) throws(SelectionError) {
         if let problem = PathRules.unrepresentableReason(path) {
-            let parent = path.split(separator: "/").dropLast().joined(separator: "/")
+            let parent = WireName.components(path).dropLast().joined(separator: "/")
             let instead = parent.isEmpty ? "rename it on a peer" : "select its directory (\"\(PathRules.quoted(parent))\") instead"
             throw SelectionError(
                 .unrepresentable, file: file, line: line,
@@ -189,7 +189,7 @@ public struct SelectionFile: Sendable, Equatable {
         guard !path.isEmpty else {
             throw SelectionError(.emptyPath, file: file, line: line, "empty path (to select everything, don't use Kaiten's selection)")
         }
-        for component in path.split(separator: "/", omittingEmptySubsequences: false) {
+        for component in WireName.components(path, omittingEmpty: false) {
             if component == ".." || component == "." || component.isEmpty {
                 throw SelectionError(
                     .escapesFolder, file: file, line: line,

@@ -65,7 +65,7 @@ public enum SafePath {
     /// with mode 0755), never a symlink.
     public static func prepareParents(root: String, name: String) throws(ApplyError) {
         var current = root
-        let parts = name.split(separator: "/").dropLast()
+        let parts = WireName.components(name).dropLast()
         for part in parts {
             current += "/" + part
             var info = stat()
@@ -157,7 +157,7 @@ extension SafePath {
     /// created.
     public static func prepareParentsExisting(root: String, name: String) throws(ApplyError) {
         var current = root
-        for part in name.split(separator: "/").dropLast() {
+        for part in WireName.components(name).dropLast() {
             current += "/" + part
             var info = stat()
             guard lstat(current, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {

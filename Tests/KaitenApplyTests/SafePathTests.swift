@@ -12,7 +12,7 @@ import Testing
 struct SafePathTests {
     @Test(arguments: ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "..", "", "./a", ".stfolder", ".stignore",
         ".stversions/x", "d/.syncthing.f.tmp", "~syncthing~f", "cafe\u{301}", "a/./b", "a/..", "../", "/", "//", "a\u{0}b",
-        "d/~syncthing~x"])
+        "d/~syncthing~x", "../\u{301}x", "a//\u{301}b", "/\u{301}etc"])
     func refusesNamesThatAreNotCleanOrAreReserved(_ name: String) {
         #expect(throws: ApplyError.self) { try SafePath.validate(name) }
     }
@@ -55,6 +55,11 @@ struct SafePathTests {
         try FileManager.default.createSymbolicLink(atPath: dir.file("link"), withDestinationPath: outside.path)
         let error = #expect(throws: ApplyError.self) { try SafePath.prepareParents(root: dir.path, name: "link/x.txt") }
         #expect(error?.hint.contains("a symlink") == true)
+        // A combining mark after the slash makes "/\u{301}" one Character; the file system
+        // still sees "link" as the parent.
+        let hidden = #expect(throws: ApplyError.self) { try SafePath.prepareParents(root: dir.path, name: "link/\u{301}x.txt") }
+        #expect(hidden?.hint.contains("a symlink") == true)
+        #expect(throws: ApplyError.self) { try SafePath.prepareParentsExisting(root: dir.path, name: "link/\u{301}x.txt") }
         #expect(try FileManager.default.contentsOfDirectory(atPath: outside.path).isEmpty)
         try SafePath.prepareParents(root: dir.path, name: "new/deeper/x.txt")
         var isDirectory: ObjCBool = false

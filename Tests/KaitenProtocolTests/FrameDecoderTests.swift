@@ -226,6 +226,17 @@ struct WireNameTests {
         #expect(throws: WireNameError.self) { try WireName.validate(name) }
     }
 
+    /// A combining mark after "/" makes one grapheme cluster of the two: a check over
+    /// Characters would not see that slash, the file system does.
+    @Test(arguments: [
+        ("../\u{301}x", true), ("a/../\u{301}x", true), ("/\u{301}etc", true),
+        ("dir/", false), ("a//\u{301}b", false), ("./\u{301}a", false), ("a/\u{301}/", false),
+    ])
+    func aCombiningMarkDoesNotHideASlash(name: String, escapes: Bool) {
+        #expect(!WireName.staysInsideFolder(name))
+        #expect(throws: escapes ? WireNameError.escapesFolder(name) : WireNameError.notCanonical(name)) { try WireName.validate(name) }
+    }
+
     @Test func inconsistentEntriesAreRefused() {
         var deleted = BEPFileInfo()
         deleted.name = "x"

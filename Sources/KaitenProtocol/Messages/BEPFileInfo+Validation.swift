@@ -1,4 +1,5 @@
 import Foundation
+import KaitenProtocol
 
 /// Why a peer's FileInfo or request name is refused (syncthing lib/protocol/protocol.go:
 /// checkFilename, checkFileInfoConsistency).
@@ -43,22 +44,47 @@ public enum WireName {
     }
 
     public static func validate(_ name: String) throws(WireNameError) {
-        guard !name.isEmpty, name != ".", name != ".." else {
-            throw name.isEmpty ? .empty : .escapesFolder(name)
-        }
-        if name.hasPrefix("/") || name.hasPrefix("../") { throw .escapesFolder(name) }
+        guard !name.isEmpty else { throw .empty }
+        // Over bytes, as syncthing reads a name: Swift's String APIs see grapheme clusters, and a
+        // combining mark after "/" would hide that slash from hasPrefix or split ("../\u{301}x"
+        // is one cluster "/\u{301}" to them and the component ".." to the file system).
+        if let problem = byteProblem(name) { throw problem == .escapes ? .escapesFolder(name) : .notCanonical(name) }
         // Swift's String == compares canonically equivalent strings as equal; compare the bytes
         // (ASCII is NFC as it is: no normalisation for most names).
         if !isASCII(name) && !name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8) { throw .notNFC(name) }
-        if name.contains("\0") { throw .notCanonical(name) }
-        for component in name.split(separator: "/", omittingEmptySubsequences: false) {
-            switch component {
-            case "": throw .notCanonical(name)  // "//" or a trailing "/"
-            case ".": throw .notCanonical(name)
-            case "..": throw .escapesFolder(name)
-            default: continue
+    }
+
+    private enum ByteProblem { case escapes, notCanonical }
+
+    /// A leading "/" or a ".." component escapes; an empty or "." component (a "//", a trailing
+    /// "/", a "./") or a NUL byte is not canonical.
+    private static func byteProblem(_ name: String) -> ByteProblem? {
+        var problem: ByteProblem?
+        var component = 0
+        var dots = 0
+        var first = true
+        func endComponent() -> ByteProblem? {
+            if component == 0 { return first ? .escapes : .notCanonical }
+            if component == dots && dots == 2 { return .escapes }
+            if component == dots && dots == 1 { return .notCanonical }
+            return nil
+        }
+        for byte in name.utf8 {
+            switch byte {
+            case 0:
+                if problem == nil { problem = .notCanonical }
+            case UInt8(ascii: "/"):
+                if let found = endComponent(), problem != .escapes { problem = found }
+                component = 0
+                dots = 0
+                first = false
+            default:
+                component += 1
+                if byte == UInt8(ascii: ".") { dots += 1 }
             }
         }
+        if let found = endComponent(), problem != .escapes { problem = found }
+        return problem
     }
 }
 
@@ -112,4 +138,13 @@ extension BEPFileInfo {
 
     /// The effective block size: syncthing's `BlockSize()` gives 128 KiB when the raw value is smaller.
     public var effectiveBlockSize: Int { Int(max(blockSize, 128 << 10)) }
+}
+
+extension WireName {
+    /// The `/`-separated components of a name, split at every "/" byte. `String.split` splits
+    /// at Characters, and a combining mark after a "/" makes the two one Character: that
+    /// slash would be missed, where the file system sees it.
+    public static func components(_ name: String, omittingEmpty: Bool = true) -> [Substring] {
+        name.unicodeScalars.split(separator: "/", omittingEmptySubsequences: omittingEmpty).map { Substring($0) }
+    }
 }
