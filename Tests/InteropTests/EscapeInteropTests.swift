@@ -142,6 +142,24 @@ struct EscapeInteropTests {
         #expect(conflicts.stdout.contains("link"), "\(conflicts.stdout)")
         outside.expectUntouched("after apply with a symlinked parent")
 
+        // 3. The same with a combining mark after the slash ("/\u{301}" is one Character to
+        //    Swift's String, two path parts to the file system): still the symlink's inside.
+        let hidden = "link/\u{301}x.txt"
+        peer.serve(hidden, payload)
+        peer.announce([ok, link, peer.file("link/x.txt", payload, sequence: 4), peer.file(hidden, payload, sequence: 5)])
+        #expect(try await world.kaitenDetached("index", "sync").status == 0)
+        let again = try await world.kaitenDetached("apply", "--yes")
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        outside.expectUntouched("after apply with a combining mark after the symlink's name")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: world.local + "/link") == outside.path)
+
+        // 4. `../\u{301}x` at intake is `..` followed by a name: refused, the peer named.
+        peer.announce([ok, link, peer.file("../\u{301}x.txt", payload, sequence: 6)])
+        let escaping = try await world.kaitenDetached("index", "sync")
+        #expect(escaping.status == 1, "\(escaping.stdout)\(escaping.stderr)")
+        #expect((escaping.stdout + escaping.stderr).contains("is absolute or escapes the folder"), "\(escaping.stdout)\(escaping.stderr)")
+        outside.expectUntouched("after a peer announced ../\u{301}x.txt")
+
         #expect(!peer.requests.withLockedValue { $0 }.contains { $0.contains("..") }, "an escaping name is never even requested")
     }
 }
