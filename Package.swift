@@ -86,6 +86,15 @@ let package = Package(
         ),
         // Selection files and the .stignore allowlist (Sushitrain's grammar). No I/O.
         .target(name: "KaitenSelection", dependencies: ["KaitenProtocol"]),
+        // syncthing's encryption for untrusted devices: keys, encrypted names, blocks and
+        // FileInfos, the stored trailer. Pure functions over bytes; no I/O but reading a trailer.
+        .target(
+            name: "KaitenEncryption",
+            dependencies: [
+                "KaitenProtocol", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"), .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ]
+        ),
         // The local side: walk a folder, hash changed files into syncthing's blocks, keep the
         // scan cache and the record of what Kaiten synced.
         .target(
@@ -260,7 +269,7 @@ let package = Package(
             dependencies: [
                 "KaitenProtocol", "KaitenConfig", "KaitenFiles", "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenTransfer", "KaitenApply", "KaitenStream",
-                "KaitenService", "KaitenHTTPAPI", "KaitenMedia", "KaitenMount", .product(name: "Logging", package: "swift-log"),
+                "KaitenService", "KaitenHTTPAPI", "KaitenMedia", "KaitenMount", "KaitenEncryption", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The terminal's view of results: plan lines, apply's progress and summary, tables,
@@ -302,6 +311,7 @@ let package = Package(
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenTestThreads", "KaitenProtocol", "KaitenTestSupport"]),
+        .testTarget(name: "KaitenEncryptionTests", dependencies: ["KaitenTestThreads", "KaitenEncryption", "KaitenProtocol", "KaitenTestSupport"]),
         .testTarget(name: "KaitenSelectionTests", dependencies: ["KaitenTestThreads", "KaitenSelection", "KaitenTestSupport"]),
         .testTarget(name: "KaitenScanTests", dependencies: ["KaitenTestThreads", "KaitenScan", "KaitenTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
@@ -366,7 +376,7 @@ let package = Package(
             dependencies: [
                 "kaiten", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenTestSupport", "KaitenTestThreads", "KaitenIndex", "KaitenSync",
                 "KaitenSelection", "KaitenScan", "KaitenReconcile", "KaitenApply", "KaitenTransfer", "KaitenStream", "KaitenService",
-                "KaitenDiscovery", "KaitenMedia", "KaitenMount",
+                "KaitenDiscovery", "KaitenMedia", "KaitenMount", "KaitenEncryption",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

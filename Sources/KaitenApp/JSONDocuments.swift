@@ -203,3 +203,33 @@ public struct AppliedDocument: Encodable, Sendable {
     public let message: String?
     public let report: ApplyReport?
 }
+
+/// `kaiten decrypt --json`: every stored file's outcome and the totals.
+public struct DecryptRunDocument: Encodable, Sendable {
+    public struct File: Encodable, Sendable {
+        /// The encrypted path, relative to the folder.
+        public var stored: String
+        /// The plain name, once decrypted.
+        public var name: String?
+        public var size: Int64
+        /// written, verified, unchanged or failed.
+        public var status: String
+        public var error: String?
+    }
+
+    public var folder_id: String
+    public var files: [File]
+    public var written: Int
+    public var verified: Int
+    public var unchanged: Int
+    public var failed: Int
+
+    public init(_ run: DecryptRun) {
+        folder_id = run.folderID
+        files = run.outcomes.map { File(stored: $0.stored, name: $0.name, size: $0.size, status: $0.status.rawValue, error: $0.error) }
+        written = run.outcomes.count { $0.status == .written }
+        verified = run.outcomes.count { $0.status == .verified }
+        unchanged = run.outcomes.count { $0.status == .unchanged }
+        failed = run.failed
+    }
+}

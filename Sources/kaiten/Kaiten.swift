@@ -31,7 +31,7 @@ struct Kaiten: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             Init.self, ID.self, Peer.self, Folder.self, Index.self, Select.self, Deselect.self, Adopt.self,
-            PlanCommand.self, Show.self, ApplyCommand.self, Conflicts.self, Resolve.self, Cat.self, Get.self, Serve.self, URLCommand.self, Thumb.self, Import.self, OffloadCommand.self, View.self, Ls.self, Status.self, Run.self, UI.self, Mount.self, Pin.self, Unpin.self, Free.self,
+            PlanCommand.self, Show.self, ApplyCommand.self, Conflicts.self, Resolve.self, Cat.self, Get.self, Serve.self, URLCommand.self, Thumb.self, Import.self, OffloadCommand.self, View.self, Ls.self, Status.self, Run.self, UI.self, Mount.self, Pin.self, Unpin.self, Free.self, Decrypt.self,
         ]
     )
 }
