@@ -100,6 +100,13 @@ public struct RESTUseCases: APIUseCases {
         try answering { try JSONDocument.encode(try app.search(folder, query, kept: logs)) }
     }
 
+    public func link(folder: String, path: String, thumbnail: Int?) throws -> Data {
+        try answering {
+            let url = try app.link(folder, path: path, seconds: 3600, thumbnailSize: thumbnail)
+            return try JSONSerialization.data(withJSONObject: ["url": url], options: [.sortedKeys])
+        }
+    }
+
     public func apply(plan data: Data) async throws -> Data {
         let plan: Plan
         do {

@@ -283,6 +283,14 @@ extension APIRouter {
             query.modifiedBefore = try number("before")
             if let limit = try number("limit") { query.limit = Int(min(limit, Int64(SearchQuery.maximumLimit))) }
             return document(try useCases.search(folder: try folder(), query: query))
+        case ("GET", "/rest/kaiten/link"):
+            guard let path = request.query["path"], !path.isEmpty else { throw APIFailure(status: 400, "want path=FILE") }
+            var thumbnail: Int?
+            if let size = request.query["thumb"], !size.isEmpty {
+                guard let pixels = Int(size), (16...255).contains(pixels) else { throw APIFailure(status: 400, "thumb must be 16 to 255 pixels, not \"\(size)\"") }
+                thumbnail = pixels
+            }
+            return document(try useCases.link(folder: try folder(), path: path, thumbnail: thumbnail))
         case ("GET", "/rest/kaiten/ls"): return document(try useCases.listing(folder: try folder(), directory: request.query["dir"] ?? ""))
         case ("POST", "/rest/kaiten/apply"):
             // The plan the page showed, applied as a saved plan is (stale if things moved).

@@ -27,6 +27,9 @@ public protocol APIUseCases: Sendable {
     func listing(folder: String, directory: String) throws -> Data
     /// The live global entries matching `query`: `{folder, total, entries, truncated}`.
     func search(folder: String, query: SearchQuery) throws -> Data
+    /// {"url": …}: a signed link (an hour) to a file's global version on the service's on-demand
+    /// server, ranges and all; to its thumbnail with `thumbnail` pixels.
+    func link(folder: String, path: String, thumbnail: Int?) throws -> Data
     /// Applies `plan` (a plan document as `plan` gave it) as `kaiten apply PLAN` does:
     /// `{exit, message, report}`.
     func apply(plan: Data) async throws -> Data

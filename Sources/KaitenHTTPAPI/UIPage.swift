@@ -12,9 +12,10 @@ enum UIPage {
         }
     }
 
-    /// Only the page's own files run; nothing is framed or fetched from elsewhere.
+    /// Only the page's own files run; nothing is framed or fetched from elsewhere. Images and
+    /// media also come from the service's on-demand server on loopback (signed links).
     static let security: [APIResponse.Header] = [
-        .init("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; media-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+        .init("Content-Security-Policy", "default-src 'self'; img-src 'self' data: http://127.0.0.1:*; media-src 'self' http://127.0.0.1:*; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
     ]
 
     static let html = """
@@ -53,6 +54,11 @@ enum UIPage {
               <tbody></tbody>
             </table>
           </section>
+          <section id="viewer" aria-labelledby="viewer-title" hidden>
+            <h2 id="viewer-title"></h2>
+            <div id="viewer-body"></div>
+            <button type="button" id="viewer-close">Close</button>
+          </section>
           <section aria-labelledby="plan-title">
             <h2 id="plan-title">Plan</h2>
             <p id="plan-summary" aria-live="polite">No changes planned.</p>
@@ -77,6 +83,8 @@ enum UIPage {
         table { width: 100%; border-collapse: collapse; }
         th, td { text-align: left; padding: .25em .5em; border-bottom: 1px solid #8882; overflow-wrap: anywhere; }
         td.size { text-align: right; white-space: nowrap; }
+        #viewer img, #viewer video { max-width: 100%; max-height: 70vh; display: block; }
+        button.open { background: none; border: none; padding: 0; font: inherit; color: inherit; cursor: pointer; text-align: left; text-decoration: underline dotted; }
         button.dir { background: none; border: none; padding: 0; font: inherit; color: LinkText; cursor: pointer; text-align: left; }
         button.dir:focus-visible, input:focus-visible, button:focus-visible { outline: 2px solid Highlight; }
         button.sort { background: none; border: none; padding: 0; font: inherit; font-weight: bold; cursor: pointer; }
@@ -213,6 +221,10 @@ enum UIPage {
             const button = el("button", { class: "dir", type: "button" }, name + "/");
             button.addEventListener("click", () => { state.search = null; open(state.folder, entry.path); });
             nameCell.append(button);
+          } else if (entry.type === "file") {
+            const button = el("button", { class: "open", type: "button", "aria-label": "Open " + entry.path }, name);
+            button.addEventListener("click", () => view(entry.path));
+            nameCell.append(button);
           } else {
             nameCell.textContent = name;
           }
@@ -221,6 +233,40 @@ enum UIPage {
             el("td", {}, entry.modified), el("td", { class: "state-" + (entry.local || "unknown") }, entry.local || ""),
             el("td", {}, String(Array.isArray(entry.peers) ? entry.peers.length : entry.peers)));
           return tr;
+        }
+
+        // A file opened without keeping it: shown, played (the player's ranges fetch only what
+        // it reads, every block verified) or downloaded under its own name.
+        const kinds = {
+          img: /\\.(jpe?g|png|gif|webp|avif|bmp)$/i,
+          video: /\\.(mp4|m4v|webm|mov|mkv|ogv)$/i,
+          audio: /\\.(mp3|m4a|aac|oga|ogg|opus|flac|wav)$/i,
+        };
+        async function view(path) {
+          const name = path.slice(path.lastIndexOf("/") + 1);
+          q("viewer-title").textContent = path;
+          q("viewer").hidden = false;
+          let link;
+          try {
+            link = await api("/rest/kaiten/link?folder=" + encodeURIComponent(state.folder) + "&path=" + encodeURIComponent(path));
+          } catch (error) {
+            q("viewer-body").replaceChildren(el("p", { class: "error" }, String(error.message)));
+            return;
+          }
+          const parts = [];
+          for (const [tag, pattern] of Object.entries(kinds)) {
+            if (!pattern.test(name)) continue;
+            parts.push(tag === "img" ? el("img", { src: link.url, alt: name }) : el(tag, { src: link.url, controls: "", preload: "metadata" }));
+          }
+          const download = el("a", { id: "download", href: link.url + "&download=1" }, "Download " + name);
+          const line = el("p"); line.append(download);
+          parts.push(line);
+          q("viewer-body").replaceChildren(...parts);
+          q("viewer").scrollIntoView({ block: "nearest" });
+        }
+        function closeViewer() {
+          q("viewer").hidden = true;
+          q("viewer-body").replaceChildren();
         }
 
         async function toggle(path, keep) {
@@ -259,6 +305,7 @@ enum UIPage {
 
         document.addEventListener("DOMContentLoaded", () => {
           q("apply").addEventListener("click", applyPlan);
+          q("viewer-close").addEventListener("click", closeViewer);
           for (const th of document.querySelectorAll("th[data-sort]")) {
             th.querySelector("button").addEventListener("click", () => sortBy(th.dataset.sort).catch((error) => { q("outcome").textContent = String(error.message); }));
           }

@@ -290,7 +290,9 @@ public final class Service: Sendable {
         do {
             endpoints = try await LocalEndpoints.start(
                 home: home, files: files, peerAddresses: addresses, folders: folderIDs, role: "run", stop: stop,
-                http: options.serve.map { serve in
+                // The page plays and downloads files through signed links: with the REST API on
+                // and no --serve, the on-demand server listens on a loopback port of its own.
+                http: (options.serve ?? (options.restAPI ? (host: "127.0.0.1", port: 0) : nil)).map { serve in
                     LocalEndpoints.HTTP(
                         host: serve.host, port: serve.port, thumbnails: options.thumbnails, log: { [emit] in emit(ServiceEvent("serve", $0)) })
                 },

@@ -154,7 +154,9 @@ public final class StreamServer: Sendable {
             headers.add(name: "Last-Modified", value: Self.httpDate(Date(timeIntervalSince1970: TimeInterval(entry.global.modifiedS))))
             headers.add(name: "Cache-Control", value: "private, max-age=0")
             // Shown in a browser, saved under its own name (RFC 6266, RFC 8187 for UTF-8 names).
-            headers.add(name: "Content-Disposition", value: Self.contentDisposition(for: path))
+            // download=1 (not signed: it changes how, not what): saved rather than shown.
+            let download = URLComponents(string: head.uri)?.queryItems?.contains { $0.name == "download" && $0.value == "1" } == true
+            headers.add(name: "Content-Disposition", value: Self.contentDisposition(for: path, attachment: download))
             let type = MIME.type(forPath: path)
             var ranges = HTTPRange.resolve(head.headers.first(name: "Range"), size: entry.size)
             if let ifRange = head.headers.first(name: "If-Range"), ifRange != entry.etag {
@@ -328,13 +330,13 @@ public final class StreamServer: Sendable {
     }
 
     /// `inline; filename*=UTF-8''NAME` with NAME percent-encoded, plus an ASCII fallback.
-    static func contentDisposition(for path: String) -> String {
+    static func contentDisposition(for path: String, attachment: Bool = false) -> String {
         let name = (path as NSString).lastPathComponent
         var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
         allowed.insert(charactersIn: "!#$&+-.^_`|~")
         let encoded = name.addingPercentEncoding(withAllowedCharacters: allowed) ?? "file"
         let fallback = String(name.unicodeScalars.map { $0.isASCII && $0 != "\"" && $0 != "\\" && $0.value >= 0x20 ? Character($0) : "_" })
-        return "inline; filename=\"\(fallback)\"; filename*=UTF-8''\(encoded)"
+        return "\(attachment ? "attachment" : "inline"); filename=\"\(fallback)\"; filename*=UTF-8''\(encoded)"
     }
 
     /// The request line without its signature, for the log.

@@ -294,4 +294,77 @@ struct WebPageInteropTests {
             #expect(forged.status == 403, "\(forged)")
         }
     }
+
+    /// Open without keeping: a video from the peer plays in the page and seeks (the player's
+    /// range requests), a picture shows, any file downloads under its own name; none of them is
+    /// selected or written into the folder.
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func aVideoPlaysAndSeeksAndAFileDownloadsWithoutBeingKept() async throws {
+        try await REST.withKaitenBesideSyncthing("kaiten-web-open", runArguments: ["--apply", "none"]) { world, st, base, key in
+            try TestMedia.ffmpeg(["-f", "lavfi", "-i", "testsrc=duration=6:size=320x240:rate=25", "-c:v", "libvpx", "-b:v", "400k", world.peerData + "/media/clip.webm"])
+            try TestMedia.png(world.peerData + "/media/dot.png", width: 40, height: 30)
+            try await ApplyInteropTests.rescan(st)
+            try await RunInteropTests.waitFor("the media in Kaiten's index") {
+                let tree = try? JSONSerialization.jsonObject(with: Data(REST.curl(base + "/rest/db/browse?folder=\(ApplyInteropTests.folder)&prefix=media", headers: ["X-API-Key: \(key)"]).body.utf8)) as? [[String: Any]]
+                return tree?.count == 2
+            }
+            let link = try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
+            defer { browser.close() }
+            try browser.go(link)
+            try browser.click(try await browser.waitFor("tr[data-path='media'] button.dir", "the media directory"))
+            try browser.click(try await browser.waitFor("tr[data-path='media/clip.webm'] button.open", "the video's row"))
+            _ = try await browser.waitFor("#viewer video", "the player")
+            // Plays (muted, as a page may without a gesture), then seeks near the end.
+            let played = try browser.script("""
+                const video = document.querySelector("#viewer video");
+                video.muted = true;
+                return video.play().then(() => new Promise((done) => setTimeout(done, 1500)))
+                  .then(() => [video.currentTime, video.duration, video.error === null]);
+                """) as? [Any]
+            #expect((played?[0] as? Double ?? 0) > 0.3, "\(String(describing: played))")
+            #expect(abs((played?[1] as? Double ?? 0) - 6) < 0.5, "\(String(describing: played))")
+            #expect(played?[2] as? Bool == true)
+            let seeked = try browser.script("""
+                const video = document.querySelector("#viewer video");
+                return new Promise((done) => {
+                  video.addEventListener("seeked", () => done([video.currentTime, video.readyState]), { once: true });
+                  video.currentTime = 5;
+                });
+                """) as? [Any]
+            #expect(abs((seeked?[0] as? Double ?? 0) - 5) < 0.5 && (seeked?[1] as? Int ?? 0) >= 2, "\(String(describing: seeked))")
+            let shots = ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots")
+            try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
+            try browser.screenshot(to: shots + "/video.png")
+            // The link the player used answers ranges.
+            let source = try #require(try browser.script("return document.querySelector('#viewer video').src") as? String)
+            let range = try StreamInteropTests.curl(source, range: "100-199")
+            #expect(range.status == 206 && range.body.count == 100, "\(range.status)")
+
+            // A picture shows.
+            try browser.click(try #require(try browser.find("tr[data-path='media/dot.png'] button.open").first))
+            try await RunInteropTests.waitFor("the picture shown") {
+                try browser.script("const img = document.querySelector('#viewer img'); return img !== null && img.complete && img.naturalWidth === 40") as? Bool == true
+            }
+            // Any file downloads under its name, byte for byte.
+            try browser.click(try #require(try browser.find("#viewer-close").first))
+            #expect(try browser.script("return document.getElementById('viewer').hidden") as? Bool == true)
+            let download = try #require(try browser.script("return document.getElementById('download') ? null : 'closed'") as? String)
+            #expect(download == "closed")
+            try browser.click(try #require(try browser.find("tr[data-path='media/clip.webm'] button.open").first))
+            var href = ""
+            try await RunInteropTests.waitFor("the download link") {
+                href = try browser.script("const a = document.getElementById('download'); return a ? a.href : null") as? String ?? ""
+                return !href.isEmpty
+            }
+            let fetched = try StreamInteropTests.curl(href)
+            #expect(fetched.status == 200)
+            #expect(fetched.body == FileManager.default.contents(atPath: world.peerData + "/media/clip.webm"))
+            #expect(fetched.headers["content-disposition"]?.hasPrefix("attachment; filename=\"clip.webm\"") == true, "\(fetched.headers)")
+
+            // Nothing was kept.
+            #expect(!(try String(contentsOfFile: world.home + "/selections/\(ApplyInteropTests.folder).txt", encoding: .utf8).contains("media")))
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/media"))
+        }
+    }
 }
