@@ -66,6 +66,18 @@ enum UIPage {
             <button id="apply" type="button" disabled>Apply this plan</button>
             <p id="outcome" role="status"></p>
           </section>
+          <section aria-labelledby="conflicts-title">
+            <h2 id="conflicts-title">To settle</h2>
+            <p id="conflicts-summary" aria-live="polite"></p>
+            <ul id="conflicts"></ul>
+          </section>
+          <section aria-labelledby="peers-title">
+            <h2 id="peers-title">Peers</h2>
+            <table id="peers">
+              <thead><tr><th scope="col">Peer</th><th scope="col">Connection</th><th scope="col">Holds of this folder</th></tr></thead>
+              <tbody></tbody>
+            </table>
+          </section>
         </main>
         </body>
         </html>
@@ -180,7 +192,9 @@ enum UIPage {
           }
           for (const entry of sorted(listing.entries)) rows.push(row(entry));
           q("tree").tBodies[0].replaceChildren(...rows);
-          await showPlan();
+          await Promise.all([showPlan(), showPeers().catch((error) => {
+            q("peers").tBodies[0].replaceChildren(el("tr", {}, String(error.message)));
+          })]);
         }
 
         // "10M", "1.5 GiB", "2048": bytes (K, M, G, T are powers of 1024, as the sizes shown).
@@ -289,6 +303,59 @@ enum UIPage {
           q("plan").replaceChildren(...items);
           q("plan-summary").textContent = folder.actions.length ? folder.actions.length + " change(s) planned." : "In sync: no changes planned.";
           q("apply").disabled = folder.actions.length === 0;
+          showConflicts(folder.conflicts || []);
+        }
+
+        // Each open conflict of the plan with its choices: one click settles it through the same
+        // code as `kaiten resolve`.
+        const choiceWords = { select: "Keep it and select it", keep: "Keep it here, unselected", "delete-local": "Delete the local copy", "use-global": "Take the peers' version" };
+        function showConflicts(conflicts) {
+          const items = conflicts.map((c) => {
+            const li = el("li", { "data-path": c.path, "data-kind": c.kind });
+            li.append(el("span", {}, c.kind + " " + c.path + " — " + c.reason + " "));
+            for (const choice of c.choices || []) {
+              const button = el("button", { type: "button", "data-choice": choice }, choiceWords[choice] || choice);
+              button.addEventListener("click", () => settle(c.path, choice));
+              li.append(button);
+            }
+            return li;
+          });
+          q("conflicts").replaceChildren(...items);
+          q("conflicts-summary").textContent = items.length ? items.length + " to settle." : "Nothing to settle.";
+        }
+        async function settle(path, choice) {
+          try {
+            const outcome = await api("/rest/kaiten/resolve?folder=" + encodeURIComponent(state.folder), {
+              method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ path, choice }),
+            });
+            q("conflicts-summary").textContent = path + ": " + (outcome.outcome || "settled") + ".";
+          } catch (error) { q("conflicts-summary").textContent = String(error.message); }
+          await open(state.folder, state.directory);
+        }
+
+        // The folder's peers: connected or not (and where), and how much of the folder each holds.
+        async function showPeers() {
+          const [devices, connections, folders] = await Promise.all([
+            api("/rest/config/devices"), api("/rest/system/connections"), api("/rest/config/folders"),
+          ]);
+          const folder = folders.find((f) => f.id === state.folder);
+          const shared = new Set(((folder && folder.devices) || []).map((d) => d.deviceID));
+          const rows = [];
+          for (const device of devices) {
+            if (!shared.has(device.deviceID) || !(device.deviceID in (connections.connections || {}))) continue;
+            const c = connections.connections[device.deviceID];
+            let holds = "";
+            try {
+              const completion = await api("/rest/db/completion?folder=" + encodeURIComponent(state.folder) + "&device=" + encodeURIComponent(device.deviceID));
+              holds = Math.floor(completion.completion) + " %" + (completion.needItems ? ", " + completion.needItems + " item(s) to get" : "");
+            } catch (error) { holds = String(error.message); }
+            const tr = el("tr", { "data-device": device.deviceID });
+            tr.append(el("td", {}, device.name || device.deviceID.slice(0, 7)),
+              el("td", { class: c.connected ? "connected" : "disconnected" }, c.connected ? "connected, " + c.address : "not connected"),
+              el("td", {}, holds));
+            rows.push(tr);
+          }
+          q("peers").tBodies[0].replaceChildren(...rows);
         }
 
         async function applyPlan() {

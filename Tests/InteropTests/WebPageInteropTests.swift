@@ -367,4 +367,52 @@ struct WebPageInteropTests {
             #expect(!FileManager.default.fileExists(atPath: world.local + "/media"))
         }
     }
+
+    /// Settle from the page: a file made here where the peer has another is listed with its
+    /// choices, and one click deletes it (as `kaiten resolve --delete-local` would); the folder's peer is
+    /// shown connected, with how much of the folder it holds.
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func aConflictIsSettledWithOneClickAndThePeersAreShown() async throws {
+        try await REST.withKaitenBesideSyncthing("kaiten-web-settle", runArguments: ["--apply", "none"]) { world, st, base, key in
+            // Files made here, never synced, where the peer has other content (the selection
+            // not applied yet): each a conflict.
+            try TestFiles.write(world.local + "/docs/a.txt", "made here, not the peer's\n")
+            try TestFiles.write(world.local + "/docs/b.txt", "made here too\n")
+            #expect(try REST.curl(base + "/rest/db/scan?folder=\(ApplyInteropTests.folder)", method: "POST", headers: ["X-API-Key: \(key)"]).status == 200)
+            var said = ""
+            do {
+                try await RunInteropTests.waitFor("the local files listed as conflicts") {
+                    said = try REST.curl(base + "/rest/kaiten/conflicts", headers: ["X-API-Key: \(key)"]).body
+                    let conflicts = try? JSONSerialization.jsonObject(with: Data(said.utf8)) as? [[String: Any]]
+                    return conflicts?.count == 2
+                }
+            } catch {
+                Issue.record("/rest/kaiten/conflicts said: \(said)")
+                throw error
+            }
+            let link = try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
+            defer { browser.close() }
+            try browser.go(link)
+            let delete = try await browser.waitFor("#conflicts li[data-path='docs/a.txt'] button[data-choice='delete-local']", "the conflict's choices")
+            let choices = try browser.script("return [...document.querySelectorAll(\"#conflicts li[data-path='docs/a.txt'] button\")].map((b) => b.dataset.choice)") as? [String]
+            #expect(choices == ["use-global", "delete-local", "keep"], "\(String(describing: choices))")
+            let peer = try await browser.waitFor("#peers tr[data-device='\(st.deviceID.description)'] td.connected", "the peer shown connected")
+            #expect(try browser.text(peer).hasPrefix("connected, "))
+            let shots = ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots")
+            try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
+            try browser.screenshot(to: shots + "/settle.png")
+
+            try browser.click(delete)
+            try await RunInteropTests.waitFor("the local copy deleted") { !FileManager.default.fileExists(atPath: world.local + "/docs/a.txt") }
+            try await RunInteropTests.waitFor("the settled conflict gone from the page") { try browser.find("#conflicts li[data-path='docs/a.txt']").isEmpty }
+            #expect(try browser.find("#conflicts li[data-path='docs/b.txt']").count == 1)
+            // Keep: the file stays, unselected, and is no longer a conflict.
+            try browser.click(try #require(try browser.find("#conflicts li[data-path='docs/b.txt'] button[data-choice='keep']").first))
+            try await RunInteropTests.waitFor("nothing left to settle") {
+                try browser.text(try #require(try browser.find("#conflicts-summary").first)) == "Nothing to settle."
+            }
+            #expect(RunInteropTests.content(world.local + "/docs/b.txt") == "made here too\n")
+        }
+    }
 }
