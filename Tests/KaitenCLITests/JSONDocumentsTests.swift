@@ -105,5 +105,7 @@ struct JSONDocumentsTests {
         "kaiten import", "kaiten thumb", "kaiten status[].announced", "kaiten plan.folders[].renames[]",
         // A running mount's record (MountInteropTests).
         "kaiten status[].mounts[]",
+        // A folder an untrusted device stored (EncryptedFolderInteropTests).
+        "kaiten decrypt",
     ]
 }
