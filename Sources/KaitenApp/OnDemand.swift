@@ -105,6 +105,27 @@ extension App {
         }
     }
 
+    /// Signed links to the thumbnails of the images and videos directly in `directory` of the
+    /// global index (live files only), by path: what a page showing the directory needs, with
+    /// the index and the signing key read once.
+    public func thumbnailLinks(_ folder: String, directory: String, size: Int, seconds: Int64) throws -> [String: String] {
+        let opened = try open()
+        _ = try Self.folders([folder], in: opened)
+        guard let record = ServerRecord.load(opened.home) else {
+            throw StreamError(.unavailable, "no on-demand server is running for this home (kaiten run, or kaiten serve)")
+        }
+        let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+        defer { log.close() }
+        let signer = try URLSigner.load(home: opened.home)
+        let expires = Int64(Date().timeIntervalSince1970) + seconds
+        var links: [String: String] = [:]
+        log.index.forEachGlobal(below: Self.clean(directory), recursive: false) { global in
+            guard global.file.type == .file, !global.file.isDeleted, MediaKind(path: global.path) != nil, SafePath.isClean(global.path) else { return }
+            links[global.path] = signer.thumbnailURL(base: record.baseURL, folder: folder, path: global.path, size: size, expires: expires)
+        }
+        return links
+    }
+
     /// A signed link, valid `seconds`, to a live file of the global index on the running
     /// `kaiten serve` (to its thumbnail with `thumbnailSize`).
     public func link(_ folder: String, path: String, seconds: Int64, thumbnailSize: Int?) throws -> String {

@@ -107,6 +107,13 @@ public struct RESTUseCases: APIUseCases {
         }
     }
 
+    public func thumbnailLinks(folder: String, directory: String, size: Int) throws -> Data {
+        try answering {
+            let links = try app.thumbnailLinks(folder, directory: directory, size: size, seconds: 3600)
+            return try JSONSerialization.data(withJSONObject: ["links": links], options: [.sortedKeys])
+        }
+    }
+
     public func apply(plan data: Data) async throws -> Data {
         let plan: Plan
         do {

@@ -291,6 +291,10 @@ extension APIRouter {
                 thumbnail = pixels
             }
             return document(try useCases.link(folder: try folder(), path: path, thumbnail: thumbnail))
+        case ("GET", "/rest/kaiten/thumbs"):
+            let size = request.query["size"].flatMap { Int($0) } ?? 255
+            guard (16...255).contains(size) else { throw APIFailure(status: 400, "size must be 16 to 255 pixels") }
+            return document(try useCases.thumbnailLinks(folder: try folder(), directory: request.query["dir"] ?? "", size: size))
         case ("GET", "/rest/kaiten/ls"): return document(try useCases.listing(folder: try folder(), directory: request.query["dir"] ?? ""))
         case ("POST", "/rest/kaiten/apply"):
             // The plan the page showed, applied as a saved plan is (stale if things moved).

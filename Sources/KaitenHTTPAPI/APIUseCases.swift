@@ -30,6 +30,9 @@ public protocol APIUseCases: Sendable {
     /// {"url": …}: a signed link (an hour) to a file's global version on the service's on-demand
     /// server, ranges and all; to its thumbnail with `thumbnail` pixels.
     func link(folder: String, path: String, thumbnail: Int?) throws -> Data
+    /// {"links": {path: url}}: signed links to the thumbnails of the images and videos directly
+    /// in a directory of the global tree.
+    func thumbnailLinks(folder: String, directory: String, size: Int) throws -> Data
     /// Applies `plan` (a plan document as `plan` gave it) as `kaiten apply PLAN` does:
     /// `{exit, message, report}`.
     func apply(plan: Data) async throws -> Data

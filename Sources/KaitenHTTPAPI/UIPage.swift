@@ -49,6 +49,8 @@ enum UIPage {
               <button type="button" id="search-clear">Clear</button>
             </form>
             <p id="search-summary" aria-live="polite"></p>
+            <p><button type="button" id="view-grid" aria-pressed="false">Photo grid</button></p>
+            <div id="grid" hidden></div>
             <table id="tree">
               <thead><tr><th scope="col">Keep</th><th scope="col" data-sort="name" aria-sort="ascending"><button type="button" class="sort">Name</button></th><th scope="col" data-sort="size"><button type="button" class="sort">Size</button></th><th scope="col" data-sort="modified"><button type="button" class="sort">Modified</button></th><th scope="col">Here</th><th scope="col">Peers</th></tr></thead>
               <tbody></tbody>
@@ -95,6 +97,12 @@ enum UIPage {
         table { width: 100%; border-collapse: collapse; }
         th, td { text-align: left; padding: .25em .5em; border-bottom: 1px solid #8882; overflow-wrap: anywhere; }
         td.size { text-align: right; white-space: nowrap; }
+        img.thumb { width: 48px; height: 48px; object-fit: cover; vertical-align: middle; margin-right: .5em; }
+        #grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); gap: .5em; }
+        #grid .tile { display: flex; flex-direction: column; align-items: center; gap: .25em; background: none; border: 1px solid #8884; padding: .25em; font: inherit; cursor: pointer; overflow: hidden; }
+        #grid .tile img { width: 128px; height: 128px; object-fit: cover; }
+        #grid .tile span { max-width: 100%; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+        button[aria-pressed="true"] { background: Highlight; color: HighlightText; }
         #viewer img, #viewer video { max-width: 100%; max-height: 70vh; display: block; }
         button.open { background: none; border: none; padding: 0; font: inherit; color: inherit; cursor: pointer; text-align: left; text-decoration: underline dotted; }
         button.dir { background: none; border: none; padding: 0; font: inherit; color: LinkText; cursor: pointer; text-align: left; }
@@ -192,7 +200,8 @@ enum UIPage {
           }
           for (const entry of sorted(listing.entries)) rows.push(row(entry));
           q("tree").tBodies[0].replaceChildren(...rows);
-          await Promise.all([showPlan(), showPeers().catch((error) => {
+          state.entries = listing.entries;
+          await Promise.all([showPlan(), showThumbnails(folder, directory), showPeers().catch((error) => {
             q("peers").tBodies[0].replaceChildren(el("tr", {}, String(error.message)));
           })]);
         }
@@ -247,6 +256,39 @@ enum UIPage {
             el("td", {}, entry.modified), el("td", { class: "state-" + (entry.local || "unknown") }, entry.local || ""),
             el("td", {}, String(Array.isArray(entry.peers) ? entry.peers.length : entry.peers)));
           return tr;
+        }
+
+        // Thumbnails of the directory's images and videos (Sushitrain's cache, made on demand from
+        // as few of the peers' blocks as it takes): beside each name, and as tiles in the grid.
+        async function showThumbnails(folder, directory) {
+          state.thumbs = {};
+          try {
+            state.thumbs = (await api("/rest/kaiten/thumbs?folder=" + encodeURIComponent(folder) + "&dir=" + encodeURIComponent(directory) + "&size=255")).links;
+          } catch (error) { /* no on-demand server: names only */ }
+          for (const tr of q("tree").tBodies[0].rows) {
+            const url = tr.dataset.path && state.thumbs[tr.dataset.path];
+            if (!url) continue;
+            tr.cells[1].prepend(el("img", { class: "thumb", src: url, alt: "", loading: "lazy", width: "48", height: "48" }));
+          }
+          showGrid();
+        }
+        function showGrid() {
+          const grid = q("grid");
+          const on = q("view-grid").getAttribute("aria-pressed") === "true";
+          grid.hidden = !on;
+          q("tree").hidden = on;
+          if (!on) { grid.replaceChildren(); return; }
+          const tiles = [];
+          for (const entry of sorted(state.entries || [])) {
+            if (entry.type !== "file") continue;
+            const url = state.thumbs && state.thumbs[entry.path];
+            const tile = el("button", { type: "button", class: "tile", "data-path": entry.path, "aria-label": "Open " + entry.path });
+            if (url) tile.append(el("img", { src: url, alt: "", loading: "lazy" }));
+            tile.append(el("span", {}, entry.path.slice(entry.path.lastIndexOf("/") + 1)));
+            tile.addEventListener("click", () => view(entry.path));
+            tiles.push(tile);
+          }
+          grid.replaceChildren(...tiles);
         }
 
         // A file opened without keeping it: shown, played (the player's ranges fetch only what
@@ -373,6 +415,11 @@ enum UIPage {
         document.addEventListener("DOMContentLoaded", () => {
           q("apply").addEventListener("click", applyPlan);
           q("viewer-close").addEventListener("click", closeViewer);
+          q("view-grid").addEventListener("click", () => {
+            const button = q("view-grid");
+            button.setAttribute("aria-pressed", button.getAttribute("aria-pressed") === "true" ? "false" : "true");
+            showGrid();
+          });
           for (const th of document.querySelectorAll("th[data-sort]")) {
             th.querySelector("button").addEventListener("click", () => sortBy(th.dataset.sort).catch((error) => { q("outcome").textContent = String(error.message); }));
           }

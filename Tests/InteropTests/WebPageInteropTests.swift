@@ -311,8 +311,25 @@ struct WebPageInteropTests {
             let link = try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
             defer { browser.close() }
+            try FileManager.default.createDirectory(atPath: ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots"), withIntermediateDirectories: true)
             try browser.go(link)
             try browser.click(try await browser.waitFor("tr[data-path='media'] button.dir", "the media directory"))
+            // Thumbnails beside the names, made on demand into the Sushitrain-layout cache: the
+            // picture's and a frame of the video.
+            func thumbnailsLoaded(_ css: String) throws -> Int {
+                try browser.script("return [...document.querySelectorAll(\"\(css)\")].filter((i) => i.complete && i.naturalWidth > 0).length") as? Int ?? 0
+            }
+            try await RunInteropTests.waitFor("both thumbnails shown") { try thumbnailsLoaded("#tree img.thumb") == 2 }
+            let cached = (FileManager.default.enumerator(atPath: world.home + "/thumbnails")?.allObjects as? [String] ?? []).filter { $0.hasSuffix(".jpg") }
+            #expect(cached.count == 2, "\(cached)")
+            // The grid: a tile per file, each with its thumbnail; a tile opens its file too.
+            try browser.click(try #require(try browser.find("#view-grid").first))
+            try await RunInteropTests.waitFor("the grid's thumbnails") { try thumbnailsLoaded("#grid .tile img") == 2 }
+            #expect(try browser.script("return document.getElementById('tree').hidden") as? Bool == true)
+            try browser.screenshot(to: (ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots")) + "/grid.png")
+            try browser.click(try #require(try browser.find("#grid .tile[data-path='media/dot.png']").first))
+            _ = try await browser.waitFor("#viewer img", "the picture opened from the grid")
+            try browser.click(try #require(try browser.find("#view-grid").first))
             try browser.click(try await browser.waitFor("tr[data-path='media/clip.webm'] button.open", "the video's row"))
             _ = try await browser.waitFor("#viewer video", "the player")
             // Plays (muted, as a page may without a gesture), then seeks near the end.
