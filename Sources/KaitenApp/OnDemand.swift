@@ -126,6 +126,34 @@ extension App {
         return links
     }
 
+    /// A signed address, valid `seconds`, under which the running on-demand server serves the
+    /// subtree `root` of a folder's global tree as a read-only web site (its `index.html` for
+    /// each directory), every file fetched on demand and verified.
+    public func siteLink(_ folder: String, root: String, seconds: Int64) throws -> String {
+        let clean = Self.clean(root)
+        if !clean.isEmpty {
+            do {
+                try SafePath.validate(clean)
+            } catch {
+                throw ArgumentError("\(root): \(error.hint)")
+            }
+        }
+        let opened = try open()
+        _ = try Self.folders([folder], in: opened)
+        guard let record = ServerRecord.load(opened.home) else {
+            throw StreamError(.unavailable, "no on-demand server is running for this home (kaiten run, or kaiten serve)")
+        }
+        if !clean.isEmpty {
+            let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+            defer { log.close() }
+            guard let global = log.index.global(clean), !global.file.isDeleted, global.file.type == .directory else {
+                throw StreamError(.notFound, "\(clean) is not a directory of the global index of \(folder) (see `kaiten ls \(folder)`)")
+            }
+        }
+        let signer = try URLSigner.load(home: opened.home)
+        return signer.siteURL(base: record.baseURL, folder: folder, root: clean, expires: Int64(Date().timeIntervalSince1970) + seconds)
+    }
+
     /// A signed link, valid `seconds`, to a live file of the global index on the running
     /// `kaiten serve` (to its thumbnail with `thumbnailSize`).
     public func link(_ folder: String, path: String, seconds: Int64, thumbnailSize: Int?) throws -> String {

@@ -110,6 +110,8 @@ public final class StreamServer: Sendable {
         let message: String
         /// The connection ends after the answer.
         var closes = false
+        /// A redirect's target.
+        var location: String?
     }
 
     /// How long a connection may take to send a request's head, when it opens and after each
@@ -139,16 +141,30 @@ public final class StreamServer: Sendable {
                 logged = "/thumb folder=\(folder) path=\(path) size=\(size)"
                 return try await respondThumbnail(head, folder: folder, path: path, size: size, out, status: &status, sent: &sent)
             }
-            let (folder, path) = try authorize(head.uri)
-            logged = "/file folder=\(folder) path=\(path)"
+            let isSite = head.uri.hasPrefix("/site/")
+            let (folder, path) = isSite ? try authorizeSite(head.uri) : try authorize(head.uri)
+            logged = "\(isSite ? "/site" : "/file") folder=\(folder) path=\(path)"
             let entry: RemoteFiles.Entry
             do {
                 entry = try files.entry(folder: folder, path: path)
             } catch {
+                // A site's directory named without its slash: sent to it, as web servers do, so
+                // that its page's relative links resolve inside it.
+                if isSite, !path.hasSuffix("/index.html"), (try? files.entry(folder: folder, path: path + "/index.html")) != nil {
+                    let target = (URLComponents(string: head.uri)?.percentEncodedPath ?? head.uri) + "/"
+                    throw Failure(status: .movedPermanently, message: "moved to \(target)", location: target)
+                }
                 throw Failure(status: HTTPResponseStatus(statusCode: error.status), message: error.hint)
             }
             var headers = HTTPHeaders()
-            Self.addPeerContentHeaders(&headers)
+            if isSite {
+                // A site runs its scripts, in an origin of its own (no cookie of this host, no
+                // other link's answer).
+                headers.add(name: "X-Content-Type-Options", value: "nosniff")
+                headers.add(name: "Content-Security-Policy", value: "sandbox allow-scripts allow-forms allow-popups allow-downloads")
+            } else {
+                Self.addPeerContentHeaders(&headers)
+            }
             headers.add(name: "Accept-Ranges", value: "bytes")
             headers.add(name: "ETag", value: entry.etag)
             headers.add(name: "Last-Modified", value: Self.httpDate(Date(timeIntervalSince1970: TimeInterval(entry.global.modifiedS))))
@@ -235,6 +251,7 @@ public final class StreamServer: Sendable {
             let body = failure.message + "\n"
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
             headers.add(name: "Content-Length", value: "\(body.utf8.count)")
+            if let location = failure.location { headers.add(name: "Location", value: location) }
             if failure.closes { headers.add(name: "Connection", value: "close") }
             try await out.write(.head(HTTPResponseHead(version: head.version, status: status, headers: headers)))
             if !isHead { try await out.write(.body(.byteBuffer(ByteBuffer(string: body)))) }
@@ -313,6 +330,36 @@ public final class StreamServer: Sendable {
             throw Failure(status: .forbidden, message: "bad signature")
         }
         return (signed.folder, signed.path, size)
+    }
+
+    /// A site's file: `/site/EXP.DEPTH.SIG/FOLDER/ROOT.../REST`, the signature checked over
+    /// the folder, ROOT (DEPTH segments) and the expiry (403), REST a clean name below ROOT (400)
+    /// or empty, or ending in `/`, for that directory's index.html.
+    func authorizeSite(_ uri: String) throws -> (folder: String, path: String) {
+        guard let components = URLComponents(string: uri) else { throw Failure(status: .badRequest, message: "not a site address") }
+        let segments = components.percentEncodedPath.split(separator: "/", omittingEmptySubsequences: false).dropFirst(2)
+        let token = segments.first?.split(separator: ".") ?? []
+        guard token.count == 3, let exp = Int64(token[0]), let depth = Int(token[1]), depth >= 0, depth <= 64, segments.count >= 2 + depth,
+            let folder = segments[segments.startIndex + 1].removingPercentEncoding, !folder.isEmpty
+        else { throw Failure(status: .forbidden, message: "not a site address (make one with `kaiten ui --site`)") }
+        let rootStart = segments.startIndex + 2
+        var decoded: [String] = []
+        for segment in segments[rootStart...] {
+            guard let text = segment.removingPercentEncoding else { throw Failure(status: .badRequest, message: "a badly escaped address") }
+            decoded.append(text)
+        }
+        let root = decoded.prefix(depth).joined(separator: "/")
+        guard signer.verifySite(folder: folder, root: root, expires: exp, signature: String(token[2])) else {
+            throw Failure(status: .forbidden, message: "bad signature")
+        }
+        guard exp >= Int64(Date().timeIntervalSince1970) else { throw Failure(status: .forbidden, message: "the site's address has expired") }
+        var rest = decoded.dropFirst(depth).joined(separator: "/")
+        if rest.isEmpty || rest.hasSuffix("/") { rest += "index.html" }
+        let path = root.isEmpty ? rest : root + "/" + rest
+        guard Self.isClean(path), Self.isClean(rest) else {
+            throw Failure(status: .badRequest, message: "a site's address names a clean file below its directory")
+        }
+        return (folder, path)
     }
 
     /// Checks the URL: a clean path (400), then a valid, unexpired signature (403).
@@ -409,7 +456,10 @@ enum MIME {
         "png": "image/png", "gif": "image/gif", "webp": "image/webp", "heic": "image/heic", "svg": "image/svg+xml",
         "pdf": "application/pdf", "txt": "text/plain; charset=utf-8", "md": "text/markdown; charset=utf-8",
         "html": "text/html; charset=utf-8", "json": "application/json", "zip": "application/zip", "srt": "application/x-subrip",
-        "vtt": "text/vtt",
+        "vtt": "text/vtt", "htm": "text/html; charset=utf-8", "css": "text/css; charset=utf-8",
+        "js": "text/javascript; charset=utf-8", "mjs": "text/javascript; charset=utf-8", "wasm": "application/wasm",
+        "xml": "application/xml", "csv": "text/csv; charset=utf-8", "ico": "image/x-icon", "avif": "image/avif",
+        "woff": "font/woff", "woff2": "font/woff2", "ttf": "font/ttf", "otf": "font/otf",
     ]
 
     static func type(forPath path: String) -> String {

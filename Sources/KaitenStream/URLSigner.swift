@@ -74,6 +74,33 @@ public struct URLSigner: Sendable {
         return "\(base)/thumb?folder=\(Self.escape(folder))&path=\(Self.escape(path))&size=\(size)&exp=\(expires)&sig=\(sig)"
     }
 
+    /// A site's message (`kaiten ui --site`): its own domain, the folder, the directory whose
+    /// subtree it opens, the expiry.
+    static func siteMessage(folder: String, root: String, expires: Int64) -> [UInt8] {
+        Array("\u{0}site\n\(folder)\n\(root)\n\(expires)".utf8)
+    }
+
+    public func siteSignature(folder: String, root: String, expires: Int64) -> String {
+        Hex.encode(Data(HMAC<SHA256>.authenticationCode(for: Self.siteMessage(folder: folder, root: root, expires: expires), using: key)))
+    }
+
+    public func verifySite(folder: String, root: String, expires: Int64, signature: String) -> Bool {
+        guard let bytes = Self.hexBytes(signature) else { return false }
+        return HMAC<SHA256>.isValidAuthenticationCode(bytes, authenticating: Self.siteMessage(folder: folder, root: root, expires: expires), using: key)
+    }
+
+    /// `BASE/site/EXP.DEPTH.SIG/FOLDER/ROOT/`: the signature in the path, not the query, so
+    /// that the site's relative links (`style.css`, `img/a.png`) stay inside it. DEPTH is how
+    /// many path segments ROOT has.
+    public func siteURL(base: String, folder: String, root: String, expires: Int64) -> String {
+        let sig = siteSignature(folder: folder, root: root, expires: expires)
+        let depth = root.isEmpty ? 0 : root.split(separator: "/").count
+        var folderSegment = CharacterSet.alphanumerics
+        folderSegment.insert(charactersIn: "-._~")
+        let folderPart = folder.addingPercentEncoding(withAllowedCharacters: folderSegment) ?? folder
+        return "\(base)/site/\(expires).\(depth).\(sig)/\(folderPart)/" + (root.isEmpty ? "" : Self.escape(root) + "/")
+    }
+
     /// A signature's 32 bytes; nil for anything else.
     static func hexBytes(_ signature: String) -> [UInt8]? {
         guard let bytes = Hex.decode(signature), bytes.count == 32 else { return nil }

@@ -432,4 +432,62 @@ struct WebPageInteropTests {
             #expect(RunInteropTests.content(world.local + "/docs/b.txt") == "made here too\n")
         }
     }
+
+    /// `kaiten ui --site`: a directory of the folder served as a web site from the peers, on
+    /// demand: its index.html, the style sheet, script and picture it names (each with its
+    /// type), a subdirectory's page; nothing outside that directory, nothing without the
+    /// signature, nothing kept.
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func aDirectoryIsServedAsAWebSiteOnDemand() async throws {
+        try await REST.withKaitenBesideSyncthing("kaiten-web-site", runArguments: ["--apply", "none"]) { world, st, base, key in
+            let www = world.peerData + "/www"
+            try TestFiles.write(www + "/index.html", """
+                <!doctype html><html><head><title>Home page</title><link rel="stylesheet" href="style.css"><script src="app.js"></script></head>
+                <body><img id="logo" src="img/dot.png" alt=""><a id="sub" href="sub/">more</a></body></html>
+                """)
+            try TestFiles.write(www + "/style.css", "body { background-color: rgb(1, 2, 3); }\n")
+            try TestFiles.write(www + "/app.js", "document.addEventListener('DOMContentLoaded', () => { document.body.dataset.ran = 'yes'; });\n")
+            try TestMedia.png(www + "/img/dot.png", width: 40, height: 30)
+            try TestFiles.write(www + "/sub/index.html", "<!doctype html><title>Sub page</title>\n")
+            try TestFiles.write(world.peerData + "/secret.txt", "outside the site\n")
+            try await ApplyInteropTests.rescan(st)
+            try await RunInteropTests.waitFor("the site in Kaiten's index") {
+                try ["www/index.html", "www/style.css", "www/app.js", "www/img/dot.png", "www/sub/index.html", "secret.txt"].allSatisfy { name in
+                    try REST.curl(base + "/rest/db/file?folder=\(ApplyInteropTests.folder)&file=\(name)", headers: ["X-API-Key: \(key)"]).status == 200
+                }
+            }
+            let made = try world.kaiten("ui", "--site", ApplyInteropTests.folder + "/www")
+            #expect(made.status == 0, "\(made.stdout)\(made.stderr)")
+            let site = made.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(site.hasSuffix("/\(ApplyInteropTests.folder)/www/"), "\(site)")
+
+            let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
+            defer { browser.close() }
+            try browser.go(site)
+            try await RunInteropTests.waitFor("the site's page with its style, script and picture") {
+                let state = try browser.script("""
+                    const img = document.getElementById("logo");
+                    return [document.title, getComputedStyle(document.body).backgroundColor, document.body.dataset.ran || "", img ? img.naturalWidth : 0];
+                    """) as? [Any]
+                return state?[0] as? String == "Home page" && state?[1] as? String == "rgb(1, 2, 3)" && state?[2] as? String == "yes" && state?[3] as? Int == 40
+            }
+            try browser.click(try #require(try browser.find("#sub").first))
+            try await RunInteropTests.waitFor("the subdirectory's page") { try browser.script("return document.title") as? String == "Sub page" }
+
+            #expect(try StreamInteropTests.curl(site + "style.css").headers["content-type"] == "text/css; charset=utf-8")
+            #expect(try StreamInteropTests.curl(site + "app.js").headers["content-type"] == "text/javascript; charset=utf-8")
+            let redirect = try StreamInteropTests.curl(site + "sub")
+            #expect(redirect.status == 301 && redirect.headers["location"]?.hasSuffix("/www/sub/") == true, "\(redirect.status) \(redirect.headers)")
+            // Nothing outside the directory, however it is spelled; nothing with another signature.
+            #expect(try StreamInteropTests.curl(site + "../secret.txt", extra: ["--path-as-is"]).status == 400)
+            #expect(try StreamInteropTests.curl(site + "%2e%2e/secret.txt").status == 400)
+            #expect(try StreamInteropTests.curl(site + "img/..%2f..%2fsecret.txt").status == 400)
+            let forged = site.replacingOccurrences(of: "/\(ApplyInteropTests.folder)/www/", with: "/\(ApplyInteropTests.folder)/")
+            #expect(try StreamInteropTests.curl(forged + "secret.txt").status == 403)
+            // A file is not a site; nothing was selected or written.
+            let file = try world.kaiten("ui", "--site", ApplyInteropTests.folder + "/www/index.html")
+            #expect(file.status == 1 && file.stderr.contains("not a directory"), "\(file.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/www"))
+        }
+    }
 }
