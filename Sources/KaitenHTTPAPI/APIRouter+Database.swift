@@ -299,6 +299,15 @@ extension APIRouter {
         case ("POST", "/rest/kaiten/apply"):
             // The plan the page showed, applied as a saved plan is (stale if things moved).
             return document(try await useCases.apply(plan: Data(request.body)))
+        case ("GET", "/rest/kaiten/rounds"):
+            return .json(state.recentRounds().map { round -> [String: Any] in
+                var object: [String: Any] = [
+                    "number": round.number, "at": round.at, "planned": round.planned, "applied": round.applied, "failed": round.failed,
+                    "pending": round.pending, "conflicts": round.conflicts,
+                ]
+                if let error = round.error { object["error"] = error }
+                return object
+            })
         case ("GET", "/rest/kaiten/cache"):
             let cache = state.onDemandCache()
             return .json(["bytes": cache.bytes, "limit": cache.limit, "blocks": cache.blocks, "fetchedBlocks": cache.fetched])

@@ -40,6 +40,33 @@ public protocol APIState: Sendable {
     func shutdown()
     /// The on-demand block cache.
     func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int)
+    /// The service's last rounds, the newest first.
+    func recentRounds() -> [APIRound]
+}
+
+/// One round of the service: what its plan had and what became of it.
+public struct APIRound: Sendable {
+    public var number: Int
+    /// ISO 8601.
+    public var at: String
+    public var planned: Int
+    public var applied: Int
+    public var failed: Int
+    /// Left for review: not admitted by the apply mode, or held by a brake.
+    public var pending: Int
+    public var conflicts: Int
+    public var error: String?
+
+    public init(number: Int, at: String, planned: Int, applied: Int, failed: Int, pending: Int, conflicts: Int, error: String?) {
+        self.number = number
+        self.at = at
+        self.planned = planned
+        self.applied = applied
+        self.failed = failed
+        self.pending = pending
+        self.conflicts = conflicts
+        self.error = error
+    }
 }
 
 public struct APIDeviceStats: Sendable {

@@ -80,6 +80,10 @@ enum UIPage {
               <tbody></tbody>
             </table>
           </section>
+          <section aria-labelledby="rounds-title">
+            <h2 id="rounds-title">The service's last rounds</h2>
+            <ol id="rounds" reversed></ol>
+          </section>
         </main>
         </body>
         </html>
@@ -203,7 +207,7 @@ enum UIPage {
           state.entries = listing.entries;
           await Promise.all([showPlan(), showThumbnails(folder, directory), showPeers().catch((error) => {
             q("peers").tBodies[0].replaceChildren(el("tr", {}, String(error.message)));
-          })]);
+          }), showRounds().catch((error) => { q("rounds").replaceChildren(el("li", {}, String(error.message))); })]);
         }
 
         // "10M", "1.5 GiB", "2048": bytes (K, M, G, T are powers of 1024, as the sizes shown).
@@ -398,6 +402,15 @@ enum UIPage {
             rows.push(tr);
           }
           q("peers").tBodies[0].replaceChildren(...rows);
+        }
+
+        // What the service did on its own: each round's plan, what it applied, what it held back
+        // (not admitted by its apply mode, or stopped by a brake) and why a round failed.
+        async function showRounds() {
+          const rounds = await api("/rest/kaiten/rounds");
+          q("rounds").replaceChildren(...rounds.map((r) => el("li", { "data-number": String(r.number), "data-pending": String(r.pending) },
+            "#" + r.number + " at " + r.at + ": " + r.planned + " planned, " + r.applied + " applied, " + r.pending + " held back, "
+              + r.failed + " failed, " + r.conflicts + " conflict(s)" + (r.error ? " — " + r.error : ""))));
         }
 
         async function applyPlan() {

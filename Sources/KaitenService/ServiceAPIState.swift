@@ -151,6 +151,14 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
 
     func shutdown() { control.stop() }
 
+    func recentRounds() -> [APIRound] {
+        status.recentRounds.map { round in
+            APIRound(
+                number: round.number ?? 0, at: round.at, planned: round.planned, applied: round.applied, failed: round.failed,
+                pending: round.pending, conflicts: round.conflicts, error: round.error)
+        }
+    }
+
     func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int) {
         let usage = files.cacheUsage
         return (usage.bytes, usage.limit, usage.blocks, files.blocksFetched)

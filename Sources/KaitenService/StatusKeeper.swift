@@ -129,6 +129,11 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
     /// The last round's outcome, nil before the first.
     var lastRound: ServiceRecord.Round? { record.withLock { $0.lastRound } }
 
+    /// The last rounds' outcomes, the newest first (at most ``roundsKept``).
+    var recentRounds: [ServiceRecord.Round] { recent.withLock { Array($0.reversed()) } }
+    static let roundsKept = 20
+    private let recent = Mutex<[ServiceRecord.Round]>([])
+
     func round(planned: Int, applied: Int, failed: Int, pending: Int, conflicts: Int, error: String?, paths: Int? = nil) {
         let at = now()
         record.withLock {
@@ -136,6 +141,11 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
             $0.lastRound = ServiceRecord.Round(
                 at: at, planned: planned, applied: applied, failed: failed, pending: pending, conflicts: conflicts, error: error,
                 number: number, paths: paths)
+            let round = $0.lastRound!
+            recent.withLock { rounds in
+                rounds.append(round)
+                if rounds.count > Self.roundsKept { rounds.removeFirst(rounds.count - Self.roundsKept) }
+            }
         }
         save()
     }

@@ -416,6 +416,14 @@ struct WebPageInteropTests {
             #expect(choices == ["use-global", "delete-local", "keep"], "\(String(describing: choices))")
             let peer = try await browser.waitFor("#peers tr[data-device='\(st.deviceID.description)'] td.connected", "the peer shown connected")
             #expect(try browser.text(peer).hasPrefix("connected, "))
+            // The service's rounds as its API says them, the newest first: the last saw the two
+            // conflicts, and with --apply none it applied nothing.
+            let rounds = try #require(try JSONSerialization.jsonObject(with: Data(REST.curl(base + "/rest/kaiten/rounds", headers: ["X-API-Key: \(key)"]).body.utf8)) as? [[String: Any]])
+            let newest = try #require(rounds.first)
+            #expect(newest["conflicts"] as? Int == 2 && newest["applied"] as? Int == 0, "\(rounds)")
+            let shown = try browser.script("return [...document.querySelectorAll('#rounds li')].map((li) => [Number(li.dataset.number), Number(li.dataset.pending)])") as? [[Int]]
+            #expect(shown?.first == [newest["number"] as? Int ?? -1, newest["pending"] as? Int ?? -1], "\(String(describing: shown)) \(rounds)")
+            #expect(shown?.count == rounds.count)
             let shots = ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots")
             try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
             try browser.screenshot(to: shots + "/settle.png")

@@ -34,6 +34,7 @@ struct APIRouterTests {
         func scan(folder: String?, subdirectories: [String]) -> Bool { folder == nil || folder == "photos" }
         func restart() {}
         func shutdown() {}
+        func recentRounds() -> [APIRound] { [] }
         func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int) { (0, 8 << 20, 0, 0) }
     }
 
