@@ -109,6 +109,21 @@ struct WebPageInteropTests {
 
         func text(_ element: String) throws -> String { try call("/element/\(element)/text") as? String ?? "" }
 
+        /// Presses and releases one key, as a person at the keyboard (WebDriver's key codes:
+        /// Tab U+E004, Enter U+E007).
+        func press(_ key: String) throws {
+            _ = try call("/actions", "POST", ["actions": [["type": "key", "id": "keyboard", "actions": [["type": "keyDown", "value": key], ["type": "keyUp", "value": key]]]]])
+        }
+
+        /// Tabs through the page until `css` has the focus (at most `limit` presses).
+        func tab(to css: String, limit: Int = 60) throws -> Bool {
+            for _ in 0..<limit {
+                try press("\u{E004}")
+                if try script("return document.activeElement.matches(\"\(css)\")") as? Bool == true { return true }
+            }
+            return false
+        }
+
         func script(_ source: String) throws -> Any? { try call("/execute/sync", "POST", ["script": source, "args": [Any]()]) }
 
         func screenshot(to path: String) throws {
@@ -496,6 +511,36 @@ struct WebPageInteropTests {
             let file = try world.kaiten("ui", "--site", ApplyInteropTests.folder + "/www/index.html")
             #expect(file.status == 1 && file.stderr.contains("not a directory"), "\(file.stderr)")
             #expect(!FileManager.default.fileExists(atPath: world.local + "/www"))
+        }
+    }
+
+    /// On a phone-sized screen nothing is wider than the screen; with the keyboard alone a
+    /// person ticks a directory (Tab, Space), sees its plan, and applies it (Tab, Enter).
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func thePageFitsAPhoneAndWorksWithTheKeyboardAlone() async throws {
+        try await REST.withKaitenBesideSyncthing("kaiten-web-keys", runArguments: ["--apply", "none"]) { world, st, base, key in
+            let link = try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
+            defer { browser.close() }
+            _ = try browser.call("/window/rect", "POST", ["width": 390, "height": 844])
+            try browser.go(link)
+            _ = try await browser.waitFor("tr[data-path='other'] input[data-select='other']", "the folder's tree")
+            let widths = try browser.script("return [document.documentElement.scrollWidth, window.innerWidth]") as? [Int]
+            #expect(widths?.count == 2 && widths![0] <= widths![1], "the page is wider than the phone: \(String(describing: widths))")
+            let shots = ProcessInfo.processInfo.environment["KAITEN_SCREENSHOTS"] ?? world.dir.file("screenshots")
+            try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
+            try browser.screenshot(to: shots + "/phone.png")
+
+            _ = try browser.script("document.activeElement.blur(); window.scrollTo(0, 0)")
+            #expect(try browser.tab(to: "input[data-select='other']"), "Tab never reached the tick of other/")
+            try browser.press(" ")
+            _ = try await browser.waitFor("#plan li[data-path='other/c.txt'][data-action='pull']", "other/c.txt in the plan")
+            #expect(try browser.tab(to: "#apply:not([disabled])"), "Tab never reached the apply button")
+            try browser.press("\u{E007}")
+            try await RunInteropTests.waitFor("other/c.txt pulled") {
+                RunInteropTests.content(world.local + "/other/c.txt") == "c, not selected at first\n"
+            }
+            _ = (st, base, key)
         }
     }
 }
