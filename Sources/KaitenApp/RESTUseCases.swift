@@ -17,6 +17,8 @@ public struct RESTUseCases: APIUseCases {
     let app: App
     /// The folders' logs, kept open between searches.
     let logs = IndexLogKeeper()
+    /// How far the apply asked through the API has come.
+    let progress = ApplyProgress()
 
     public init(app: App) { self.app = app }
 
@@ -114,6 +116,10 @@ public struct RESTUseCases: APIUseCases {
         }
     }
 
+    public func applyProgress() throws -> Data {
+        try JSONDocument.encode(progress.snapshot)
+    }
+
     public func apply(plan data: Data) async throws -> Data {
         let plan: Plan
         do {
@@ -123,7 +129,10 @@ public struct RESTUseCases: APIUseCases {
         }
         var request = ApplyRequest()
         request.plan = plan
-        let frontEnd = ApplyFrontEnd(confirm: { _ in true }, events: { _ in }, stop: StopSignal(), installsSignals: false)
+        let progress = self.progress
+        let frontEnd = ApplyFrontEnd(confirm: { _ in true }, events: { progress.record($0) }, stop: StopSignal(), installsSignals: false)
+        progress.began()
+        defer { progress.ended() }
         do {
             let outcome = try await app.apply(request, frontEnd)
             let status = outcome.status(failOnConflict: false)

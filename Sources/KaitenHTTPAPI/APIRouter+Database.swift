@@ -308,6 +308,7 @@ extension APIRouter {
                 if let error = round.error { object["error"] = error }
                 return object
             })
+        case ("GET", "/rest/kaiten/apply/progress"): return document(try useCases.applyProgress())
         case ("GET", "/rest/kaiten/cache"):
             let cache = state.onDemandCache()
             return .json(["bytes": cache.bytes, "limit": cache.limit, "blocks": cache.blocks, "fetchedBlocks": cache.fetched])

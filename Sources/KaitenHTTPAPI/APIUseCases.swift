@@ -35,6 +35,9 @@ public protocol APIUseCases: Sendable {
     func thumbnailLinks(folder: String, directory: String, size: Int) throws -> Data
     /// Applies `plan` (a plan document as `plan` gave it) as `kaiten apply PLAN` does:
     /// `{exit, message, report}`.
+    /// {running, actions, done, failed, files_done, files_total, bytes_done, bytes_total,
+    /// current}: how far the apply asked through `apply(plan:)` has come.
+    func applyProgress() throws -> Data
     func apply(plan: Data) async throws -> Data
 
     // syncthing's db endpoints, read from the index log and the last scan (as `kaiten ls`).

@@ -413,15 +413,33 @@ enum UIPage {
               + r.failed + " failed, " + r.conflicts + " conflict(s)" + (r.error ? " — " + r.error : ""))));
         }
 
+        // The apply runs as one request; meanwhile its progress is asked for and shown.
         async function applyPlan() {
           q("apply").disabled = true;
           q("outcome").textContent = "Applying…";
+          q("outcome").dataset.progress = "";
+          let polling = true;
+          const poll = (async () => {
+            while (polling) {
+              await new Promise((done) => setTimeout(done, 250));
+              if (!polling) break;
+              try {
+                const p = await api("/rest/kaiten/apply/progress");
+                if (!polling || !p.running) continue;
+                const files = p.files_total ? p.files_done + " of " + p.files_total + " file(s), " + size(p.bytes_done) + " of " + size(p.bytes_total) : "";
+                q("outcome").textContent = "Applying… " + p.done + " of " + p.actions + " change(s)" + (files ? "; " + files : "") + (p.current ? " — " + p.current : "");
+                q("outcome").dataset.progress = p.bytes_done + "/" + p.bytes_total;
+              } catch (error) { /* the answer says how it ended */ }
+            }
+          })();
           try {
             const outcome = await api("/rest/kaiten/apply", {
               method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(shownPlan),
             });
+            polling = false;
+            await poll;
             q("outcome").textContent = outcome.exit === 0 ? "Applied." : "Ended with exit " + outcome.exit + ": " + (outcome.message || "");
-          } catch (error) { q("outcome").textContent = String(error.message); }
+          } catch (error) { polling = false; await poll; q("outcome").textContent = String(error.message); }
           await open(state.folder, state.directory);
         }
 

@@ -515,10 +515,23 @@ struct WebPageInteropTests {
     }
 
     /// On a phone-sized screen nothing is wider than the screen; with the keyboard alone a
-    /// person ticks a directory (Tab, Space), sees its plan, and applies it (Tab, Enter).
+    /// person ticks a directory (Tab, Space), sees its plan, and applies it (Tab, Enter),
+    /// watching its progress.
     @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
     func thePageFitsAPhoneAndWorksWithTheKeyboardAlone() async throws {
         try await REST.withKaitenBesideSyncthing("kaiten-web-keys", runArguments: ["--apply", "none"]) { world, st, base, key in
+            // A file the peer sends at 1 MB/s: the apply takes seconds, and the page shows how far it is.
+            try TestFiles.random(world.peerData + "/other/big.bin", size: 4_000_000)
+            try await ApplyInteropTests.rescan(st)
+            try await RunInteropTests.waitFor("other/big.bin in Kaiten's index") {
+                try REST.curl(base + "/rest/db/file?folder=\(ApplyInteropTests.folder)&file=other/big.bin", headers: ["X-API-Key: \(key)"]).status == 200
+            }
+            var options = try await st.get("/rest/config/options") as? [String: Any] ?? [:]
+            options["limitBandwidthInLan"] = true
+            _ = try await st.put("/rest/config/options", json: options)
+            var entry = try await st.get("/rest/config/devices/\(world.me)") as? [String: Any] ?? [:]
+            entry["maxSendKbps"] = 1000
+            _ = try await st.put("/rest/config/devices/\(world.me)", json: entry)
             let link = try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let browser = try Browser(profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"))
             defer { browser.close() }
@@ -537,10 +550,24 @@ struct WebPageInteropTests {
             _ = try await browser.waitFor("#plan li[data-path='other/c.txt'][data-action='pull']", "other/c.txt in the plan")
             #expect(try browser.tab(to: "#apply:not([disabled])"), "Tab never reached the apply button")
             try browser.press("\u{E007}")
-            try await RunInteropTests.waitFor("other/c.txt pulled") {
-                RunInteropTests.content(world.local + "/other/c.txt") == "c, not selected at first\n"
+            // Midway, the page says how far the apply is (bytes of the files it pulls).
+            try await RunInteropTests.waitFor("the apply's progress shown midway") {
+                let shown = try browser.script("return document.getElementById('outcome').dataset.progress") as? String ?? ""
+                let parts = shown.split(separator: "/").compactMap { Int64($0) }
+                return parts.count == 2 && parts[0] > 0 && parts[0] < parts[1]
             }
-            _ = (st, base, key)
+            #expect(try browser.text(try #require(try browser.find("#outcome").first)).hasPrefix("Applying… "))
+            try await RunInteropTests.waitFor("other/ pulled", timeout: 90) {
+                RunInteropTests.content(world.local + "/other/c.txt") == "c, not selected at first\n"
+                    && ApplyInteropTests.sha(world.local + "/other/big.bin") == ApplyInteropTests.sha(world.peerData + "/other/big.bin")
+            }
+            try await RunInteropTests.waitFor("the page says it is applied") {
+                try browser.text(try #require(try browser.find("#outcome").first)) == "Applied."
+            }
+            let progress = try #require(try JSONSerialization.jsonObject(with: Data(REST.curl(base + "/rest/kaiten/apply/progress", headers: ["X-API-Key: \(key)"]).body.utf8)) as? [String: Any])
+            // docs/ (selected, never applied under --apply none) and other/: four files in all.
+            #expect(progress["running"] as? Bool == false && progress["files_done"] as? Int == 4 && progress["files_total"] as? Int == 4, "\(progress)")
+            #expect(progress["bytes_done"] as? Int == progress["bytes_total"] as? Int && progress["failed"] as? Int == 0, "\(progress)")
         }
     }
 }
