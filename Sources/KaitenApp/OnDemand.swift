@@ -105,23 +105,40 @@ extension App {
         }
     }
 
+    /// What signing a link takes: the running on-demand server's address, the folder's global
+    /// index (read-only; the caller closes it) and the home's signing key.
+    private func signing(_ folder: String) throws -> (base: String, log: IndexLog, signer: URLSigner) {
+        let opened = try open()
+        _ = try Self.folders([folder], in: opened)
+        guard let record = ServerRecord.load(opened.home) else {
+            throw StreamError(.unavailable, "no on-demand server is running for this home (start `kaiten run` or `kaiten serve`)")
+        }
+        let signer = try URLSigner.load(home: opened.home)
+        return (record.baseURL, try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true), signer)
+    }
+
+    /// A name a link may be signed for, or an argument error naming it.
+    private static func linkable(_ path: String) throws -> String {
+        let clean = Self.clean(path)
+        do {
+            try SafePath.validate(clean)
+        } catch {
+            throw ArgumentError("\(path): \(error.hint)")
+        }
+        return clean
+    }
+
     /// Signed links to the thumbnails of the images and videos directly in `directory` of the
     /// global index (live files only), by path: what a page showing the directory needs, with
     /// the index and the signing key read once.
     public func thumbnailLinks(_ folder: String, directory: String, size: Int, seconds: Int64) throws -> [String: String] {
-        let opened = try open()
-        _ = try Self.folders([folder], in: opened)
-        guard let record = ServerRecord.load(opened.home) else {
-            throw StreamError(.unavailable, "no on-demand server is running for this home (kaiten run, or kaiten serve)")
-        }
-        let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+        let (base, log, signer) = try signing(folder)
         defer { log.close() }
-        let signer = try URLSigner.load(home: opened.home)
         let expires = Int64(Date().timeIntervalSince1970) + seconds
         var links: [String: String] = [:]
         log.index.forEachGlobal(below: Self.clean(directory), recursive: false) { global in
             guard global.file.type == .file, !global.file.isDeleted, MediaKind(path: global.path) != nil, SafePath.isClean(global.path) else { return }
-            links[global.path] = signer.thumbnailURL(base: record.baseURL, folder: folder, path: global.path, size: size, expires: expires)
+            links[global.path] = signer.thumbnailURL(base: base, folder: folder, path: global.path, size: size, expires: expires)
         }
         return links
     }
@@ -130,46 +147,23 @@ extension App {
     /// subtree `root` of a folder's global tree as a read-only web site (its `index.html` for
     /// each directory), every file fetched on demand and verified.
     public func siteLink(_ folder: String, root: String, seconds: Int64) throws -> String {
-        let clean = Self.clean(root)
+        let clean = Self.clean(root).isEmpty ? "" : try Self.linkable(root)
+        let (base, log, signer) = try signing(folder)
+        defer { log.close() }
         if !clean.isEmpty {
-            do {
-                try SafePath.validate(clean)
-            } catch {
-                throw ArgumentError("\(root): \(error.hint)")
-            }
-        }
-        let opened = try open()
-        _ = try Self.folders([folder], in: opened)
-        guard let record = ServerRecord.load(opened.home) else {
-            throw StreamError(.unavailable, "no on-demand server is running for this home (kaiten run, or kaiten serve)")
-        }
-        if !clean.isEmpty {
-            let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
-            defer { log.close() }
             guard let global = log.index.global(clean), !global.file.isDeleted, global.file.type == .directory else {
                 throw StreamError(.notFound, "\(clean) is not a directory of the global index of \(folder) (see `kaiten ls \(folder)`)")
             }
         }
-        let signer = try URLSigner.load(home: opened.home)
-        return signer.siteURL(base: record.baseURL, folder: folder, root: clean, expires: Int64(Date().timeIntervalSince1970) + seconds)
+        return signer.siteURL(base: base, folder: folder, root: clean, expires: Int64(Date().timeIntervalSince1970) + seconds)
     }
 
     /// A signed link, valid `seconds`, to a live file of the global index on the running
-    /// `kaiten serve` (to its thumbnail with `thumbnailSize`).
+    /// on-demand server (to its thumbnail with `thumbnailSize`).
     public func link(_ folder: String, path: String, seconds: Int64, thumbnailSize: Int?) throws -> String {
         // Sign only what the server will serve: a clean name of a live file in the index.
-        let clean = Self.clean(path)
-        do {
-            try SafePath.validate(clean)
-        } catch {
-            throw ArgumentError("\(path): \(error.hint)")
-        }
-        let opened = try open()
-        _ = try Self.folders([folder], in: opened)
-        guard let record = ServerRecord.load(opened.home) else {
-            throw StreamError(.unavailable, "no kaiten serve is running for this home (start one with `kaiten serve`)")
-        }
-        let log = try PeerGenerations.openLog(home: opened, folder: folder, readOnly: true)
+        let clean = try Self.linkable(path)
+        let (base, log, signer) = try signing(folder)
         defer { log.close() }
         guard let global = log.index.global(clean), !global.file.isDeleted else {
             throw StreamError(.notFound, "\(clean) is not in the global index of \(folder) (see `kaiten ls \(folder)`)")
@@ -178,12 +172,11 @@ extension App {
             throw StreamError(
                 .notFound, "\(clean) is a \(global.file.type == .directory ? "directory" : "symlink"), not a file; links are made for files")
         }
-        let signer = try URLSigner.load(home: opened.home)
         let expires = Int64(Date().timeIntervalSince1970) + seconds
         if let thumbnailSize {
-            return signer.thumbnailURL(base: record.baseURL, folder: folder, path: clean, size: thumbnailSize, expires: expires)
+            return signer.thumbnailURL(base: base, folder: folder, path: clean, size: thumbnailSize, expires: expires)
         }
-        return signer.url(base: record.baseURL, folder: folder, path: clean, expires: expires)
+        return signer.url(base: base, folder: folder, path: clean, expires: expires)
     }
 
     /// `kaiten serve`: holds the peers' connections (dialling, listening, redialling), serves
