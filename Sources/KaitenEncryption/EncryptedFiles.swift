@@ -127,7 +127,7 @@ extension EncryptedFileInfo {
         }
     }
 
-    static func bigEndian(_ value: Int64) -> [UInt8] {
+    public static func bigEndian(_ value: Int64) -> [UInt8] {
         (0..<8).map { UInt8(truncatingIfNeeded: UInt64(bitPattern: value) >> (56 - 8 * $0)) }
     }
 }

@@ -46,12 +46,14 @@ struct EncryptedFolderInteropTests {
         let b = try SyncthingInstance.generate(in: dir.path, name: "b")
         try await withSyncthing(a) { a in
             try await withSyncthing(b) { b in
-                try await a.addDevice(b.deviceID, name: "b", addresses: [b.address])
+                // B has its folder before A shares: a ClusterConfig that arrives first is
+                // "unexpected" to 1.19.2, which then waits for the next connection.
                 try await b.addDevice(a.deviceID, name: "a", addresses: [a.address])
+                try await b.addFolder(id: Self.folder, path: stored, type: "receiveencrypted", devices: [a.deviceID])
+                try await a.addDevice(b.deviceID, name: "b", addresses: [b.address])
                 try await a.addFolder(
                     id: Self.folder, path: plain, devices: [b.deviceID],
                     extra: ["devices": [["deviceID": a.deviceID.description], ["deviceID": b.deviceID.description, "encryptionPassword": Self.password]]])
-                try await b.addFolder(id: Self.folder, path: stored, type: "receiveencrypted", devices: [a.deviceID])
                 try await b.waitUntil("B stores the folder encrypted", timeout: 120) {
                     let status = try await b.get("/rest/db/status?folder=\(Self.folder)") as? [String: Any]
                     return status?["state"] as? String == "idle" && status?["needFiles"] as? Int == 0
@@ -115,6 +117,33 @@ struct EncryptedFolderInteropTests {
             let bStored = try #require(storedPath["dir/sub/b.bin"])
             let aStored = try #require(storedPath["a.txt"])
             let unicodeStored = try #require(storedPath["café ü.txt"])
+
+            // The block hashes syncthing sealed for the untrusted device open with the file key
+            // and the plain offset (2.x; 1.19.2 may have sealed them without it), giving the
+            // plain SHA-256: what Kaiten must send an untrusted device in its turn.
+            let key = try FolderKey(folderID: Self.folder, password: Self.password)
+            let fd = open(store.stored + "/" + bStored, O_RDONLY)
+            defer { close(fd) }
+            var info = stat()
+            fstat(fd, &info)
+            let outer = try EncryptedTrailer.read(fd: fd, size: Int64(info.st_size))
+            let plain = try EncryptedFileInfo.decrypt(outer, folderKey: key)
+            let fileKey = key.fileKey(for: plain.name)
+            for (sealed, block) in zip(outer.blocks, plain.blocks) {
+                #expect(try EncryptedFileInfo.openBlockHash(sealed.hash, fileKey: fileKey, plainOffset: block.offset) == Array(block.hash))
+                if SyncthingInstance.majorVersion >= 2 {
+                    #expect(try AESSIV.open(sealed.hash, key: fileKey, associatedData: [EncryptedFileInfo.bigEndian(block.offset), []]) == Array(block.hash))
+                }
+            }
+            #expect(outer.modifiedS == EncryptedFileInfo.fixedModification && outer.permissions == 0o644)
+            #expect(outer.blockSize == plain.blockSize + 40 || (plain.blockSize == 0 && outer.blockSize == (128 << 10) + 40), "\(outer.blockSize) \(plain.blockSize)")
+            // What Kaiten makes of the same plain FileInfo is what syncthing made, but for the
+            // random nonce of the sealed metadata.
+            var ours = try EncryptedFileInfo.encrypt(plain, folderKey: key)
+            var theirs = outer
+            ours.encrypted = Data()
+            theirs.encrypted = Data()
+            #expect(ours.name == theirs.name && ours.blocks == theirs.blocks && ours.size == theirs.size && ours.version == theirs.version, "\(ours)\n\(theirs)")
 
             // A wrong password: said at once, naming the folder, nothing written.
             let wrong = dir.file("wrong-password")
