@@ -83,7 +83,10 @@ struct EncryptedFolderInteropTests {
         try await Self.withUntrustedStore(dir) { store in
             // Ciphertext only on B: no plain name or byte.
             #expect(UntrustedDeviceInteropTests.leaks(of: "secret", under: store.stored).isEmpty)
-            #expect(UntrustedDeviceInteropTests.leaks(of: "sub", under: store.stored).isEmpty)
+            // (Names only for short words: random ciphertext holds any three given bytes somewhere
+            // in 700 KB now and then.)
+            let storedNames = (FileManager.default.enumerator(atPath: store.stored)?.allObjects as? [String]) ?? []
+            #expect(!storedNames.contains { $0.contains("sub") || $0.contains("b.bin") || $0.contains("run.sh") }, "\(storedNames)")
 
             let out = dir.file("out")
             let first = try Self.decrypt([store.stored, "--password-file", store.passwordFile, "--to", out, "--json"])
