@@ -197,6 +197,8 @@ private final class PlainFileWriter {
     let full: String
     let temporary: String
     let fd: Int32
+    /// Once closed, never closed again (the number may be another file's by then).
+    private var isOpen = true
 
     init(root: String, name: String) throws(DecryptError) {
         self.root = root
@@ -233,10 +235,11 @@ private final class PlainFileWriter {
         ]
         futimens(fd, &times)
         guard fsync(fd) == 0 else {
+            let why = String(cString: strerror(errno))
             abandon()
-            throw DecryptError("\(temporary): fsync failed: \(String(cString: strerror(errno)))")
+            throw DecryptError("\(temporary): fsync failed: \(why)")
         }
-        close(fd)
+        closeOnce()
         var info = stat()
         if lstat(full, &info) == 0 {
             if (info.st_mode & S_IFMT) == S_IFREG, Self.holds(full, plain) {
@@ -259,8 +262,13 @@ private final class PlainFileWriter {
     }
 
     func abandon() {
-        close(fd)
+        closeOnce()
         unlink(temporary)
+    }
+
+    private func closeOnce() {
+        if isOpen { close(fd) }
+        isOpen = false
     }
 
     /// Whether the file at `path` has exactly the plain FileInfo's blocks.

@@ -229,6 +229,9 @@ enum UIPage {
           const found = await api(query);
           q("where").textContent = "";
           q("tree").tBodies[0].replaceChildren(...sorted(found.entries).map((entry) => row(entry, true)));
+          // The grid shows the matches too (without thumbnails: those are signed per directory).
+          state.entries = found.entries; state.thumbs = {};
+          showGrid();
           const took = Math.round(performance.now() - started);
           q("search-summary").textContent = found.total + " match(es)" + (found.truncated ? ", the first " + found.entries.length + " shown" : "") + " (" + took + " ms)";
           q("search-summary").dataset.took = String(took);
