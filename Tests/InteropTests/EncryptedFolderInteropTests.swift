@@ -236,17 +236,7 @@ struct EncryptedFolderInteropTests {
             counter.id = 42
             counter.value = UInt64(sequence)
             plain.version.counters = [counter]
-            // An empty file has one empty block, as syncthing's scanner makes it.
-            var offset = 0
-            repeat {
-                let end = min(offset + (128 << 10), data.count)
-                var block = BEPBlockInfo()
-                block.offset = Int64(offset)
-                block.size = Int32(end - offset)
-                block.hash = Data(SHA256.hash(data: data[offset..<end]))
-                plain.blocks.append(block)
-                offset = end
-            } while offset < data.count
+            plain.blocks = TestBlocks.of(data)
             let outer = try EncryptedFileInfo.encrypt(plain, folderKey: key)
             #expect(!outer.name.contains(name) && outer.modifiedS == EncryptedFileInfo.fixedModification && outer.permissions == 0o644)
             #expect(try EncryptedFileInfo.decrypt(outer, folderKey: key) == plain)

@@ -153,16 +153,7 @@ final class ScriptedPeer: Sendable {
         info.size = Int64(data.count)
         info.permissions = permissions
         info.blockSize = 128 << 10
-        var offset = 0
-        repeat {
-            let chunk = data.subdata(in: offset..<min(offset + (128 << 10), data.count))
-            var block = BEPBlockInfo()
-            block.offset = Int64(offset)
-            block.size = Int32(chunk.count)
-            block.hash = Data(SHA256.hash(data: chunk))
-            info.blocks.append(block)
-            offset += chunk.count
-        } while offset < data.count
+        info.blocks = TestBlocks.of(data)
         info.blocksHash = Data(SHA256.hash(data: info.blocks.reduce(into: Data()) { $0 += $1.hash }))
         return info
     }

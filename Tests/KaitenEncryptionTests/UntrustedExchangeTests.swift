@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KaitenProtocol
+import KaitenTestSupport
 import Testing
 
 @testable import KaitenEncryption
@@ -26,16 +27,7 @@ struct UntrustedExchangeTests {
         counter.id = 99
         counter.value = 3
         file.version.counters = [counter]
-        var offset = 0
-        repeat {
-            let end = min(offset + (128 << 10), data.count)
-            var block = BEPBlockInfo()
-            block.offset = Int64(offset)
-            block.size = Int32(end - offset)
-            block.hash = Data(SHA256.hash(data: data[offset..<end]))
-            file.blocks.append(block)
-            offset = end
-        } while offset < data.count
+        file.blocks = TestBlocks.of(data)
         return file
     }
 
