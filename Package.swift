@@ -183,6 +183,7 @@ let package = Package(
             name: "KaitenPeer",
             dependencies: [
                 "KaitenProtocol",
+                "KaitenEncryption",
                 "KaitenConfig",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

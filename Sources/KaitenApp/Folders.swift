@@ -22,6 +22,8 @@ public struct FolderEntry: Encodable, Sendable {
 public enum FolderChange: Sendable {
     case added(path: String, created: Bool)
     case shared(with: String)
+    /// Shared with an untrusted device: it gets ciphertext only.
+    case sharedEncrypted(with: String)
     case notShared(with: String)
     case unshared(from: String)
     case removed(path: String, selectionKept: String?)
@@ -40,12 +42,15 @@ extension App {
         return .added(path: absolutePath, created: created)
     }
 
-    public func shareFolder(_ id: String, with peer: String) throws -> FolderChange {
+    /// Shares a folder with a peer: in plain text, or with `password` encrypted (the peer is
+    /// untrusted and gets ciphertext only; the password is kept in config.xml only).
+    public func shareFolder(_ id: String, with peer: String, password: String? = nil) throws -> FolderChange {
         let opened = try open()
         let device = try opened.config.resolveDevice(peer)
-        try opened.config.shareFolder(id: id, with: device)
+        try opened.config.shareFolder(id: id, with: device, password: password.map(EncryptionPassword.init))
         try opened.config.write()
-        return .shared(with: Self.label(device, in: opened.config))
+        let label = Self.label(device, in: opened.config)
+        return password == nil ? .shared(with: label) : .sharedEncrypted(with: label)
     }
 
     /// Stops sharing a folder with a peer; its part of the folder's index is dropped.
@@ -53,7 +58,7 @@ extension App {
         let opened = try open()
         let device = try opened.config.resolveDevice(peer)
         let folder = try opened.config.folders(named: [id])[0]
-        guard folder.devices.contains(device) else { return .notShared(with: Self.label(device, in: opened.config)) }
+        guard folder.isShared(with: device) else { return .notShared(with: Self.label(device, in: opened.config)) }
         try Membership.forgetPeer(device, folders: [id], home: opened) {
             try opened.config.unshareFolder(id: id, from: device)
             try opened.config.write()

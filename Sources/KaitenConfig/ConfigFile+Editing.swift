@@ -90,15 +90,19 @@ extension ConfigFile {
             ("rescanIntervalS", String(folder.rescanIntervalS)), ("fsWatcherEnabled", "true"),
             ("ignorePerms", String(folder.ignorePerms)),
         ]
-        let devices = folder.devices.sorted().map { XMLBuilder.Child.element(XMLBuilder.folderDevice($0, depth: 2)) }
+        let devices = XMLBuilder.folderDevices(folder, depth: 2)
         return XMLBuilder.fromTemplate(
             template, depth: 1, attributes: attributes,
             leaves: ["maxConflicts": String(folder.maxConflicts), "paused": String(folder.isPaused), "markerName": folder.markerName],
             replacing: "device", with: devices)
     }
 
-    /// Shares a folder with a configured device (no-op if already shared).
-    public func shareFolder(id folderID: String, with deviceID: DeviceID) throws(ConfigError) {
+    /// Shares a folder with a configured device (no-op if already shared so): in plain text,
+    /// or, with `password`, encrypted (the device is untrusted: it gets ciphertext only, the
+    /// password stored on the folder's device entry as syncthing keeps it).
+    /// - Throws: ``ConfigError`` for a device marked untrusted without a password, and for a
+    ///   change between plain and encrypted sharing (never made silently: unshare first).
+    public func shareFolder(id folderID: String, with deviceID: DeviceID, password: EncryptionPassword? = nil) throws(ConfigError) {
         guard let folder = root.elements(forName: "folder").first(where: { Self.attribute($0, "id") == folderID })
         else {
             throw ConfigError(.unknownFolder, file: path, "folder \"\(folderID)\" is not configured")
@@ -107,18 +111,27 @@ extension ConfigFile {
             throw ConfigError(
                 .unknownDevice, file: path, "device \(deviceID) is not configured; add it with `kaiten peer add`")
         }
-        let existing = folder.elements(forName: "device")
-        let encrypted = existing.contains { element in
-            Self.deviceID(of: element) == deviceID && !(Self.childText(element, "encryptionPassword") ?? "").isEmpty
+        if let password, password.text.isEmpty {
+            throw ConfigError(.invalidValue, file: path, "the encryption password for folder \"\(folderID)\" is empty")
         }
-        if peer.isUntrusted || encrypted {
+        let existing = folder.elements(forName: "device")
+        let entry = existing.first { Self.deviceID(of: $0) == deviceID }
+        let stored = entry.flatMap { Self.childText($0, "encryptionPassword") }.flatMap { $0.isEmpty ? nil : EncryptionPassword($0) }
+        if password == nil, peer.isUntrusted || stored != nil {
             throw ConfigError(
                 .untrustedDevice, file: path,
-                "device \(deviceID.shortDescription) is \(encrypted ? "set to see folder \"\(folderID)\" encrypted" : "marked untrusted"): "
-                    + "Kaiten cannot encrypt for untrusted devices yet and never sends them plain text; the folder stays unshared with it")
+                "device \(deviceID.shortDescription) is \(stored != nil ? "set to see folder \"\(folderID)\" encrypted" : "marked untrusted"): "
+                    + "it never gets plain data; share the folder with it encrypted (`--untrusted --password-file FILE`)")
         }
-        if existing.contains(where: { Self.deviceID(of: $0) == deviceID }) { return }
-        let element = XMLBuilder.folderDevice(deviceID, depth: 2)
+        if let entry {
+            if stored == password { return }
+            throw ConfigError(
+                .untrustedDevice, file: path,
+                "folder \"\(folderID)\" is already shared with \(deviceID.shortDescription) "
+                    + (stored == nil ? "in plain text" : "encrypted with another password")
+                    + ": the device holds data in that form; `kaiten folder unshare` it first, then share it again")
+        }
+        let element = XMLBuilder.folderDevice(deviceID, password: password, depth: 2)
         if let last = existing.last {
             XMLBuilder.insert(element, into: folder, after: last, depth: 2)
         } else {

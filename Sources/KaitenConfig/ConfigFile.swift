@@ -139,6 +139,8 @@ public final class ConfigFile {
         })
         return root.elements(forName: "folder").compactMap { element in
             guard var folder = try? Self.folder(from: element) else { return nil }
+            // A device marked untrusted without a password on this folder's entry would get
+            // plain data: refused, as syncthing refuses it.
             let marked = folder.devices.filter { untrusted.contains($0) }
             if !marked.isEmpty {
                 folder.devices.removeAll { untrusted.contains($0) }
@@ -156,9 +158,9 @@ public final class ConfigFile {
         return folders.flatMap { folder in
             folder.untrustedDevices.map { device in
                 let name = names[device].flatMap { $0.isEmpty ? nil : " (\($0))" } ?? ""
-                return "folder \"\(folder.id)\" is shared with \(device.shortDescription)\(name) as an untrusted device "
-                    + "(encrypted sharing): Kaiten cannot encrypt yet and never sends plain text to it, so the folder "
-                    + "is not shared with that device; `kaiten folder unshare \(folder.id) \(device.shortDescription)` removes the entry"
+                return "folder \"\(folder.id)\" is shared with \(device.shortDescription)\(name), a device marked untrusted, "
+                    + "without an encryption password: it would get plain data, so the folder is not shared with it; "
+                    + "`kaiten folder share \(folder.id) \(device.shortDescription) --untrusted --password-file FILE` shares it encrypted"
             }
         }
     }
@@ -332,7 +334,7 @@ public final class ConfigFile {
                 "folder \"\(id)\": unknown type \"\(typeText)\" (sendreceive, sendonly, receiveonly or receiveencrypted)")
         }
         var devices: [DeviceID] = []
-        var untrusted: [DeviceID] = []
+        var encrypted: [DeviceID: EncryptionPassword] = [:]
         for deviceElement in element.elements(forName: "device") {
             let text = attribute(deviceElement, "id") ?? ""
             let device: DeviceID
@@ -340,7 +342,7 @@ public final class ConfigFile {
                 throw ElementError(.invalidDeviceID, "folder \"\(id)\": \(error)")
             }
             if let password = childText(deviceElement, "encryptionPassword"), !password.isEmpty {
-                untrusted.append(device)
+                encrypted[device] = EncryptionPassword(password)
             } else {
                 devices.append(device)
             }
@@ -363,7 +365,7 @@ public final class ConfigFile {
             maxConflicts: try int(childText(element, "maxConflicts"), "maxConflicts", default: 0),
             markerName: childText(element, "markerName").flatMap { $0.isEmpty ? nil : $0 } ?? ".stfolder",
             isPaused: childText(element, "paused") == "true")
-        folder.untrustedDevices = untrusted
+        folder.encryptedDevices = encrypted
         folder.copyOwnershipFromParent = childText(element, "copyOwnershipFromParent") == "true"
         if let versioning {
             for param in versioning.elements(forName: "param") {

@@ -67,13 +67,22 @@ public struct FolderConfiguration: Sendable, Equatable {
     public var path: String
     public var type: FolderType
     /// The devices the folder is shared with (this device included, as syncthing keeps it).
-    /// Devices meant to see it encrypted are not among them (``untrustedDevices``).
+    /// Devices meant to see it encrypted are not among them (``encryptedDevices``,
+    /// ``untrustedDevices``): code that knows nothing of encryption shares nothing with them.
     public var devices: [DeviceID]
-    /// Devices config.xml shares the folder with as untrusted ones: an `<encryptionPassword>`
-    /// on the folder's device entry, or a device marked `<untrusted>`. Kaiten cannot encrypt
-    /// yet, and never sends plain names or blocks to a device meant to see ciphertext: the
-    /// folder is not shared with these at all (no ClusterConfig entry, no index, no blocks).
+    /// Devices the folder is shared with encrypted (untrusted devices): the password on the
+    /// folder's device entry, `<encryptionPassword>`, as syncthing keeps it. They get only
+    /// ciphertext, through the peer connection's translation (``devices`` does not list them).
+    public var encryptedDevices: [DeviceID: EncryptionPassword] = [:]
+    /// Devices marked `<untrusted>` that config.xml shares the folder with without a password:
+    /// syncthing refuses these ("device is untrusted, but configured to receive plain data"),
+    /// and so does Kaiten: the folder is not shared with them at all.
     public var untrustedDevices: [DeviceID] = []
+
+    /// Whether the folder is exchanged with `device`, in plain text or encrypted.
+    public func isShared(with device: DeviceID) -> Bool {
+        devices.contains(device) || encryptedDevices[device] != nil
+    }
     public var rescanIntervalS: Int
     public var ignorePerms: Bool
     /// The versioning type; empty means no versioning.
@@ -212,4 +221,16 @@ public struct MinDiskFree: Sendable, Equatable {
 
 extension Double {
     fileprivate func formatted() -> String { self == rounded() ? String(Int(self)) : String(self) }
+}
+
+/// A folder's encryption password for one untrusted device. Never shown: its description
+/// is a placeholder, so a log line, a plan or an error that prints it leaks nothing.
+public struct EncryptionPassword: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
+    /// The password as config.xml stores it.
+    public let text: String
+
+    public init(_ text: String) { self.text = text }
+
+    public var description: String { "(password)" }
+    public var debugDescription: String { "(password)" }
 }

@@ -58,10 +58,17 @@ enum XMLBuilder {
         return element("device", attributes: attributes, children: children, depth: depth)
     }
 
-    static func folderDevice(_ id: DeviceID, depth: Int) -> XMLElement {
+    static func folderDevice(_ id: DeviceID, password: EncryptionPassword? = nil, depth: Int) -> XMLElement {
         element(
             "device", attributes: [("id", id.description), ("introducedBy", "")],
-            children: [.leaf("encryptionPassword", "")], depth: depth)
+            children: [.leaf("encryptionPassword", password?.text ?? "")], depth: depth)
+    }
+
+    /// The folder's `<device>` entries: the plain ones and the encrypted ones with their
+    /// passwords, in device ID order.
+    static func folderDevices(_ folder: FolderConfiguration, depth: Int) -> [Child] {
+        let all = Set(folder.devices).union(folder.encryptedDevices.keys).sorted()
+        return all.map { .element(folderDevice($0, password: folder.encryptedDevices[$0], depth: depth)) }
     }
 
     static func folder(_ folder: FolderConfiguration, depth: Int) -> XMLElement {
@@ -71,7 +78,7 @@ enum XMLBuilder {
             ("fsWatcherDelayS", "10"), ("ignorePerms", String(folder.ignorePerms)), ("autoNormalize", "true"),
         ]
         var children: [Child] = [.leaf("filesystemType", "basic")]
-        children += folder.devices.sorted().map { .element(folderDevice($0, depth: depth + 1)) }
+        children += folderDevices(folder, depth: depth + 1)
         children.append(.leaf("minDiskFree", "1", attributes: [("unit", "%")]))
         var versioningAttributes: [(String, String)] = []
         if !folder.versioningType.isEmpty { versioningAttributes.append(("type", folder.versioningType)) }

@@ -38,6 +38,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private let settings: PeerSettings
     private let logger: Logger
     private let events: PeerEventSink
+    /// The folders exchanged encrypted: their indexes are decrypted as they arrive.
+    private let sealed: SealedFolders
     let stats: NIOLockedValueBox<PeerStats>
     let helloPromise: EventLoopPromise<BEPHello>
     let closedPromise: EventLoopPromise<PeerCloseReason>
@@ -73,8 +75,9 @@ final class BEPConnectionHandler: ChannelInboundHandler {
 
     init(
         hello: BEPHello, settings: PeerSettings, logger: Logger, events: PeerEventSink,
-        eventLoop: EventLoop, peerLabel: String
+        eventLoop: EventLoop, peerLabel: String, sealed: SealedFolders = SealedFolders()
     ) {
+        self.sealed = sealed
         self.myHello = hello
         self.settings = settings
         self.logger = logger
@@ -189,6 +192,18 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     }
 
     private func deliver(folder: String, files: [BEPFileInfo], isFullIndex: Bool) {
+        var files = files
+        if let exchange = sealed.exchange(for: folder) {
+            // The untrusted device relays what trusted ones sealed: an entry that does not
+            // open (altered, another password, or plain text where ciphertext belongs) is
+            // refused with the whole message, as syncthing refuses it.
+            do {
+                files = try exchange.incoming(files)
+            } catch {
+                close(.protocolError("index of encrypted folder \"\(folder)\": \(error)"), sendClose: true)
+                return
+            }
+        }
         for file in files {
             do {
                 try file.validate()

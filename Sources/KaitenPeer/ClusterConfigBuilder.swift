@@ -1,4 +1,6 @@
+import Foundation
 import KaitenConfig
+import KaitenEncryption
 import KaitenProtocol
 
 /// What we already hold of a peer's index for one folder: sent back in our ClusterConfig so
@@ -17,14 +19,17 @@ public struct RemoteIndexState: Sendable, Equatable {
 public enum ClusterConfigBuilder {
     /// Every folder shared with `peer` in config.xml, each listing both devices: us with our
     /// index ID and max sequence, the peer with what we hold of its index (zero when nothing).
+    /// A folder shared with it encrypted is listed only when `sealed` has its key (the
+    /// connection then encrypts it), with the password token on the peer's entry, as syncthing
+    /// tells an untrusted device which password its data is sealed with.
     public static func make(
         folders: [FolderConfiguration], devices: [DeviceConfiguration], me: DeviceID, peer: DeviceID,
         localIndexIDs: [String: UInt64], localMaxSequence: [String: Int64] = [:],
-        remote: [String: RemoteIndexState] = [:]
+        remote: [String: RemoteIndexState] = [:], sealed: [String: UntrustedExchange] = [:]
     ) -> BEPClusterConfig {
         var clusterConfig = BEPClusterConfig()
         let names = Dictionary(devices.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        for folder in folders where folder.devices.contains(peer) {
+        for folder in folders where folder.devices.contains(peer) || (folder.encryptedDevices[peer] != nil && sealed[folder.id] != nil) {
             var wire = BEPFolder()
             wire.id = folder.id
             wire.label = folder.label
@@ -51,6 +56,9 @@ public enum ClusterConfigBuilder {
             if let state = remote[folder.id] {
                 theirs.indexID = state.indexID
                 theirs.maxSequence = state.maxSequence
+            }
+            if folder.encryptedDevices[peer] != nil, let exchange = sealed[folder.id] {
+                theirs.encryptionPasswordToken = Data(exchange.key.passwordToken)
             }
             wire.devices = [mine, theirs].sorted { $0.id.lexicographicallyPrecedes($1.id) }
             clusterConfig.folders.append(wire)

@@ -121,7 +121,7 @@ extension PeerConnection {
                         "treats this connection as a secondary one: it still holds an earlier connection of this device")
                 }
                 sawClusterConfig = true
-                if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: deviceID, folders: wanted) {
+                if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: deviceID, folders: wanted, sealed: sealed.all) {
                     await close(reason: "encryption mismatch: \(refusal)")
                     throw PeerError(.encryptedFolder, peer: label, refusal)
                 }
@@ -137,8 +137,9 @@ extension PeerConnection {
                 if !sawClusterConfig && "\(reason)".contains("encrypt") {
                     throw PeerError(
                         .encryptedFolder, peer: label,
-                        "\(reason): the peer shares a folder with this device encrypted (as an untrusted device) or holds it "
-                            + "encrypted; Kaiten cannot exchange encrypted folders yet")
+                        "\(reason): the peer and this device disagree on which folders are encrypted or with which "
+                            + "password (on this device: `kaiten folder share FOLDER PEER --untrusted --password-file FILE` "
+                            + "shares one with an untrusted device; Kaiten does not hold folders as the untrusted device yet)")
                 }
                 if !sawClusterConfig {
                     throw PeerError(

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KaitenConfig
+import KaitenEncryption
 import KaitenProtocol
 import Logging
 import NIOConcurrencyHelpers
@@ -42,6 +43,8 @@ public final class PeerConnection: Sendable {
     public var isRelayed: Bool { reachedVia == "relay" }
     private let via: NIOLockedValueBox<String>
 
+    /// The folders this connection exchanges encrypted (the peer is untrusted for them).
+    public let sealed: SealedFolders
     private let channel: Channel
     private let handler: NIOLoopBound<BEPConnectionHandler>
     private let statsBox: NIOLockedValueBox<PeerStats>
@@ -60,10 +63,11 @@ public final class PeerConnection: Sendable {
 
     init(
         deviceID: DeviceID, hello: BEPHello, channel: Channel, handler: NIOLoopBound<BEPConnectionHandler>,
-        stats: NIOLockedValueBox<PeerStats>, totals: ByteTotals, closed: EventLoopFuture<PeerCloseReason>, events: AsyncStream<PeerEvent>,
-        reachedVia: String
+        stats: NIOLockedValueBox<PeerStats>, totals: ByteTotals, sealed: SealedFolders, closed: EventLoopFuture<PeerCloseReason>,
+        events: AsyncStream<PeerEvent>, reachedVia: String
     ) {
         self.totals = totals
+        self.sealed = sealed
         self.via = NIOLockedValueBox(reachedVia)
         self.deviceID = deviceID
         self.hello = hello
@@ -99,8 +103,23 @@ public final class PeerConnection: Sendable {
     public var bytesSent: Int { totals.sent.load(ordering: .relaxed) }
     private let totals: ByteTotals
 
-    /// Sends any message.
+    /// Sends any message; an index of a folder exchanged encrypted goes out encrypted.
     public func send(_ message: BEPMessage) async throws {
+        var message = message
+        switch message {
+        case .index(var index):
+            if let exchange = sealed.exchange(for: index.folder) {
+                index.files = try exchange.outgoing(index.files)
+                message = .index(index)
+            }
+        case .indexUpdate(var update):
+            if let exchange = sealed.exchange(for: update.folder) {
+                update.files = try exchange.outgoing(update.files)
+                message = .indexUpdate(update)
+            }
+        default:
+            break
+        }
         let handler = self.handler
         try await channel.eventLoop.flatSubmit { handler.value.send(message) }.get()
     }
@@ -182,6 +201,9 @@ public final class PeerConnection: Sendable {
     /// Fetches one block of a file and checks its SHA-256.
     /// - Throws: ``PeerError`` with `.requestFailed` (the peer's error code) or `.hashMismatch`.
     public func fetchBlock(folder: String, file: BEPFileInfo, block: BEPBlockInfo) async throws -> Data {
+        if let exchange = sealed.exchange(for: folder) {
+            return try await fetchSealedBlock(folder: folder, file: file, block: block, exchange: exchange)
+        }
         var request = BEPRequest()
         request.folder = folder
         request.name = file.name
@@ -202,6 +224,27 @@ public final class PeerConnection: Sendable {
                 .hashMismatch, peer: label, "sent data for \(file.name) at offset \(block.offset) whose SHA-256 is wrong")
         }
         return data
+    }
+
+    /// A block of a folder the peer holds encrypted: asked by its encrypted name, offset and
+    /// size, the answer's tag checked, then the plain block's SHA-256.
+    private func fetchSealedBlock(folder: String, file: BEPFileInfo, block: BEPBlockInfo, exchange: UntrustedExchange) async throws -> Data {
+        let number = Int(block.offset / Int64(file.effectiveBlockSize))
+        var request = try exchange.encryptedRequest(name: file.name, offset: block.offset, size: Int(block.size), number: number, hash: block.hash)
+        request.folder = folder
+        let response = try await self.request(request)
+        guard response.code == .noError else {
+            throw PeerError(
+                .requestFailed, peer: label,
+                "refused \(file.name) at offset \(block.offset) (stored encrypted): \(Self.describe(response.code))")
+        }
+        do {
+            return Data(try exchange.openAnswer(response.data, name: file.name, offset: block.offset, size: Int(block.size), hash: block.hash))
+        } catch {
+            throw PeerError(
+                .hashMismatch, peer: label,
+                "sent a block of \(file.name) at offset \(block.offset) that does not decrypt and verify: \(error)")
+        }
     }
 
     /// Sends a Close with `reason` and waits until the connection is gone.
@@ -241,10 +284,16 @@ public final class PeerConnection: Sendable {
     }
 
     /// Replaces how the peer's block requests are answered, by a handler that may block on the
-    /// disk: it runs on a worker thread, never on the event loop.
-    public func setBlockingRequestHandler(_ respond: @escaping @Sendable (BEPRequest) -> BEPReply) async {
+    /// disk: it runs on a worker thread, never on the event loop. `respond` is told whether the
+    /// request came in sealed (a folder exchanged encrypted: its answer is sealed here).
+    public func setBlockingRequestHandler(_ respond: @escaping @Sendable (BEPRequest, _ sealed: Bool) -> BEPReply) async {
         let handler = self.handler
-        try? await channel.eventLoop.submit { handler.value.respond = .offloaded(respond) }.get()
+        let sealed = self.sealed
+        let answer: @Sendable (BEPRequest) -> BEPReply = { request in
+            guard let exchange = sealed.exchange(for: request.folder) else { return respond(request, false) }
+            return SealedFolders.answer(request, exchange: exchange, respond: respond)
+        }
+        try? await channel.eventLoop.submit { handler.value.respond = .offloaded(answer) }.get()
     }
 
     static func describe(_ code: BEPErrorCode) -> String {
@@ -264,6 +313,7 @@ enum PeerPipeline {
         let handler: NIOLoopBound<BEPConnectionHandler>
         let stats: NIOLockedValueBox<PeerStats>
         let totals: ByteTotals
+        let sealed: SealedFolders
         let hello: EventLoopFuture<BEPHello>
         let closed: EventLoopFuture<PeerCloseReason>
     }
@@ -272,9 +322,10 @@ enum PeerPipeline {
         on channel: Channel, tls: NIOSSLHandler, hello: BEPHello, settings: PeerSettings, logger: Logger,
         events: PeerEventSink, peerLabel: String
     ) throws -> Parts {
+        let sealed = SealedFolders()
         let handler = BEPConnectionHandler(
             hello: hello, settings: settings, logger: logger, events: events, eventLoop: channel.eventLoop,
-            peerLabel: peerLabel)
+            peerLabel: peerLabel, sealed: sealed)
         let totals = ByteTotals()
         try channel.pipeline.syncOperations.addHandlers([
             tls,
@@ -284,7 +335,7 @@ enum PeerPipeline {
             handler,
         ])
         return Parts(
-            handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), stats: handler.stats, totals: totals,
+            handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), stats: handler.stats, totals: totals, sealed: sealed,
             hello: handler.helloPromise.futureResult, closed: handler.closedPromise.futureResult)
     }
 }

@@ -57,7 +57,7 @@ public enum PeerDialer {
         do {
             let peerHello = try await parts.hello.get()
             return PeerConnection(
-                deviceID: expected, hello: peerHello, channel: channel, handler: parts.handler, stats: parts.stats, totals: parts.totals,
+                deviceID: expected, hello: peerHello, channel: channel, handler: parts.handler, stats: parts.stats, totals: parts.totals, sealed: parts.sealed,
                 closed: parts.closed, events: events, reachedVia: "static")
         } catch {
             _ = try? await channel.close()

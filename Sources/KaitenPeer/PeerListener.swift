@@ -65,7 +65,7 @@ public final class PeerListener: Sendable {
                         parts.handler.value.peerLabel.withLockedValue { $0 = id.shortDescription }
                         let connection = PeerConnection(
                             deviceID: id, hello: peerHello, channel: channel, handler: parts.handler,
-                            stats: parts.stats, totals: parts.totals, closed: parts.closed, events: events, reachedVia: "incoming")
+                            stats: parts.stats, totals: parts.totals, sealed: parts.sealed, closed: parts.closed, events: events, reachedVia: "incoming")
                         Task { await onConnection(connection) }
                     }
                 }

@@ -68,7 +68,7 @@ public final class PeerSession: Sendable {
                 try announcer.refresh(folder: folder, log: log)
             }
             for (device, connection) in openConnections {
-                let shared = folders.filter { home.config.folder(id: $0)?.devices.contains(device) == true }
+                let shared = folders.filter { home.config.folder(id: $0)?.isShared(with: device) == true }
                 try await announcer.send(to: connection, folders: shared, theirView: announced[device] ?? [:])
             }
         } catch {
@@ -174,8 +174,9 @@ public enum IndexSync {
             addresses: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
     }
 
-    /// Answers one block request from a peer.
-    public typealias RequestHandler = @Sendable (BEPRequest, DeviceID) -> BEPReply
+    /// Answers one block request from a peer; `sealed`: it came through the connection's
+    /// encryption (an untrusted device's request, answered sealed by the connection).
+    public typealias RequestHandler = @Sendable (BEPRequest, DeviceID, _ sealed: Bool) -> BEPReply
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
@@ -215,7 +216,7 @@ public enum IndexSync {
         var hellos: [DeviceID: BEPHello] = [:]
         defer { PeerGenerations.record(hellos, home: home.home) }
         for device in home.config.devices where device.id != me && only.map({ $0.contains(device.id) }) ?? true {
-            let shared = folders.filter { $0.devices.contains(device.id) }
+            let shared = folders.filter { $0.isShared(with: device.id) }
             guard !shared.isEmpty else { continue }
             var perFolder = Dictionary(
                 uniqueKeysWithValues: shared.map {
@@ -286,9 +287,12 @@ public enum IndexSync {
     ) async throws -> [String: RemoteIndexState] {
         let me = home.identity.deviceID
         defer { IndexCompleteness.exchangeEnded(home.home, folders: shared.map(\.id), device: device.id) }
+        // The folders shared with the peer encrypted: from here on, what goes to it of them is
+        // sealed and what comes from it opened (before the ClusterConfig tells it of them).
+        connection.sealed.set(try SealedFolders.exchanges(for: device.id, in: shared))
         if let serve {
             let peer = device.id
-            await connection.setBlockingRequestHandler { request in serve(request, peer) }
+            await connection.setBlockingRequestHandler { request, sealed in serve(request, peer, sealed) }
         }
         var since: [String: RemoteIndexState] = [:]
         for folder in shared {
@@ -300,7 +304,8 @@ public enum IndexSync {
             try await connection.sendClusterConfig(
                 ClusterConfigBuilder.make(
                     folders: home.config.folders, devices: home.config.devices, me: me, peer: device.id,
-                    localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since))
+                    localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since,
+                    sealed: connection.sealed.all))
         } catch let error as PeerError where error.code == .closed {
             // Closed by the peer right after the handshake: the same as closing before its
             // ClusterConfig (it may still count a predecessor's connection as alive; dialled again).
@@ -391,7 +396,7 @@ public enum IndexSync {
         guard let device = home.config.device(id: connection.deviceID) else {
             throw PeerError(.unknownDevice, peer: connection.deviceID.shortDescription, "not a configured peer")
         }
-        let shared = home.config.folders.filter { $0.devices.contains(device.id) }
+        let shared = home.config.folders.filter { $0.isShared(with: device.id) }
         let logs = try openLogs(home: home, folders: shared.map(\.id), warn: warn)
         defer { for (_, log) in logs { log.close() } }
         let announcer = try LocalAnnouncer(home: home, folders: shared.map(\.id), warn: warn)

@@ -47,9 +47,10 @@ extension IndexSync {
                     let lane = try await dial(
                         device, identity: identity, hello: hello, addresses: book, settings: settings, logger: logger, retryClosed: false,
                         directOnly: true)
+                    lane.sealed.set(primary.sealed.all)
                     if let serve {
                         let peer = device.id
-                        await lane.setBlockingRequestHandler { serve($0, peer) }
+                        await lane.setBlockingRequestHandler { serve($0, peer, $1) }
                     }
                     var secondary = BEPClusterConfig()
                     secondary.secondary = true

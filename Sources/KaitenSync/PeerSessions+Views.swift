@@ -82,7 +82,7 @@ extension PeerSessions {
     func sendHoldingQueue(from announcer: LocalAnnouncer, folders: [String]) async throws {
         let (connections, announced) = state.withLock { ($0.connections, $0.announced) }
         for (device, connection) in connections where connection.isOpen {
-            let shared = folders.filter { home.config.folder(id: $0)?.devices.contains(device) == true }
+            let shared = folders.filter { home.config.folder(id: $0)?.isShared(with: device) == true }
             let theirs = announced[device] ?? [:]
             try await announcer.send(to: connection, folders: shared.filter { theirs[$0] != nil }, theirView: theirs)
             let now = announcer.state

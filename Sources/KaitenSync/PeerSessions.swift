@@ -133,7 +133,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     func peersSharing(_ folders: [String]) -> Set<DeviceID> {
         let me = home.identity.deviceID
         let named = Set(folders)
-        return Set(home.config.folders.filter { named.isEmpty || named.contains($0.id) }.flatMap(\.devices)).subtracting([me])
+        let folders = home.config.folders.filter { named.isEmpty || named.contains($0.id) }
+        return Set(folders.flatMap { $0.devices + $0.encryptedDevices.keys }).subtracting([me])
     }
 
     /// Dials (only `only`, when given) and keeps what connects; the caller holds the queue.
@@ -155,7 +156,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         notices.withLock { $0 = warn }
         let me = home.identity.deviceID
         let wanted = home.config.devices.filter { device in
-            device.id != me && mayRoute(device) && home.config.folders.contains { $0.devices.contains(device.id) }
+            device.id != me && mayRoute(device) && home.config.folders.contains { $0.isShared(with: device.id) }
         }.map(\.id)
         return Redialer.start(
             wanted: wanted, target: self, found: found, upgradeInterval: max(5, home.config.options.reconnectionIntervalS), warn: warn)
@@ -185,7 +186,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
 
         init(_ device: DeviceID, in config: ConfigFile) {
             self.device = config.device(id: device)
-            folders = config.folders.filter { $0.devices.contains(device) }
+            folders = config.folders.filter { $0.isShared(with: device) }
         }
     }
 
@@ -290,7 +291,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
                     break events
                 }
             case .index(let folder, let files, let isFull):
-                guard home.config.folder(id: folder)?.devices.contains(device) == true else { continue }
+                guard home.config.folder(id: folder)?.isShared(with: device) == true else { continue }
                 do {
                     try storeBatch(folder: folder, device: device, files: files, isFull: isFull)
                 } catch {
@@ -329,8 +330,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         // A secondary connection's ClusterConfig lists no folders and means nothing about them.
         guard !clusterConfig.secondary else { return }
         let me = home.identity.deviceID
-        let ours = home.config.folders.filter { $0.devices.contains(device) }.map(\.id)
-        if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: device, folders: Set(ours)) {
+        let ours = home.config.folders.filter { $0.isShared(with: device) }.map(\.id)
+        if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: device, folders: Set(ours), sealed: connection.sealed.all) {
             throw PeerError(.encryptedFolder, peer: device.shortDescription, refusal)
         }
         let sharedNow = Set(ours.filter { clusterConfig.device(me, in: $0) != nil && clusterConfig.device(device, in: $0) != nil })

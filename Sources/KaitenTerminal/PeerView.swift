@@ -51,6 +51,7 @@ public enum FolderView {
         switch change {
         case .added(let path, let created): return "added folder \(folder) at \(path)\(created ? " (created, with .stfolder)" : "")"
         case .shared(let peer): return "shared folder \(folder) with \(peer)"
+        case .sharedEncrypted(let peer): return "shared folder \(folder) with \(peer), encrypted (it holds ciphertext only)"
         case .notShared(let peer): return "folder \(folder) is not shared with \(peer); nothing to do"
         case .unshared(let peer): return "folder \(folder) is no longer shared with \(peer); its index of the folder is dropped"
         case .removed(let path, let selection): return "removed folder \(folder); its files in \(path) are untouched\(selection.map { "; kept \($0)" } ?? "")"

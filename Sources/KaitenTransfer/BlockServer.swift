@@ -21,6 +21,8 @@ import NIOCore
 public final class BlockServer: Sendable {
     /// The largest block syncthing makes (16 MiB); a larger request is refused.
     public static let maxBlockSize = 16 << 20
+    /// The least an untrusted device asks for: syncthing pads shorter blocks to this before sealing.
+    static let minimumSealedBlock = 1024
 
     private let me: DeviceID
     private let home: Home
@@ -60,8 +62,11 @@ public final class BlockServer: Sendable {
 
     /// The answer to `request` from `peer`: the frame carrying its data, or an error code.
     /// Reads the disk: call it off the event loop (a connection runs it on a worker thread).
-    public func answer(_ request: BEPRequest, from peer: DeviceID) -> BEPReply {
-        switch read(request, from: peer) {
+    /// `sealed`: the request came through the connection's encryption, which seals the answer;
+    /// only then is a device the folder is shared with encrypted (an untrusted one) answered,
+    /// and a block shorter than the padded minimum is found by its offset alone.
+    public func answer(_ request: BEPRequest, from peer: DeviceID, sealed: Bool) -> BEPReply {
+        switch read(request, from: peer, sealed: sealed) {
         case .success(let frame):
             return .frame(frame)
         case .failure(let refusal):
@@ -73,17 +78,21 @@ public final class BlockServer: Sendable {
     }
 
     /// The frame of one announced block's bytes, or why not.
-    func read(_ request: BEPRequest, from peer: DeviceID) -> Result<ResponseFrame, Refusal> {
+    func read(_ request: BEPRequest, from peer: DeviceID, sealed: Bool = false) -> Result<ResponseFrame, Refusal> {
         let name = request.name
         guard request.offset >= 0, request.size > 0, Int(request.size) <= Self.maxBlockSize else {
             return .failure(.invalid("offset \(request.offset), size \(request.size): not a block"))
         }
-        guard let folder = configured.withLock({ $0[request.folder] }), folder.devices.contains(peer), !folder.isPaused else {
+        guard let folder = configured.withLock({ $0[request.folder] }), !folder.isPaused,
+            sealed ? folder.encryptedDevices[peer] != nil : folder.devices.contains(peer)
+        else {
             return .failure(.generic("folder \"\(request.folder)\" is not shared with \(peer.shortDescription)"))
         }
         guard (try? SafePath.validate(name)) != nil else { return .failure(.invalid("\(name): not a name this device offers")) }
         let block: BEPBlockInfo
-        switch announcedBlock(folder: folder.id, name: name, offset: request.offset, size: request.size) {
+        // An untrusted device asks for at least a padded block's worth: the block is shorter.
+        let padded = sealed && Int(request.size) == Self.minimumSealedBlock
+        switch announcedBlock(folder: folder.id, name: name, offset: request.offset, size: request.size, padded: padded) {
         case .success(let found): block = found
         case .failure(let refusal): return .failure(refusal)
         }
@@ -96,7 +105,7 @@ public final class BlockServer: Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .failure(.noSuchFile("\(name): not a regular file")) }
         // Read straight into the frame that goes to the peer, on this thread, and hash it there.
-        let count = Int(request.size)
+        let count = Int(block.size)
         let frame = ResponseFrame.make(answering: request, count: count, allocator: allocator) { raw in
             pread(fd, raw.baseAddress, count, off_t(request.offset)) == count
         }
@@ -109,7 +118,7 @@ public final class BlockServer: Sendable {
     }
 
     /// The announced block at `offset` of a valid file in this device's local index.
-    private func announcedBlock(folder: String, name: String, offset: Int64, size: Int32) -> Result<BEPBlockInfo, Refusal> {
+    private func announcedBlock(folder: String, name: String, offset: Int64, size: Int32, padded: Bool) -> Result<BEPBlockInfo, Refusal> {
         let path = home.localIndexPath(folderID: folder)
         let me = self.me
         do {
@@ -117,7 +126,7 @@ public final class BlockServer: Sendable {
                 guard let entry = log.index.entry(name, from: me), entry.type == .file, !entry.isDeleted, !entry.isInvalid else {
                     return nil
                 }
-                guard let block = try blocksOf(entry)[offset], block.size == size else { return nil }
+                guard let block = try blocksOf(entry)[offset], block.size == size || (padded && block.size < size) else { return nil }
                 return block
             }
             guard let found else { return .failure(.invalid("\(name): no such announced block (offset \(offset), size \(size))")) }

@@ -62,10 +62,12 @@ struct ConfigFileTests {
         #expect(reread.serialized() == text)
     }
 
-    /// Syncthing's untrusted devices: a folder device entry with an `<encryptionPassword>`, or a
-    /// device marked `<untrusted>`, is not among the folder's devices (nothing is ever sent to
-    /// it), is named in a refusal, and sharing with it again is refused; the file is unchanged.
-    @Test(arguments: [false, true]) func aDeviceMeantToSeeCiphertextIsNotShared(deviceLevel: Bool) throws {
+    /// Syncthing's untrusted devices. A folder device entry with an `<encryptionPassword>` is an
+    /// encrypted share: not among the folder's plain devices (code that knows nothing of
+    /// encryption shares nothing with it), its password kept but never shown; sharing it in
+    /// plain text on top is refused. A device marked `<untrusted>` without a password on the
+    /// folder's entry is refused, named, and not shared at all. The file is unchanged.
+    @Test(arguments: [false, true]) func aDeviceMeantToSeeCiphertextIsNeverSharedPlain(deviceLevel: Bool) throws {
         var text = String(decoding: try Self.fixture(), as: UTF8.self)
         let entry = "<device id=\"\(Self.peer.description)\" introducedBy=\"\">\n            <encryptionPassword></encryptionPassword>"
         if deviceLevel {
@@ -78,12 +80,39 @@ struct ConfigFileTests {
         let config = try ConfigFile.parse(data: Data(text.utf8), path: "config.xml")
         let folder = try #require(config.folder(id: "photos"))
         #expect(!folder.devices.contains(Self.peer))
-        #expect(folder.untrustedDevices == [Self.peer])
-        let refusals = config.sharingRefusals
-        #expect(refusals.count == 1 && refusals[0].contains("folder \"photos\" is shared with \(Self.peer.shortDescription)"), "\(refusals)")
-        #expect(!refusals.joined().contains("s3cret"))
+        if deviceLevel {
+            #expect(folder.untrustedDevices == [Self.peer] && folder.encryptedDevices.isEmpty && !folder.isShared(with: Self.peer))
+            let refusals = config.sharingRefusals
+            #expect(refusals.count == 1 && refusals[0].contains("folder \"photos\" is shared with \(Self.peer.shortDescription)"), "\(refusals)")
+        } else {
+            #expect(folder.untrustedDevices.isEmpty && folder.isShared(with: Self.peer))
+            #expect(folder.encryptedDevices[Self.peer]?.text == "s3cret")
+            #expect("\(folder)".contains("s3cret") == false, "a folder's description shows no password")
+            #expect(config.sharingRefusals.isEmpty)
+            // The same password again changes nothing; another one is refused.
+            try config.shareFolder(id: "photos", with: Self.peer, password: EncryptionPassword("s3cret"))
+            #expect { try config.shareFolder(id: "photos", with: Self.peer, password: EncryptionPassword("other")) } throws: {
+                ($0 as? ConfigError)?.code == .untrustedDevice
+            }
+        }
         #expect { try config.shareFolder(id: "photos", with: Self.peer) } throws: { ($0 as? ConfigError)?.code == .untrustedDevice }
         #expect(config.serialized() == text)
+    }
+
+    /// Sharing encrypted writes the password on the folder's device entry, as syncthing keeps
+    /// it, escaped; a folder added with an encrypted device keeps it too.
+    @Test func anEncryptedShareIsWrittenWithItsPassword() throws {
+        let config = try ConfigFile.parse(data: try Self.fixture(), path: "config.xml")
+        try config.unshareFolder(id: "photos", from: Self.peer)
+        try config.shareFolder(id: "photos", with: Self.peer, password: EncryptionPassword("pw & <x>"))
+        var added = FolderConfiguration(id: "docs", label: "", path: "/srv/docs", type: .sendreceive, devices: [])
+        added.encryptedDevices = [Self.peer: EncryptionPassword("another")]
+        try config.addFolder(added)
+        let reread = try ConfigFile.parse(data: Data(config.serialized().utf8), path: "config.xml")
+        let folder = try #require(reread.folder(id: "photos"))
+        #expect(folder.encryptedDevices[Self.peer]?.text == "pw & <x>" && !folder.devices.contains(Self.peer))
+        #expect(reread.folder(id: "docs")?.encryptedDevices[Self.peer]?.text == "another")
+        #expect(reread.folder(id: "docs")?.devices.contains(Self.peer) == false)
     }
 
     @Test func addedFolderSpellsOutEveryField() throws {

@@ -134,7 +134,7 @@ public enum RelayClient {
             let handler = parts.handler
             try await channel.eventLoop.submit { handler.value.peerLabel.withLockedValue { $0 = id.shortDescription } }.get()
             return PeerConnection(
-                deviceID: id, hello: peerHello, channel: channel, handler: parts.handler, stats: parts.stats, totals: parts.totals, closed: parts.closed,
+                deviceID: id, hello: peerHello, channel: channel, handler: parts.handler, stats: parts.stats, totals: parts.totals, sealed: parts.sealed, closed: parts.closed,
                 events: events, reachedVia: "relay")
         } catch {
             _ = try? await channel.close()

@@ -11,6 +11,8 @@ public struct ResponseFrame: Sendable {
     public let buffer: ByteBuffer
     /// The Request it answers.
     public let id: Int32
+    /// How many bytes of data it carries (the end of ``buffer``).
+    public let count: Int
 
     /// The frame of a Response to `request` carrying `count` bytes of data, which `fill` writes
     /// into the memory it is given (all `count` bytes); nil when `fill` returns false.
@@ -25,7 +27,7 @@ public struct ResponseFrame: Sendable {
             filled = fill(UnsafeMutableRawBufferPointer(rebasing: raw.prefix(count)))
             return filled ? count : 0
         }
-        return filled ? ResponseFrame(buffer: buffer, id: request.id) : nil
+        return filled ? ResponseFrame(buffer: buffer, id: request.id, count: count) : nil
     }
 
     /// The data the frame carries (its last `count` bytes), for checking what was read.

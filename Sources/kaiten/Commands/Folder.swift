@@ -63,8 +63,17 @@ extension Kaiten.Folder {
             discussion: """
                 The peer is named by device ID or by its name in config.xml (when only one peer has it).
 
-                Example:
+                With --untrusted the peer gets the folder encrypted, as syncthing shares with an \
+                untrusted device: names, contents and metadata are sealed with a key derived from \
+                the password, and the peer (a syncthing with the folder as "receive encrypted", \
+                e.g. a rented server) stores and relays ciphertext it cannot read. Every device \
+                sharing the folder with it must use the same password. The password is read from \
+                a file or stdin (-), never from the command line, and kept in config.xml only, as \
+                syncthing keeps it. `kaiten decrypt` reads what the peer stores.
+
+                Examples:
                   kaiten folder share photos nas
+                  kaiten folder share photos vps --untrusted --password-file ~/.photos-pass
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -75,8 +84,22 @@ extension Kaiten.Folder {
         @Argument(help: "The peer: device ID or name; add it first with `kaiten peer add`.")
         var peer: String
 
+        @Flag(help: "Share it encrypted: the peer is untrusted and gets ciphertext only (needs --password-file).")
+        var untrusted = false
+
+        @Option(help: ArgumentHelp("With --untrusted: a file holding the folder password (- for stdin).", valueName: "file"))
+        var passwordFile: String?
+
+        func validate() throws {
+            if untrusted && passwordFile == nil { throw ValidationError("--untrusted needs --password-file FILE (or - for stdin)") }
+            if !untrusted && passwordFile != nil { throw ValidationError("--password-file goes with --untrusted") }
+        }
+
         func run() async throws {
-            try await reportingErrors { try say(global.app.shareFolder(folderID, with: peer), folderID) }
+            try await reportingErrors {
+                let password = try passwordFile.map { try PasswordFile.read($0) }
+                try say(global.app.shareFolder(folderID, with: peer, password: password), folderID)
+            }
         }
     }
 

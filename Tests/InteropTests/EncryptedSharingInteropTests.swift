@@ -1,0 +1,142 @@
+import Foundation
+import KaitenConfig
+import KaitenProtocol
+import KaitenTestSupport
+import KaitenTestThreads
+import Testing
+
+/// Kaiten as a trusted device sharing a folder with an untrusted syncthing (issue 40, items 1
+/// and 2): the syncthing stores ciphertext only, `syncthing decrypt` of what it stores gives
+/// Kaiten's bytes, and a fresh Kaiten with only the password and that syncthing online
+/// rebuilds the selected files and streams an unselected one.
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
+struct EncryptedSharingInteropTests {
+    static let folder = ApplyInteropTests.folder
+    static let password = "correct horse battery staple"
+    typealias World = ApplyInteropTests.World
+
+    /// Kaiten's files: a short one (padded when sealed), several blocks, one in a subdirectory,
+    /// one selected only later.
+    static let names = ["docs/a.txt", "docs/big.bin", "docs/sub/c.txt", "later.txt"]
+
+    static func storedFileCount(_ u: SyncthingInstance) async throws -> (files: Int, need: Int, state: String) {
+        let status = try await ApplyInteropTests.status(u)
+        return (status["localFiles"] as? Int ?? -1, status["needFiles"] as? Int ?? -1, status["state"] as? String ?? "")
+    }
+
+    static func syncthingDecrypt(_ store: String, to out: String, home: String) throws -> ProcessResult {
+        let binary = try #require(SyncthingInstance.binary, "syncthing is not installed; scripts/test installs it")
+        try? FileManager.default.removeItem(atPath: out)
+        return try ProcessRunner.run(
+            binary, ["decrypt", store, "--password", Self.password, "--to", out], environment: ["HOME": home, "PATH": "/usr/bin:/bin"])
+    }
+
+    @Test func anUntrustedSyncthingHoldsCiphertextOnlyAndAFreshKaitenRebuildsFromIt() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-sealed")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let stored = dir.file("stored")
+        try FileManager.default.createDirectory(atPath: stored, withIntermediateDirectories: true)
+        let passwordFile = dir.file("password")
+        try (Self.password + "\n").write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        try TestFiles.write(world.local + "/docs/a.txt", "a secret short file 7c1e\n")
+        try TestFiles.random(world.local + "/docs/big.bin", size: 700_000)
+        try TestFiles.write(world.local + "/docs/sub/c.txt", "secret in a subdirectory 7c1e\n")
+        try TestFiles.write(world.local + "/later.txt", "secret selected later 7c1e\n")
+        try FileManager.default.createDirectory(atPath: world.local + "/.stfolder", withIntermediateDirectories: true)
+
+        let u = try SyncthingInstance.generate(in: dir.path, name: "u")
+        try await withSyncthing(u) { u in
+            // The untrusted device has its receive-encrypted folder before Kaiten shares it.
+            try await u.addDevice(world.me, name: "k")
+            try await u.addFolder(id: Self.folder, path: stored, type: "receiveencrypted", devices: [world.me])
+            #expect(try world.kaiten("peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address).status == 0)
+            try world.addFolder(sharedWith: [])
+            let share = try world.kaiten("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile)
+            #expect(share.status == 0, "\(share.stdout)\(share.stderr)")
+            #expect((share.stdout + share.stderr).contains("encrypted"), "\(share.stdout)\(share.stderr)")
+            #expect(!share.stdout.contains(Self.password) && !share.stderr.contains(Self.password))
+            // Sharing it in plain text on top is refused: the device never gets plain data.
+            let plainShare = try world.kaiten("folder", "share", Self.folder, "vps")
+            #expect(plainShare.status != 0 && plainShare.stderr.contains("never gets plain data"), "\(plainShare.stderr)")
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+
+            // The first contact hands the untrusted device its token; it shares the folder from then on.
+            _ = try world.kaiten("index", "sync")
+            try await u.waitUntil("the untrusted device stores the token", timeout: 60) {
+                FileManager.default.fileExists(atPath: stored + "/.stfolder/syncthing-encryption_password_token")
+            }
+            let apply = try world.kaiten("apply", "--yes", "--send-timeout", "90")
+            #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+            #expect(!apply.stdout.contains(Self.password) && !apply.stderr.contains(Self.password))
+            try await u.waitUntil("the untrusted device stores the selected files", timeout: 90) {
+                let s = try await Self.storedFileCount(u)
+                return s.files == 3 && s.need == 0 && s.state == "idle"
+            }
+
+            // Ciphertext only: no plain name or byte under its folder.
+            #expect(UntrustedDeviceInteropTests.leaks(of: "secret", under: stored).isEmpty, "\(UntrustedDeviceInteropTests.leaks(of: "secret", under: stored))")
+            #expect(UntrustedDeviceInteropTests.leaks(of: "7c1e", under: stored).isEmpty)
+            let storedNames = (FileManager.default.enumerator(atPath: stored)?.allObjects as? [String]) ?? []
+            #expect(!storedNames.contains { $0.contains("docs") || $0.contains("big.bin") || $0.contains("a.txt") }, "\(storedNames)")
+
+            // syncthing's own decrypter reads Kaiten's files out of what the untrusted device stores.
+            let out = dir.file("out")
+            let decrypted = try Self.syncthingDecrypt(stored, to: out, home: dir.path)
+            #expect(decrypted.status == 0, "\(decrypted.stdout)\(decrypted.stderr)")
+            #expect(EncryptedFolderInteropTests.plainFiles(out) == ["docs/a.txt", "docs/big.bin", "docs/sub/c.txt"], "\(EncryptedFolderInteropTests.plainFiles(out))")
+            for name in ["docs/a.txt", "docs/big.bin", "docs/sub/c.txt"] {
+                #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(world.local + "/" + name), "\(name)")
+            }
+
+            // The selection changed: the newly selected file goes out sealed too.
+            #expect(try world.kaiten("select", Self.folder, "later.txt").status == 0)
+            let second = try world.kaiten("apply", "--yes", "--send-timeout", "90")
+            #expect(second.status == 0, "\(second.stdout)\(second.stderr)")
+            try await u.waitUntil("the untrusted device stores the newly selected file", timeout: 90) {
+                let s = try await Self.storedFileCount(u)
+                return s.files == 4 && s.need == 0 && s.state == "idle"
+            }
+            #expect(UntrustedDeviceInteropTests.leaks(of: "7c1e", under: stored).isEmpty)
+            let again = try Self.syncthingDecrypt(stored, to: out, home: dir.path)
+            #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+            for name in Self.names {
+                #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(world.local + "/" + name), "\(name)")
+            }
+            // Kaiten's decrypter reads the same store.
+            let ours = try KaitenCLI.run(["decrypt", stored, "--password-file", passwordFile, "--verify-only"])
+            #expect(ours.status == 0 && ours.stdout.contains("4 verified, 0 failed"), "\(ours.stdout)\(ours.stderr)")
+
+            // A fresh Kaiten with only the password and the untrusted device: the first Kaiten
+            // is not running (one-shot verbs), so the untrusted device is the only source.
+            let home2 = dir.file("kaiten2")
+            let local2 = dir.file("local2")
+            let created = try KaitenCLI.run(["init", "--home", home2, "--name", "k2", "--listen", "tcp://127.0.0.1:0"])
+            let me2 = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            func k2(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home2]) }
+            try await u.addDevice(me2, name: "k2")
+            var folderConfig = try await u.get("/rest/config/folders/\(Self.folder)") as? [String: Any] ?? [:]
+            folderConfig["devices"] = [["deviceID": u.deviceID.description], ["deviceID": world.me.description], ["deviceID": me2.description]]
+            _ = try await u.put("/rest/config/folders/\(Self.folder)", json: folderConfig)
+            #expect(try k2("peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address).status == 0)
+            #expect(try k2("folder", "add", Self.folder, "--path", local2).status == 0)
+            #expect(try k2("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile).status == 0)
+            let sync = try k2("index", "sync")
+            #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+            let ls = try k2("ls", Self.folder, "-R")
+            for name in Self.names { #expect(ls.stdout.contains(name), "\(ls.stdout)\(ls.stderr)") }
+            let select = try k2("select", Self.folder, "docs")
+            #expect(select.status == 0, "\(select.stdout)\(select.stderr)")
+            let rebuilt = try k2("apply", "--yes")
+            #expect(rebuilt.status == 0, "\(rebuilt.stdout)\(rebuilt.stderr)")
+            for name in ["docs/a.txt", "docs/big.bin", "docs/sub/c.txt"] {
+                #expect(ApplyInteropTests.sha(local2 + "/" + name) == ApplyInteropTests.sha(world.local + "/" + name), "\(name)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: local2 + "/later.txt"))
+            // An unselected file, streamed from ciphertext without keeping it.
+            let streamed = try k2("cat", Self.folder, "later.txt")
+            #expect(streamed.status == 0 && streamed.stdout == "secret selected later 7c1e\n", "\(streamed.stdout)\(streamed.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: local2 + "/later.txt"))
+        }
+    }
+}
