@@ -360,7 +360,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KaitenPeerTests",
-            dependencies: ["KaitenTestThreads", "KaitenPeer", "KaitenDiscovery", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
+            dependencies: ["KaitenTestThreads", "KaitenPeer", "KaitenEncryption", .product(name: "Crypto", package: "swift-crypto"), "KaitenDiscovery", "KaitenTestSupport", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
         // The use-case layer without a process or a peer: outcomes and exit codes, verbs on a home.
         .testTarget(

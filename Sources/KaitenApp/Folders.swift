@@ -10,6 +10,8 @@ public struct FolderEntry: Encodable, Sendable {
     public let path: String
     public let type: String
     public let devices: [String]
+    /// Shared with these encrypted (untrusted devices); their passwords are never listed.
+    public let encrypted_devices: [String]
     public let rescan_interval_s: Int
     public let ignore_perms: Bool
     public let versioning: String
@@ -83,7 +85,7 @@ extension App {
         let entries = opened.config.folders.map {
             FolderEntry(
                 id: $0.id, label: $0.label, path: $0.path, type: $0.type.rawValue, devices: $0.devices.map(\.description),
-                rescan_interval_s: $0.rescanIntervalS, ignore_perms: $0.ignorePerms, versioning: $0.versioningType,
+                encrypted_devices: $0.encryptedDevices.keys.sorted().map(\.description), rescan_interval_s: $0.rescanIntervalS, ignore_perms: $0.ignorePerms, versioning: $0.versioningType,
                 max_conflicts: $0.maxConflicts, marker_name: $0.markerName, paused: $0.isPaused)
         }
         let names = Dictionary(

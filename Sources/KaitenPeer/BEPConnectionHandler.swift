@@ -191,7 +191,22 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         }
     }
 
+    /// Index batches that came before this device sent its ClusterConfig, kept until it has:
+    /// only then does the connection know which folders it exchanges encrypted (a peer has no
+    /// business sending an index before it heard what this device shares, and syncthing does
+    /// not; an eager peer's batches are taken in order once it may).
+    private var heldIndexes: [(folder: String, files: [BEPFileInfo], isFullIndex: Bool)] = []
+    private var clusterConfigSent = false
+    static let maxHeldIndexes = 16
+
     private func deliver(folder: String, files: [BEPFileInfo], isFullIndex: Bool) {
+        guard clusterConfigSent else {
+            heldIndexes.append((folder, files, isFullIndex))
+            if heldIndexes.count > Self.maxHeldIndexes {
+                close(.protocolError("sent more than \(Self.maxHeldIndexes) index batches before this device's ClusterConfig"), sendClose: true)
+            }
+            return
+        }
         var files = files
         if let exchange = sealed.exchange(for: folder) {
             // The untrusted device relays what trusted ones sealed: an entry that does not
@@ -333,6 +348,12 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         let promise = context.eventLoop.makePromise(of: Void.self)
         if case .clusterConfig = message { state.sentClusterConfig(at: context.eventLoop.now) } else { state.wrote(at: context.eventLoop.now) }
         context.writeAndFlush(wrapOutboundOut(.message(message)), promise: promise)
+        if case .clusterConfig = message, !clusterConfigSent {
+            clusterConfigSent = true
+            let held = heldIndexes
+            heldIndexes = []
+            for batch in held where state.isOpen { deliver(folder: batch.folder, files: batch.files, isFullIndex: batch.isFullIndex) }
+        }
         return promise.futureResult
     }
 

@@ -41,7 +41,8 @@ public enum FolderView {
             rows.map { row in
                 [
                     row.id + (row.paused ? " (paused)" : ""), row.type, row.path,
-                    row.devices.filter { $0 != me }.map { Terminal.peer($0, name: peerNames[$0]) }.joined(separator: ","),
+                    (row.devices.filter { $0 != me }.map { Terminal.peer($0, name: peerNames[$0]) }
+                        + row.encrypted_devices.map { Terminal.peer($0, name: peerNames[$0]) + " (encrypted)" }).joined(separator: ","),
                 ]
             })
     }

@@ -1,5 +1,6 @@
 import Foundation
 import KaitenConfig
+import KaitenEncryption
 import KaitenProtocol
 import KaitenTestSupport
 import KaitenTestThreads
@@ -56,6 +57,13 @@ struct EncryptedSharingInteropTests {
             #expect(share.status == 0, "\(share.stdout)\(share.stderr)")
             #expect((share.stdout + share.stderr).contains("encrypted"), "\(share.stdout)\(share.stderr)")
             #expect(!share.stdout.contains(Self.password) && !share.stderr.contains(Self.password))
+            let folders = try world.kaiten("folder", "ls", "--json")
+            #expect(try DocumentedJSON.problems(stdout: folders.stdout, at: "kaiten folder ls").isEmpty, "\(folders.stdout)")
+            let rows = try JSONSerialization.jsonObject(with: Data(folders.stdout.utf8)) as? [[String: Any]] ?? []
+            #expect(rows.first?["encrypted_devices"] as? [String] == [u.deviceID.description], "\(folders.stdout)")
+            #expect((rows.first?["devices"] as? [String])?.contains(u.deviceID.description) == false, "\(folders.stdout)")
+            #expect(!folders.stdout.contains(Self.password) && !folders.stdout.contains("correct horse"))
+            #expect(try world.kaiten("folder", "ls").stdout.contains("vps (encrypted)"))
             // Sharing it in plain text on top is refused: the device never gets plain data.
             let plainShare = try world.kaiten("folder", "share", Self.folder, "vps")
             #expect(plainShare.status != 0 && plainShare.stderr.contains("never gets plain data"), "\(plainShare.stderr)")
@@ -138,5 +146,77 @@ struct EncryptedSharingInteropTests {
             #expect(streamed.status == 0 && streamed.stdout == "secret selected later 7c1e\n", "\(streamed.stdout)\(streamed.stderr)")
             #expect(!FileManager.default.fileExists(atPath: local2 + "/later.txt"))
         }
+    }
+}
+
+/// What an untrusted device sends is trusted for nothing but holding ciphertext: names that
+/// open outside the folder, plain text where ciphertext belongs, metadata moved from one name
+/// to another and another password are refused and named, nothing stored (a scripted
+/// untrusted peer, whose every byte the test chooses).
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
+struct EncryptedSharingBadInputTests {
+    static let folder = ApplyInteropTests.folder
+    typealias World = ApplyInteropTests.World
+
+    enum Case: String, CaseIterable, Sendable {
+        case nameOutsideTheFolder, plainIndex, swappedMetadata, otherPassword
+    }
+
+    @Test(arguments: Case.allCases) func anUntrustedPeerIsTrustedForNothing(_ trial: Case) async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-sealed-bad")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let password = "correct horse battery staple"
+        let passwordFile = dir.file("password")
+        try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let key = try FolderKey(folderID: Self.folder, password: password)
+        let peer = try await ScriptedPeer(in: dir.path, folder: Self.folder, contents: [:], allowed: world.me)
+        defer { Task { await peer.stop() } }
+        #expect(try await world.kaitenDetached("peer", "add", peer.deviceID.description, "--name", "vps", "--address", peer.address).status == 0)
+        try FileManager.default.createDirectory(atPath: world.local + "/.stfolder", withIntermediateDirectories: true)
+        try world.addFolder(sharedWith: [])
+        #expect(try await world.kaitenDetached("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile).status == 0)
+
+        let good = peer.file("good.txt", Data("fine\n".utf8), sequence: 1)
+        var sent: [BEPFileInfo]
+        var token = key.passwordToken
+        let why: String
+        switch trial {
+        case .nameOutsideTheFolder:
+            sent = [try EncryptedFileInfo.encrypt(good, folderKey: key), try EncryptedFileInfo.encrypt(peer.file("../escape.txt", Data("out\n".utf8), sequence: 2), folderKey: key)]
+            why = "escape.txt"
+        case .plainIndex:
+            sent = [good]
+            why = "index of encrypted folder \"\(Self.folder)\""
+        case .swappedMetadata:
+            let other = try EncryptedFileInfo.encrypt(peer.file("other.txt", Data("other\n".utf8), sequence: 2), folderKey: key)
+            var swapped = try EncryptedFileInfo.encrypt(good, folderKey: key)
+            swapped.encrypted = other.encrypted
+            sent = [swapped]
+            why = "index of encrypted folder \"\(Self.folder)\""
+        case .otherPassword:
+            sent = [try EncryptedFileInfo.encrypt(good, folderKey: try FolderKey(folderID: Self.folder, password: "another one"))]
+            token = try FolderKey(folderID: Self.folder, password: "another one").passwordToken
+            why = "different encryption passwords used"
+        }
+        peer.passwordTokens.withLockedValue { $0 = (Data(token), Data()) }
+        peer.announce(sent)
+        let sync = try await world.kaitenDetached("index", "sync")
+        #expect(sync.status != 0, "\(sync.stdout)")
+        let said = sync.stdout + sync.stderr
+        #expect(said.contains(why), "\(said)")
+        #expect(said.contains("vps") || said.contains(peer.deviceID.shortDescription), "the peer is named: \(said)")
+        #expect(!said.contains(password))
+        let ls = try await world.kaitenDetached("ls", Self.folder, "-R", "--json")
+        #expect(!ls.stdout.contains("good.txt") && !ls.stdout.contains("escape") && !ls.stdout.contains("other.txt"), "\(ls.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/escape.txt"))
+
+        // The same peer with a well-formed index under the right password is taken in: the
+        // refusals were the checks'.
+        peer.passwordTokens.withLockedValue { $0 = (Data(key.passwordToken), Data()) }
+        peer.announce([try EncryptedFileInfo.encrypt(good, folderKey: key)])
+        let fine = try await world.kaitenDetached("index", "sync")
+        #expect(fine.status == 0, "\(fine.stdout)\(fine.stderr)")
+        #expect(try await world.kaitenDetached("ls", Self.folder).stdout.contains("good.txt"))
     }
 }

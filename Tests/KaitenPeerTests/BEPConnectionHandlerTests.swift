@@ -1,4 +1,5 @@
 import Foundation
+import KaitenEncryption
 import KaitenProtocol
 import Logging
 import NIOConcurrencyHelpers
@@ -17,12 +18,12 @@ struct BEPConnectionHandlerTests {
         let events = NIOLockedValueBox<[PeerEvent]>([])
         var loop: EmbeddedEventLoop { channel.embeddedEventLoop }
 
-        init(settings: PeerSettings = PeerSettings()) throws {
+        init(settings: PeerSettings = PeerSettings(), sealed: SealedFolders = SealedFolders()) throws {
             let events = self.events
             handler = BEPConnectionHandler(
                 hello: BEPHello(), settings: settings, logger: Logger(label: "test"),
                 events: PeerEventSink(yield: { event in events.withLockedValue { $0.append(event) } }, finish: {}),
-                eventLoop: channel.eventLoop, peerLabel: "PEERXXX")
+                eventLoop: channel.eventLoop, peerLabel: "PEERXXX", sealed: sealed)
             try channel.pipeline.syncOperations.addHandler(handler)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
             // Our Hello goes out first thing.
@@ -38,6 +39,16 @@ struct BEPConnectionHandlerTests {
                 if case .message(let message) = item { out.append(message) }
             }
             return out
+        }
+
+        /// This side's ClusterConfig goes out (the session's first message after the Hello).
+        func sendClusterConfig() {
+            _ = handler.send(.clusterConfig(BEPClusterConfig()))
+            _ = try? outbound()
+        }
+
+        var indexes: [[BEPFileInfo]] {
+            events.withLockedValue { $0 }.compactMap { if case .index(_, let files, _) = $0 { files } else { nil } }
         }
 
         func receive(_ message: BEPMessage) throws {
@@ -208,6 +219,7 @@ struct BEPConnectionHandlerTests {
 
     @Test func anInconsistentIndexEntryClosesTheConnection() throws {
         let h = try Harness()
+        h.sendClusterConfig()
         var file = BEPFileInfo()
         file.name = "no-blocks.bin"
         file.size = 10
@@ -222,6 +234,65 @@ struct BEPConnectionHandlerTests {
         #expect(reason.contains("no-blocks.bin"))
         let delivered = h.events.withLockedValue { $0 }.contains { if case .index = $0 { true } else { false } }
         #expect(!delivered)
+    }
+
+    /// An index that comes before this side's ClusterConfig is held until it went out (only
+    /// then is it known which folders are encrypted), then delivered in order; a peer that
+    /// floods batches before it is closed.
+    @Test func indexesBeforeOurClusterConfigWaitForIt() throws {
+        let h = try Harness()
+        var directory = BEPFileInfo()
+        directory.type = .directory
+        var index = BEPIndex()
+        index.folder = "f"
+        for name in ["one", "two"] {
+            directory.name = name
+            index.files = [directory]
+            try h.receive(.index(index))
+        }
+        #expect(h.indexes.isEmpty)
+        h.sendClusterConfig()
+        #expect(h.indexes.map { $0.map(\.name) } == [["one"], ["two"]])
+
+        let flooded = try Harness()
+        for _ in 0...BEPConnectionHandler.maxHeldIndexes { try flooded.receive(.index(index)) }
+        guard case .protocolError(let reason)? = flooded.closeReason else {
+            Issue.record("got \(String(describing: flooded.closeReason))")
+            return
+        }
+        #expect(reason.contains("before this device's ClusterConfig"))
+    }
+
+    /// A folder exchanged encrypted: the index is decrypted before anything sees it, and an
+    /// entry that does not decrypt (plain text here) closes the connection, nothing delivered.
+    @Test func aSealedFolderIsDeliveredDecryptedOrNotAtAll() throws {
+        let key = FolderKey(folderID: "f", raw: Array(repeating: 7, count: 32))
+        let sealed = SealedFolders()
+        sealed.set(["f": UntrustedExchange(key: key)])
+        var plain = BEPFileInfo()
+        plain.name = "dir/photo.jpg"
+        plain.type = .directory
+        plain.sequence = 3
+        var index = BEPIndex()
+        index.folder = "f"
+        index.files = [try EncryptedFileInfo.encrypt(plain, folderKey: key)]
+
+        let h = try Harness(sealed: sealed)
+        h.sendClusterConfig()
+        try h.receive(.index(index))
+        #expect(h.indexes.first?.map(\.name) == ["dir/photo.jpg"])
+        #expect(h.closeReason == nil)
+
+        let refused = try Harness(sealed: sealed)
+        refused.sendClusterConfig()
+        index.files = [plain]
+        try refused.receive(.index(index))
+        #expect(refused.indexes.isEmpty)
+        guard case .protocolError(let reason)? = refused.closeReason else {
+            Issue.record("got \(String(describing: refused.closeReason))")
+            return
+        }
+        #expect(reason.contains("index of encrypted folder \"f\""), "\(reason)")
     }
 
     @Test func repeatedClusterConfigsAreAllDelivered() throws {

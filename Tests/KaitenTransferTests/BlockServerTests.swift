@@ -68,6 +68,32 @@ struct BlockServerTests {
         guard case .invalid = refused else { Issue.record("\(name): \(String(describing: refused))"); return }
     }
 
+    /// A device the folder is shared with encrypted is answered only through the connection's
+    /// sealing path: a request that did not come through it is refused before a byte is read,
+    /// and a plain device's request that claims to be sealed is refused too.
+    @Test func anUntrustedDeviceIsAnsweredOnlyThroughTheSealingPath() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (_, home) = try Self.server(in: directory)
+        let config = try ConfigFile.load(path: home.home.configPath)
+        try config.shareFolder(id: "g", with: Self.peer, password: EncryptionPassword("pw"))
+        try config.write()
+        let server = BlockServer(home: try KaitenHome.open(home.home))
+        guard case .generic = refusal(server.read(Self.request("g", "a.txt"), from: Self.peer)) else {
+            Issue.record("a plain request from an untrusted device was not refused")
+            return
+        }
+        guard case .generic = refusal(server.read(Self.request("f", "a.txt"), from: Self.peer, sealed: true)) else {
+            Issue.record("a sealed request for a folder shared in plain text was not refused")
+            return
+        }
+        // Sealed, for the folder it holds encrypted: past the sharing check (nothing announced here).
+        guard case .invalid = refusal(server.read(Self.request("g", "a.txt"), from: Self.peer, sealed: true)) else {
+            Issue.record("a sealed request from the untrusted device did not reach the announced-block check")
+            return
+        }
+    }
+
     @Test func aReloadThatUnsharesTheFolderRefusesFromThenOn() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
