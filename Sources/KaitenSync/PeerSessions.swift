@@ -248,8 +248,11 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
     /// Keeps a connection past its exchange: its later index batches are taken in.
     func adopt(_ connection: PeerConnection, device: DeviceID, announced: [String: RemoteIndexState]) {
         guard connection.isOpen else { return }
-        let intake = Task { await self.takeIn(connection, device: device) }
         var replaced: PeerConnection?
+        // The connection is held before its intake starts: a ClusterConfig the peer sent right
+        // after the exchange (an untrusted device that now has its token lists the folder) is
+        // judged against a held connection, not dropped as one of a connection not kept.
+        var intake: Task<Void, Never>?
         let refused: Bool = state.withLock { state in
             if state.closed { return true }
             if let held = state.connections[device], held !== connection { replaced = held }
@@ -257,7 +260,9 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             state.announced[device] = announced
             // The folders both share: its index of each was just exchanged.
             for folder in announced.keys { state.current[folder, default: []].insert(device) }
-            state.intakes.append(intake)
+            let started = Task { await self.takeIn(connection, device: device) }
+            state.intakes.append(started)
+            intake = started
             return false
         }
         if !refused {
@@ -271,7 +276,7 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             Task { await replaced.close(reason: "replaced by a direct connection") }
         }
         if refused {
-            intake.cancel()
+            intake?.cancel()
             Task { await connection.close(reason: "shutting down") }
         }
     }

@@ -149,6 +149,102 @@ struct EncryptedSharingInteropTests {
     }
 }
 
+extension EncryptedSharingInteropTests {
+    /// `kaiten run` with an untrusted syncthing as its only peer: the folder is taken up on the
+    /// connection once the untrusted device has the token (its next ClusterConfig lists it),
+    /// the selected files and a change made later reach it sealed. Then a block of its store is
+    /// altered (size and time kept, so it does not notice): a Kaiten pulling from it refuses
+    /// the file, naming it, writes nothing under its name, and takes the other files.
+    @Test func aServiceKeepsAnUntrustedDeviceCurrentAndAnAlteredBlockIsRefused() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-sealed-run")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let stored = dir.file("stored")
+        try FileManager.default.createDirectory(atPath: stored, withIntermediateDirectories: true)
+        let passwordFile = dir.file("password")
+        try Self.password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        try TestFiles.write(world.local + "/docs/a.txt", "a secret short file 7c1e\n")
+        try TestFiles.random(world.local + "/docs/big.bin", size: 400_000)
+        try FileManager.default.createDirectory(atPath: world.local + "/.stfolder", withIntermediateDirectories: true)
+
+        let u = try SyncthingInstance.generate(in: dir.path, name: "u")
+        try await withSyncthing(u) { u in
+            try await u.addDevice(world.me, name: "k")
+            try await u.addFolder(id: Self.folder, path: stored, type: "receiveencrypted", devices: [world.me], extra: ["fsWatcherEnabled": false, "rescanIntervalS": 3600])
+            #expect(try world.kaiten("peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address).status == 0)
+            try world.addFolder(sharedWith: [])
+            #expect(try world.kaiten("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile).status == 0)
+            #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
+
+            let run = try RunInteropTests.Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            func waitStored(_ count: Int, _ what: String) async throws {
+                do {
+                    try await u.waitUntil(what, timeout: 90) {
+                        let s = try await Self.storedFileCount(u)
+                        return s.files == count && s.need == 0 && s.state == "idle"
+                    }
+                } catch {
+                    Issue.record("kaiten run's log:\n\(run.log)")
+                    throw error
+                }
+            }
+            try await waitStored(2, "the untrusted device stores the selection, from the service")
+            try TestFiles.write(world.local + "/docs/new.txt", "a secret written later 7c1e\n")
+            try await waitStored(3, "the untrusted device stores the change made later")
+            run.stop()
+            #expect(!run.log.contains(Self.password), "\(run.log)")
+            #expect(UntrustedDeviceInteropTests.leaks(of: "7c1e", under: stored).isEmpty)
+            let out = dir.file("out")
+            let decrypted = try Self.syncthingDecrypt(stored, to: out, home: dir.path)
+            #expect(decrypted.status == 0, "\(decrypted.stdout)\(decrypted.stderr)")
+            for name in ["docs/a.txt", "docs/big.bin", "docs/new.txt"] {
+                #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(world.local + "/" + name), "\(name)")
+            }
+
+            // One byte of big.bin's first sealed block flipped where the untrusted device keeps it.
+            let map = try KaitenCLI.run(["decrypt", stored, "--password-file", passwordFile, "--verify-only", "--json"])
+            let files = (try JSONSerialization.jsonObject(with: Data(map.stdout.utf8)) as? [String: Any])?["files"] as? [[String: Any]] ?? []
+            let storedBig = try #require(files.first { $0["name"] as? String == "docs/big.bin" }?["stored"] as? String)
+            let path = stored + "/" + storedBig
+            let before = ApplyInteropTests.stat(path)
+            let fd = open(path, O_RDWR)
+            var byte: UInt8 = 0
+            #expect(pread(fd, &byte, 1, 100) == 1)
+            byte ^= 0x01
+            #expect(pwrite(fd, &byte, 1, 100) == 1)
+            var times = [before.st_atim, before.st_mtim]
+            futimens(fd, &times)
+            close(fd)
+
+            let home2 = dir.file("kaiten2")
+            let local2 = dir.file("local2")
+            let created = try KaitenCLI.run(["init", "--home", home2, "--name", "k2", "--listen", "tcp://127.0.0.1:0"])
+            let me2 = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            func k2(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home2]) }
+            try await u.addDevice(me2, name: "k2")
+            var folderConfig = try await u.get("/rest/config/folders/\(Self.folder)") as? [String: Any] ?? [:]
+            folderConfig["devices"] = [["deviceID": u.deviceID.description], ["deviceID": world.me.description], ["deviceID": me2.description]]
+            _ = try await u.put("/rest/config/folders/\(Self.folder)", json: folderConfig)
+            #expect(try k2("peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address).status == 0)
+            #expect(try k2("folder", "add", Self.folder, "--path", local2).status == 0)
+            #expect(try k2("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile).status == 0)
+            #expect(try k2("index", "sync").status == 0)
+            #expect(try k2("select", Self.folder, "docs").status == 0)
+            let pulled = try k2("apply", "--yes")
+            #expect(pulled.status != 0, "\(pulled.stdout)")
+            #expect(pulled.stderr.contains("docs/big.bin") && pulled.stderr.contains("does not decrypt and verify"), "\(pulled.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: local2 + "/docs/big.bin"))
+            let leftovers = (FileManager.default.enumerator(atPath: local2)?.allObjects as? [String] ?? []).filter { $0.contains(".syncthing.") || $0.contains(".tmp") }
+            #expect(leftovers.isEmpty, "\(leftovers)")
+            #expect(ApplyInteropTests.sha(local2 + "/docs/a.txt") == ApplyInteropTests.sha(world.local + "/docs/a.txt"))
+            #expect(ApplyInteropTests.sha(local2 + "/docs/new.txt") == ApplyInteropTests.sha(world.local + "/docs/new.txt"))
+            let streamed = try k2("cat", Self.folder, "docs/big.bin")
+            #expect(streamed.status != 0 && streamed.stderr.contains("docs/big.bin"), "\(streamed.stderr)")
+        }
+    }
+}
+
 /// What an untrusted device sends is trusted for nothing but holding ciphertext: names that
 /// open outside the folder, plain text where ciphertext belongs, metadata moved from one name
 /// to another and another password are refused and named, nothing stored (a scripted
