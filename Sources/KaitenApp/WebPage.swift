@@ -15,7 +15,8 @@ extension App {
         } catch {
             throw VerbEnded(ExitStatus(code: error.code), error.message)
         }
-        guard let base = ServiceRecord.running(opened.home)?.restURL else {
+        let record = ServiceRecord.running(opened.home)
+        guard let base = record?.pageURL ?? record?.restURL else {
             throw VerbEnded(.failure, "kaiten run (pid \(service.pid)) has no REST API address in \(opened.home.stateDirectory)/service.json yet")
         }
         return base + "/ui/login?token=" + token

@@ -56,12 +56,14 @@ public enum PeerCheck {
 
         var results: [Result] = []
         for device in devices {
+            // Folders shared with it encrypted are offered with their token, as a session would.
+            let sealed = try SealedFolders.exchanges(for: device.id, in: folders)
             let clusterConfig = ClusterConfigBuilder.make(
-                folders: folders, devices: home.config.devices, me: me, peer: device.id, localIndexIDs: indexIDs)
+                folders: folders, devices: home.config.devices, me: me, peer: device.id, localIndexIDs: indexIDs, sealed: sealed)
             results.append(
                 await check(
                     device: device, me: me, identity: home.identity, hello: hello, clusterConfig: clusterConfig,
-                    ourFolders: Set(folders.filter { $0.devices.contains(device.id) }.map(\.id)),
+                    ourFolders: Set(folders.filter { $0.isShared(with: device.id) }.map(\.id)),
                     timeout: timeout, addresses: addresses, logger: logger))
         }
         return results

@@ -54,8 +54,23 @@ public final class Service: Sendable {
         /// `--import SRC:FOLDER`: sources watched for new media (a card inserted, a phone
         /// mounted), imported when they appear or change; the round that follows sends them.
         public var imports: [ImportWatch] = []
+        /// `--ui`: the web page and the REST API it calls on a listener of its own, beside `<gui>`.
+        public var page: PageListener?
 
         public init() {}
+    }
+
+    /// Where the page's own listener is; `tls`: HTTPS only (any address: `--allow-remote`).
+    public struct PageListener: Sendable, Equatable {
+        public var host: String
+        public var port: Int
+        public var tls: Bool
+
+        public init(host: String, port: Int, tls: Bool) {
+            self.host = host
+            self.port = port
+            self.tls = tls
+        }
     }
 
     /// A scoped round looks at the paths its triggers named; past this many it plans the whole
@@ -74,6 +89,8 @@ public final class Service: Sendable {
     let browserSessions = APISessions()
     /// The REST API's listener, kept across reloads that leave `<gui>` as it was.
     let apiListener = RESTListener()
+    /// The page's own listener (`--ui`), the same API behind it.
+    let pageListener = RESTListener()
     let counters = ServiceCounters()
     let startTime = Date()
 
@@ -131,6 +148,7 @@ public final class Service: Sendable {
             }
         }
         await saying("closing the REST API", { await apiListener.close() })
+        await saying("closing the web page's listener", { await pageListener.close() })
         await link.close(reason: "stopping")
         emit(ServiceEvent("stopped", "stopped"))
     }
@@ -281,8 +299,8 @@ public final class Service: Sendable {
         })
 
         // `kaiten ui`'s one-time link, when the REST API (which serves the page) is on.
-        let loginToken: @Sendable () -> String? = { [apiListener, browserSessions] in
-            apiListener.isServing ? browserSessions.issueLoginToken() : nil
+        let loginToken: @Sendable () -> String? = { [apiListener, pageListener, browserSessions] in
+            apiListener.isServing || pageListener.isServing ? browserSessions.issueLoginToken() : nil
         }
         // Files read on the live sessions: for --serve, and for the verbs beside the service.
         let files = RemoteFiles(home: home, cacheBytes: options.serve == nil ? 8 << 20 : options.cacheBytes, logger: logger, sessions: sessions)
@@ -323,6 +341,17 @@ public final class Service: Sendable {
                 startTime: startTime, useCases: options.useCases, control: control, files: files)
             apiState = state
             if let url = await apiListener.serve(api(home, state: state)) { status.restAPI(url) }
+            if let page = options.page {
+                // <gui>'s keys, user and session settings, at the page's own address.
+                var configuration = api(home, state: state)
+                configuration.gui.isEnabled = true
+                configuration.gui.address = (page.host.contains(":") ? "[\(page.host)]" : page.host) + ":\(page.port)"
+                configuration.gui.useTLS = page.tls
+                configuration.said = { [emit] kind, message in
+                    emit(ServiceEvent(kind == "api" ? "ui" : kind, kind == "api" ? "the web page on \(message.split(separator: " ").last ?? "")" : message))
+                }
+                if let url = await pageListener.serve(configuration) { status.page(url) }
+            }
         }
         if first {
             apiEvents.startupComplete(myID: home.identity.deviceID)

@@ -50,6 +50,8 @@ public struct ServiceRecord: Codable, Sendable {
     public var serveURL: String?
     /// Where syncthing's REST API answers (config.xml's `<gui>`), when it does.
     public var restURL: String?
+    /// The web page's own listener (`--ui`), when there is one.
+    public var pageURL: String?
     /// A round that has run for a while (``Busy/after`` seconds): since when and what it is
     /// doing now. nil between rounds and in a round's first seconds.
     public var busy: Busy?
@@ -63,7 +65,7 @@ public struct ServiceRecord: Codable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case pid, startedAt = "started_at", applyMode = "apply_mode", requirePeers = "require_peers", folders, peers
-        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url", restURL = "rest_url", busy
+        case lastIndexUpdate = "last_index_update", lastRound = "last_round", serveURL = "serve_url", restURL = "rest_url", pageURL = "page_url", busy
     }
 
     static func path(_ home: Home) -> String { (home.stateDirectory as NSString).appendingPathComponent("service.json") }

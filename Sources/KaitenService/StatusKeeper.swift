@@ -48,6 +48,11 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         save()
     }
 
+    func page(_ url: String) {
+        record.withLock { $0.pageURL = url }
+        save()
+    }
+
     func peers(_ connections: [DeviceID: PeerConnection]) {
         let me = home.identity.deviceID
         let peers = home.config.devices.filter { $0.id != me }.map {

@@ -20,6 +20,7 @@ public enum StatusView {
             if let busy = service.busy { out.append("  round running since \(busy.since): \(busy.doing)") }
             if let url = service.serveURL { out.append("  on demand at \(url)") }
             if let url = service.restURL { out.append("  syncthing's REST API at \(url)") }
+            if let url = service.pageURL { out.append("  the web page's own listener at \(url) (`kaiten ui` prints a link)") }
         }
         for row in report.folders {
             out.append("\(row.id)  \(row.path)")

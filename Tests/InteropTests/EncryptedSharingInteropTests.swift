@@ -74,6 +74,10 @@ struct EncryptedSharingInteropTests {
             try await u.waitUntil("the untrusted device stores the token", timeout: 60) {
                 FileManager.default.fileExists(atPath: stored + "/.stfolder/syncthing-encryption_password_token")
             }
+            // The peer check offers the folder with its token, as a session does: shared both ways.
+            let check = try world.kaiten("peer", "check", "--json")
+            let checked = (try? JSONSerialization.jsonObject(with: Data(check.stdout.utf8))) as? [[String: Any]]
+            #expect(check.status == 0 && checked?.first?["shared_both_ways"] as? [String] == [Self.folder], "\(check.stdout)\(check.stderr)")
             let apply = try world.kaiten("apply", "--yes", "--send-timeout", "90")
             #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
             #expect(!apply.stdout.contains(Self.password) && !apply.stderr.contains(Self.password))

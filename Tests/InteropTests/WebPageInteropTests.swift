@@ -25,7 +25,7 @@ struct WebPageInteropTests {
         let session: String
         static let elementKey = "element-6066-11e4-a52e-4f735466cecf"
 
-        init(profile: String, log: String) throws {
+        init(profile: String, log: String, arguments extra: [String] = []) throws {
             let port = try FreePort.next()
             driver = Process()
             driver.executableURL = URL(fileURLWithPath: try #require(WebPageInteropTests.chromedriver))
@@ -46,7 +46,7 @@ struct WebPageInteropTests {
                         "goog:chromeOptions": [
                             "binary": try #require(WebPageInteropTests.chromium),
                             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--user-data-dir=\(profile)",
-                                "--window-size=1200,900", "--no-first-run", "--disable-background-networking"],
+                                "--window-size=1200,900", "--no-first-run", "--disable-background-networking"] + extra,
                         ]
                     ]
                 ]
@@ -140,6 +140,48 @@ struct WebPageInteropTests {
             while driver.isRunning && Date() < deadline { usleep(50_000) }
             if driver.isRunning { kill(driver.processIdentifier, SIGKILL) }
             driver.waitUntilExit()
+        }
+    }
+
+    /// `kaiten run --ui ADDR` serves the page (and the API it calls) on a listener of its own;
+    /// with --allow-remote over HTTPS only, its session cookie Secure. A non-loopback address
+    /// without --allow-remote is refused before anything listens. (Tests bind loopback only:
+    /// --allow-remote is what turns TLS on, whatever the address.)
+    @Test(.enabled(if: chromium != nil && chromedriver != nil, "no chromium and chromedriver (scripts/test installs Debian's)"))
+    func thePageHasAListenerOfItsOwnAndRemoteMeansHTTPS() async throws {
+        let refused = try KaitenCLI.run(["run", "--ui", "192.0.2.1:8386", "--home", NSTemporaryDirectory() + "/kaiten-no-home"])
+        #expect(refused.status == 64 && refused.stderr.contains("--allow-remote"), "\(refused.stderr)")
+
+        try await REST.withKaitenBesideSyncthing("kaiten-web-ui", runArguments: ["--apply", "none", "--ui", "127.0.0.1:0", "--allow-remote"]) { world, st, base, key in
+            var page = ""
+            try await RunInteropTests.waitFor("the page's own listener") {
+                let record = FileManager.default.contents(atPath: world.home + "/state/service.json").flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+                page = record?["page_url"] as? String ?? ""
+                return !page.isEmpty
+            }
+            #expect(page.hasPrefix("https://127.0.0.1:") && page != base, "\(page) beside \(base)")
+            #expect(try world.kaiten("status").stdout.contains("the web page's own listener at \(page)"))
+            // TLS only: plain HTTP on that port gets no page.
+            let plain = try REST.curl(page.replacingOccurrences(of: "https://", with: "http://") + "/ui/")
+            #expect(plain.status != 200, "\(plain.body)")
+            // The same API behind it.
+            #expect(try REST.curl(page + "/rest/system/status", headers: ["X-API-Key: \(key)"], insecure: true).status == 200)
+
+            let ui = try world.kaiten("ui")
+            let link = ui.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(ui.status == 0 && link.hasPrefix(page + "/ui/login?token="), "\(ui.stdout)\(ui.stderr)")
+            // The session cookie a browser gets over HTTPS is Secure and HttpOnly.
+            let jar = world.dir.file("cookies")
+            _ = try REST.curl(link, insecure: true, cookieJar: jar)
+            let cookies = try String(contentsOfFile: jar, encoding: .utf8).split(separator: "\n").filter { $0.hasPrefix("#HttpOnly_") }
+            #expect(cookies.count == 1 && cookies[0].split(separator: "\t").dropFirst(3).first == "TRUE", "\(cookies)")
+
+            let browser = try Browser(
+                profile: world.dir.file("chromium-profile"), log: world.dir.file("chromedriver.log"), arguments: ["--ignore-certificate-errors"])
+            defer { browser.close() }
+            try browser.go(try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            _ = try await browser.waitFor("tr[data-path='docs']", "the folder's tree over HTTPS")
+            #expect((try browser.call("/url") as? String) == page + "/ui/")
         }
     }
 

@@ -46,7 +46,9 @@ extension Kaiten {
                 <gui> address (HTTPS with <gui tls="true">) with its API key, so `syncthing \
                 cli`, scripts and Prometheus can watch and configure it, and Kaiten's own \
                 /rest/kaiten/ endpoints (selection, plan, conflicts, last copies) (Docs/rest.md); \
-                an address it cannot take is said, and it runs on.
+                an address it cannot take is said, and it runs on. The web page (`kaiten ui`) is \
+                served there too, and with --ui HOST:PORT on a listener of its own (loopback, or \
+                with --allow-remote any address, over HTTPS only).
 
                 With --mount FOLDER=DIR the folder is in the file system while it runs (see \
                 `kaiten mount --help`), read through the service's own connections; the mount \
@@ -57,6 +59,8 @@ extension Kaiten {
                   kaiten run photos --apply none --json
                   kaiten run --serve 127.0.0.1:8385 &
                   kaiten run --mount photos=$HOME/Photos
+                  kaiten run --ui 127.0.0.1:8386
+                  kaiten run --ui 0.0.0.0:8386 --allow-remote
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -105,6 +109,12 @@ extension Kaiten {
         @Option(help: ArgumentHelp("Seconds of silence after which a peer's connection is given up and dialled again (syncthing waits 300).", valueName: "seconds"))
         var peerTimeout: Double = 300
 
+        @Option(help: ArgumentHelp("Serve the web page (and the REST API it calls) on a listener of its own at this address, as well as on <gui>; loopback unless --allow-remote.", valueName: "host:port"))
+        var ui: String?
+
+        @Flag(help: "With --ui: listen on any address, over HTTPS only (the home's https-cert.pem, made on first use).")
+        var allowRemote = false
+
         @Flag(help: "Log NDJSON events instead of lines.")
         var json = false
 
@@ -115,6 +125,8 @@ extension Kaiten {
             guard (rescanInterval ?? 1) >= 1 else { throw ValidationError("--rescan-interval takes seconds, at least 1") }
             guard debounce >= 0 else { throw ValidationError("--debounce takes seconds, 0 or more") }
             if let serve { _ = try Self.loopback(serve) }
+            if let ui { _ = try Self.pageAddress(ui, allowRemote: allowRemote) }
+            if allowRemote && ui == nil { throw ValidationError("--allow-remote goes with --ui HOST:PORT") }
             for mount in mounts where !mount.contains("=") {
                 throw ValidationError("--mount takes FOLDER=DIR, e.g. --mount photos=$HOME/Photos (\(mount) has no '=')")
             }
@@ -135,9 +147,24 @@ extension Kaiten {
             return (host, port)
         }
 
+        /// The page's own listener: loopback, or any address with --allow-remote, then over
+        /// HTTPS only (a session cookie and a CSRF token must not cross a network in clear).
+        static func pageAddress(_ text: String, allowRemote: Bool) throws -> Service.PageListener {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+                throw ValidationError("--ui takes host:port, e.g. 127.0.0.1:8386")
+            }
+            let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            let loopback = LoopbackHost.contains(host)
+            guard loopback || allowRemote else {
+                throw ValidationError("--ui listens on loopback only (\(host) is not); add --allow-remote to serve the page over HTTPS on it")
+            }
+            return Service.PageListener(host: host, port: port, tls: allowRemote)
+        }
+
         func run() async throws {
             try await reportingErrors {
                 var request = RunRequest()
+                request.service.page = try ui.map { try Self.pageAddress($0, allowRemote: allowRemote) }
                 request.service.folders = folders
                 request.service.mode = apply
                 request.service.rescanInterval = rescanInterval

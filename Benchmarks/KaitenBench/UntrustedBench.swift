@@ -1,0 +1,119 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Pulling from an untrusted device, the laptop-and-VPS case (issue 40): a syncthing holds the
+/// folder encrypted (receive-encrypted, filled by a trusted syncthing that is then stopped, so
+/// it is the only source); `kaiten apply` of a fresh home with the password, next to a fresh
+/// trusted syncthing pulling the same folder from it. Both decrypt and check every block.
+func runUntrustedBench(mib: Int, runs: Int) async throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-untrustedbench")
+    defer { dir.remove() }
+    log("work dir \(dir.path): \(mib) MiB as 4 random files held encrypted by an untrusted syncthing, \(runs) runs")
+    let data = dir.file("data")
+    try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+    for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
+    let totalBytes = Double(directorySize(data))
+    let password = "bench password"
+    let passwordFile = dir.file("password")
+    try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
+    let folderID = "bench"
+    let stored = dir.file("stored")
+    try FileManager.default.createDirectory(atPath: stored, withIntermediateDirectories: true)
+
+    let trusted = try SyncthingInstance.generate(in: dir.path, name: "trusted")
+    let untrusted = try SyncthingInstance.generate(in: dir.path, name: "untrusted")
+    let receivers = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "receiver-\($0)") }
+    let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
+    struct Run { var seconds: Double; var cpu: Double; var rss: Double }
+    var ours: [Run] = []
+    var theirs: [Run] = []
+
+    try await withSyncthing(untrusted) { u in
+        try await u.addDevice(trusted.deviceID, name: "trusted", addresses: [trusted.address])
+        for (run, receiver) in receivers.enumerated() { try await u.addDevice(receiver.deviceID, name: "receiver-\(run + 1)", addresses: [receiver.address]) }
+        for (run, bench) in kaitens.enumerated() { try await u.addDevice(bench.me, name: "kaiten-\(run + 1)") }
+        try await u.addFolder(
+            id: folderID, path: stored, type: "receiveencrypted", devices: [trusted.deviceID] + receivers.map(\.deviceID) + kaitens.map(\.me))
+        // The trusted device fills the untrusted one, then goes: it is the only source left.
+        try await withSyncthing(trusted) { t in
+            try await t.addDevice(u.deviceID, name: "untrusted", addresses: [u.address])
+            try await t.addFolder(
+                id: folderID, path: data, type: "sendonly", devices: [u.deviceID],
+                extra: ["devices": [["deviceID": t.deviceID.description], ["deviceID": u.deviceID.description, "encryptionPassword": password]]])
+            try await u.waitUntil("the untrusted device stores the folder", timeout: 1800) {
+                let s = try await u.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+                return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == 4 && (s?["needFiles"] as? Int ?? 1) == 0
+            }
+        }
+        for run in 1...runs {
+            let bench = kaitens[run - 1]
+            let kaitenData = dir.file("kaiten-\(run)-data")
+            try bench.run(["peer", "add", u.deviceID.description, "--name", "untrusted", "--address", u.address])
+            try bench.run(["folder", "add", folderID, "--path", kaitenData])
+            try bench.run(["folder", "share", folderID, "untrusted", "--untrusted", "--password-file", passwordFile])
+            try bench.run(["index", "sync"])
+            try bench.run(["select", folderID, "big0.bin", "big1.bin", "big2.bin", "big3.bin"])
+            settleFileSystem()
+            let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed", KaitenCLI.executable, "apply", "--yes", "--json", "--home", bench.home])
+            let f = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            guard timed.status == 0, f.count == 3 else { throw HarnessError("kaiten apply failed: \(timed.stderr)") }
+            for i in 0..<4 where sha256(file: "\(kaitenData)/big\(i).bin") != sha256(file: "\(data)/big\(i).bin") {
+                throw HarnessError("kaiten's big\(i).bin differs from the source's")
+            }
+            ours.append(Run(seconds: f[0], cpu: f[1], rss: f[2]))
+
+            // A fresh trusted syncthing, the same password, the same untrusted source.
+            let pulled = try await withSyncthing(receivers[run - 1]) { b in
+                try await b.addDevice(u.deviceID, name: "untrusted", addresses: [u.address])
+                try await u.waitUntil("untrusted and receiver connected", timeout: 60) {
+                    let c = try await u.get("/rest/system/connections") as? [String: Any]
+                    return ((c?["connections"] as? [String: Any])?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+                }
+                guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
+                let path = dir.file("receiver-\(run)-data")
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                settleFileSystem()
+                let cpu0 = ProcStat.cpuSeconds(pid: pid)
+                let start = now()
+                try await b.addFolder(
+                    id: folderID, path: path, type: "receiveonly", devices: [u.deviceID],
+                    extra: ["devices": [["deviceID": b.deviceID.description], ["deviceID": u.deviceID.description, "encryptionPassword": password]]])
+                try await b.waitUntil("receiver done", timeout: 1800) {
+                    let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:]
+                    return (s["localFiles"] as? Int ?? 0) == 4 && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+                }
+                return Run(seconds: now() - start, cpu: ProcStat.cpuSeconds(pid: pid) - cpu0, rss: ProcStat.peakRSS(pid: pid))
+            }
+            theirs.append(pulled)
+            log(String(
+                format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, ours.last!.seconds,
+                ours.last!.cpu, ours.last!.rss, pulled.seconds, pulled.cpu, pulled.rss, pulled.seconds / ours.last!.seconds))
+        }
+    }
+    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+    func row(_ name: String, _ runs: [Run]) -> String {
+        let seconds = median(runs.map(\.seconds))
+        return String(
+            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %5.2f CPU-s  %6.1f MiB peak RSS",
+            name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
+            runs.map(\.seconds).max()!, totalBytes / seconds / 1e6, median(runs.map(\.cpu)), median(runs.map(\.rss)))
+    }
+    print("")
+    print("== pull of \(mib) MiB (4 files) from an untrusted syncthing (ciphertext only), median of \(runs) ==")
+    print(row("kaiten apply:", ours))
+    print(row("syncthing receiver:", theirs))
+    print(String(
+        format: "ratio kaiten/syncthing: throughput %.2f×, CPU %.2f×   (both decrypt every block and check its SHA-256; the untrusted syncthing shares the 2 cores)",
+        median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001)))
+}
+
+/// The SHA-256 of a file, hex (nil when unreadable).
+private func sha256(file path: String) -> String? {
+    let result = try? ProcessRunner.run("/usr/bin/sha256sum", [path])
+    return result?.stdout.split(separator: " ").first.map(String.init)
+}
