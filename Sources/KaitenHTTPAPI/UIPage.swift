@@ -185,7 +185,10 @@ enum UIPage {
           if (folders.length) await open(folders[0].id, "");
         }
 
-        async function open(folder, directory) {
+        // The peers' completion and the service's rounds are asked for when a folder is shown
+        // and after the page applies or settles, not at every directory opened: each peer's
+        // completion walks the folder's index.
+        async function open(folder, directory, refreshSide = false) {
           if (state.search !== null && folder === state.folder) return search(state.search.text, state.search.type, state.search.min, state.search.after);
           state.folder = folder; state.directory = directory; state.search = null;
           q("search-summary").textContent = "";
@@ -205,9 +208,11 @@ enum UIPage {
           for (const entry of sorted(listing.entries)) rows.push(row(entry));
           q("tree").tBodies[0].replaceChildren(...rows);
           state.entries = listing.entries;
-          await Promise.all([showPlan(), showThumbnails(folder, directory), showPeers().catch((error) => {
+          const side = refreshSide || state.sideShownFor !== folder;
+          state.sideShownFor = folder;
+          await Promise.all([showPlan(), showThumbnails(folder, directory), side ? showPeers().catch((error) => {
             q("peers").tBodies[0].replaceChildren(el("tr", {}, String(error.message)));
-          }), showRounds().catch((error) => { q("rounds").replaceChildren(el("li", {}, String(error.message))); })]);
+          }) : null, side ? showRounds().catch((error) => { q("rounds").replaceChildren(el("li", {}, String(error.message))); }) : null]);
         }
 
         // "10M", "1.5 GiB", "2048": bytes (K, M, G, T are powers of 1024, as the sizes shown).
@@ -379,7 +384,7 @@ enum UIPage {
             });
             q("conflicts-summary").textContent = path + ": " + (outcome.outcome || "settled") + ".";
           } catch (error) { q("conflicts-summary").textContent = String(error.message); }
-          await open(state.folder, state.directory);
+          await open(state.folder, state.directory, true);
         }
 
         // The folder's peers: connected or not (and where), and how much of the folder each holds.
@@ -443,7 +448,7 @@ enum UIPage {
             await poll;
             q("outcome").textContent = outcome.exit === 0 ? "Applied." : "Ended with exit " + outcome.exit + ": " + (outcome.message || "");
           } catch (error) { polling = false; await poll; q("outcome").textContent = String(error.message); }
-          await open(state.folder, state.directory);
+          await open(state.folder, state.directory, true);
         }
 
         document.addEventListener("DOMContentLoaded", () => {

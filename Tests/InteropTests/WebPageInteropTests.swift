@@ -311,12 +311,19 @@ struct WebPageInteropTests {
                 return try browser.text(summary).hasPrefix("In sync") && browser.text(outcome) == "Applied."
             }
 
-            // The hostile name is text on the page: no element made of it, nothing run.
+            // The hostile name is text on the page: no element made of it, nothing run. (Opening
+            // a directory asks for neither the peers' completion nor the rounds again.)
+            func asked(_ path: String) throws -> Int {
+                try browser.script("return performance.getEntriesByType('resource').filter((e) => e.name.includes('\(path)')).length") as? Int ?? -1
+            }
+            let completions = try asked("/rest/db/completion"), rounds = try asked("/rest/kaiten/rounds")
+            #expect(completions > 0 && rounds > 0)
             try browser.click(try #require(try browser.find("tr[data-path='other'] button.dir").first))
             let row = try await browser.waitFor("tr[data-path='other/\(hostile.replacingOccurrences(of: "'", with: "\\'"))']", "the hostile name's row")
             #expect(try browser.text(row).contains(hostile))
             #expect(try browser.find("img").isEmpty)
             #expect(try browser.script("return document.title") as? String == "Kaiten")
+            #expect(try asked("/rest/db/completion") == completions && asked("/rest/kaiten/rounds") == rounds)
 
             // Sorting: by size (largest first, then smallest), by name again.
             try browser.click(try #require(try browser.find("#tree tbody tr:not([data-path]) button.dir").first))
