@@ -47,6 +47,9 @@ missing_deps() {
     # The web page is tested in a real browser: Debian's Chromium, driven through chromedriver.
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+    # And in Firefox (ESR, Debian's), driven through its own Marionette protocol (no geckodriver
+    # in Debian): the page must work in both.
+    command -v firefox-esr >/dev/null 2>&1 || missing+=(firefox-esr)
     # The mount is tested with what users run on it: find, rsync, ffprobe (ffmpeg), getfattr (attr).
     command -v rsync >/dev/null 2>&1 || missing+=(rsync)
     command -v getfattr >/dev/null 2>&1 || missing+=(attr)
