@@ -75,7 +75,7 @@ public struct APIAccess: Sendable {
             adding.append(startSession(sessions, stayLoggedIn: false, now: now))
             authenticated = true
         }
-        let protected = request.path.hasPrefix("/rest/") || request.path == "/metrics"
+        let protected = request.path.hasPrefix("/rest/") || request.path == "/metrics" || request.path.hasPrefix("/ondemand/")
         guard authenticated else {
             if hasUser { return .answer(notAuthenticated) }
             // Without a user and password (and no session from `kaiten ui`'s link), a page load's

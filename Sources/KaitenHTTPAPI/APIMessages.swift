@@ -11,8 +11,12 @@ public struct APIRequest: Sendable {
     public var headers: [String: String]
     public var body: [UInt8]
 
+    /// The request target as sent, query included.
+    public var uri: String
+
     public init(method: String, uri: String, headers: [String: String] = [:], body: [UInt8] = []) {
         self.method = method
+        self.uri = uri
         let components = URLComponents(string: uri)
         self.path = components?.percentEncodedPath.removingPercentEncoding ?? uri
         var query: [String: String] = [:]
@@ -32,6 +36,14 @@ public struct APIResponse: Sendable, Equatable {
     public var body: [UInt8]
     /// Headers beyond the ones every answer has: Set-Cookie, WWW-Authenticate, Location.
     public var headers: [Header] = []
+    /// Answered by the loopback server on this port at this path (and query) instead: its
+    /// answer is passed on as it comes (the page's media through `/ondemand/`).
+    public var forward: Forward?
+
+    public struct Forward: Sendable, Equatable {
+        public var port: Int
+        public var uri: String
+    }
 
     public struct Header: Sendable, Equatable {
         public var name: String

@@ -17,6 +17,14 @@ public struct APIRouter: Sendable {
     }
 
     public func respond(to request: APIRequest) async -> APIResponse {
+        // The on-demand server's signed links, for a page that is not on loopback itself (it
+        // cannot reach that server): passed on as they are, the link's signature checked there.
+        if request.method == "GET" || request.method == "HEAD", request.uri.hasPrefix("/ondemand/") {
+            guard let port = state.onDemandPort else { return .text("no on-demand server runs", status: 503) }
+            var response = APIResponse(status: 200, contentType: "", body: [])
+            response.forward = .init(port: port, uri: String(request.uri.dropFirst("/ondemand".count)))
+            return response
+        }
         let route = (request.method, request.path)
         switch route {
         case ("GET", "/rest/noauth/health"): return .json(["status": "OK"])

@@ -138,7 +138,11 @@ public final class APIServer: Sendable {
                             response = await answer(h, body: body)
                         }
                         let keepAlive = h.isKeepAlive && !tooLarge && !open.withLock { $0.closed }
-                        try await write(response, to: h, keepAlive: keepAlive, outbound)
+                        if let forward = response.forward {
+                            try await Self.forward(h, to: forward, keepAlive: keepAlive, outbound)
+                        } else {
+                            try await write(response, to: h, keepAlive: keepAlive, outbound)
+                        }
                         if !keepAlive {
                             outbound.finish()
                             return
@@ -212,6 +216,50 @@ public final class APIServer: Sendable {
 }
 
 extension APIServer {
+    /// Asks the loopback server `forward` names for the same resource (the range headers
+    /// kept) and passes its answer on part by part: a video's range is streamed, not held.
+    static func forward(
+        _ head: HTTPRequestHead, to forward: APIResponse.Forward, keepAlive: Bool, _ out: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>
+    ) async throws {
+        let upstream = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connectTimeout(.seconds(10))
+            .connect(host: "127.0.0.1", port: forward.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                }
+            }
+        try await upstream.executeThenClose { inbound, outbound in
+            var headers = HTTPHeaders()
+            headers.add(name: "Host", value: "127.0.0.1:\(forward.port)")
+            for name in ["Range", "If-Range", "Accept"] {
+                if let value = head.headers.first(name: name) { headers.add(name: name, value: value) }
+            }
+            headers.add(name: "Connection", value: "close")
+            try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: head.method == .HEAD ? .HEAD : .GET, uri: forward.uri, headers: headers)))
+            try await outbound.write(.end(nil))
+            for try await part in inbound {
+                switch part {
+                case .head(let response):
+                    var passed = HTTPHeaders()
+                    for (name, value) in response.headers where !["connection", "keep-alive", "transfer-encoding"].contains(name.lowercased()) {
+                        passed.add(name: name, value: value)
+                    }
+                    if !keepAlive { passed.add(name: "Connection", value: "close") }
+                    try await out.write(.head(HTTPResponseHead(version: head.version, status: response.status, headers: passed)))
+                case .body(let buffer):
+                    try await out.write(.body(.byteBuffer(buffer)))
+                case .end:
+                    try await out.write(.end(nil))
+                    return
+                }
+            }
+            throw HTTPForwardError.endedEarly
+        }
+    }
+
+    enum HTTPForwardError: Error { case endedEarly }
+
     /// A plain HTTP request on the HTTPS port: where to ask instead, as syncthing answers it.
     static func redirectToHTTPS(_ head: HTTPRequestHead) -> APIResponse {
         let location = "https://\(head.headers.first(name: "host") ?? "localhost")\(head.uri)"

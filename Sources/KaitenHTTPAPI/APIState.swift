@@ -42,6 +42,9 @@ public protocol APIState: Sendable {
     func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int)
     /// The service's last rounds, the newest first.
     func recentRounds() -> [APIRound]
+    /// The loopback port of the service's on-demand server, whose signed links the page
+    /// reaches through `/ondemand/` when it is not itself on loopback; nil: none.
+    var onDemandPort: Int? { get }
 }
 
 /// One round of the service: what its plan had and what became of it.

@@ -272,10 +272,21 @@ enum UIPage {
 
         // Thumbnails of the directory's images and videos (Sushitrain's cache, made on demand from
         // as few of the peers' blocks as it takes): beside each name, and as tiles in the grid.
+        // The on-demand server listens on loopback: a page served from elsewhere (or over HTTPS,
+        // where plain-HTTP media is mixed content) reaches its signed links through its own
+        // origin, /ondemand/, which passes them on.
+        const direct = location.protocol === "http:" && /^(127\\.|localhost$|\\[::1\\]$)/.test(location.hostname);
+        function reach(url) {
+          if (direct) return url;
+          const u = new URL(url);
+          return "/ondemand" + u.pathname + u.search;
+        }
+
         async function showThumbnails(folder, directory) {
           state.thumbs = {};
           try {
-            state.thumbs = (await api("/rest/kaiten/thumbs?folder=" + encodeURIComponent(folder) + "&dir=" + encodeURIComponent(directory) + "&size=255")).links;
+            const links = (await api("/rest/kaiten/thumbs?folder=" + encodeURIComponent(folder) + "&dir=" + encodeURIComponent(directory) + "&size=255")).links;
+            for (const [path, url] of Object.entries(links)) state.thumbs[path] = reach(url);
           } catch (error) { /* no on-demand server: names only */ }
           for (const tr of q("tree").tBodies[0].rows) {
             const url = tr.dataset.path && state.thumbs[tr.dataset.path];
@@ -324,9 +335,9 @@ enum UIPage {
           const parts = [];
           for (const [tag, pattern] of Object.entries(kinds)) {
             if (!pattern.test(name)) continue;
-            parts.push(tag === "img" ? el("img", { src: link.url, alt: name }) : el(tag, { src: link.url, controls: "", preload: "metadata" }));
+            parts.push(tag === "img" ? el("img", { src: reach(link.url), alt: name }) : el(tag, { src: reach(link.url), controls: "", preload: "metadata" }));
           }
-          const download = el("a", { id: "download", href: link.url + "&download=1" }, "Download " + name);
+          const download = el("a", { id: "download", href: reach(link.url) + "&download=1" }, "Download " + name);
           const line = el("p"); line.append(download);
           parts.push(line);
           q("viewer-body").replaceChildren(...parts);

@@ -20,6 +20,7 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     var events: EventLog { apiEvents.log }
     let counters: ServiceCounters
     let status: StatusKeeper
+    var onDemandPort: Int? { status.servingPort }
     let addresses: [String]
     let startTime: Date
     let useCases: (any APIUseCases)?

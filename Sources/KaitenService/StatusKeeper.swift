@@ -38,6 +38,11 @@ final class StatusKeeper: @unchecked Sendable {  // KaitenHome is read-only afte
         save()
     }
 
+    /// The on-demand server's port, once it serves.
+    var servingPort: Int? {
+        record.withLock { $0.serveURL }.flatMap { url in url.split(separator: ":").last.flatMap { Int($0.prefix { $0.isNumber }) } }
+    }
+
     func serving(_ url: String) {
         record.withLock { $0.serveURL = url }
         save()

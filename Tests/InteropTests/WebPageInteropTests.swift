@@ -182,6 +182,24 @@ struct WebPageInteropTests {
             try browser.go(try world.kaiten("ui").stdout.trimmingCharacters(in: .whitespacesAndNewlines))
             _ = try await browser.waitFor("tr[data-path='docs']", "the folder's tree over HTTPS")
             #expect((try browser.call("/url") as? String) == page + "/ui/")
+            // A file opened there is reached through the page's own origin (/ondemand/), since
+            // the on-demand server listens on loopback alone: other/c.txt is only on the peer.
+            try browser.click(try #require(try browser.find("tr[data-path='other'] button.dir").first))
+            try browser.click(try await browser.waitFor("tr[data-path='other/c.txt'] button.open", "other/c.txt's row"))
+            let download = try await browser.waitFor("#download", "the download link")
+            let href = try browser.call("/element/\(download)/attribute/href") as? String ?? ""
+            #expect(href.hasPrefix("/ondemand/"), "\(href)")
+            _ = try browser.script("window.__got = null; fetch(document.getElementById('download').href).then((r) => r.text()).then((t) => { window.__got = t; })")
+            try await RunInteropTests.waitFor("the file through the page's origin") { try browser.script("return window.__got") as? String != nil }
+            #expect(try browser.script("return window.__got") as? String == "c, not selected at first\n")
+            // A range, as a player seeking asks for one.
+            _ = try browser.script("window.__range = null; fetch(document.getElementById('download').href, { headers: { Range: 'bytes=3-5' } }).then(async (r) => { window.__range = r.status + ' ' + await r.text(); })")
+            try await RunInteropTests.waitFor("a range through the page's origin") { try browser.script("return window.__range") as? String != nil }
+            #expect(try browser.script("return window.__range") as? String == "206 not", "a range of the file, as a player asks")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/other/c.txt"))
+            // Without the session, /ondemand/ opens nothing, signed link or not.
+            let bare = try REST.curl(page + href, insecure: true)
+            #expect(bare.status == 403, "\(bare.status) \(bare.body)")
         }
     }
 

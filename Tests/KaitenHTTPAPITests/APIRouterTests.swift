@@ -35,6 +35,7 @@ struct APIRouterTests {
         func restart() {}
         func shutdown() {}
         func recentRounds() -> [APIRound] { [] }
+        var onDemandPort: Int? { nil }
         func onDemandCache() -> (bytes: Int, limit: Int, blocks: Int, fetched: Int) { (0, 8 << 20, 0, 0) }
     }
 
