@@ -13,6 +13,10 @@ public struct App: Sendable {
     public let home: Home
     public let logger: Logger
     public let diagnostics: Diagnostics
+    /// Set when this App is the running service's own (its REST API's use cases): the verbs
+    /// that go through the service reach it without asking who answers on the control socket,
+    /// a blocking exchange that the service's own threads would have to answer.
+    var ownService: ControlClient?
 
     public init(home: Home, logger: Logger, diagnostics: Diagnostics) {
         self.home = home

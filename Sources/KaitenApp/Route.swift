@@ -23,7 +23,7 @@ public enum PeerUse: String, Sendable {
 extension App {
     /// The route of `verb` in `opened`'s home.
     public func route(_ verb: String, _ use: PeerUse, in opened: KaitenHome) throws -> Route {
-        if let service = ControlClient.running(opened.home) { return .service(service) }
+        if let service = ownService ?? ControlClient.running(opened.home) { return .service(service) }
         if use == .dialsThroughService { try Self.refuseBesideService(verb, home: opened) }
         return .here
     }

@@ -32,7 +32,9 @@ extension App {
         _ = try Self.folders(request.service.folders, in: opened)
         var options = request.service
         options.restAPI = true
-        options.useCases = RESTUseCases(app: self)
+        var inside = self
+        inside.ownService = ControlClient.itself(opened.home)
+        options.useCases = RESTUseCases(app: inside)
         options.imports =
             try request.imports.map { try Self.importWatch($0, opened: opened, offloadAfter: request.offloadAfter) }
             + Self.viewWatches(opened)

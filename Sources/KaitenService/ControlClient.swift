@@ -40,6 +40,12 @@ public final class ControlClient: Sendable {
         }
     }
 
+    /// This process's own control socket, for the service's use cases (its REST API): known
+    /// without asking, since asking blocks a thread the answer needs (two cores, two threads).
+    public static func itself(_ home: Home) -> ControlClient {
+        ControlClient(path: ControlSocket.path(home), pid: getpid(), role: "run")
+    }
+
     static func answering(_ home: Home) -> ControlClient? {
         let path = ControlSocket.path(home)
         guard let connection = connect(path) else { return nil }

@@ -369,9 +369,14 @@ public enum IndexSync {
         try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
         for folder in shared {
             if receiver.notSharedByPeer.contains(folder.id) {
+                // An untrusted device lists a folder only once a trusted one gave it the
+                // password token, which this connection's ClusterConfig just did.
                 perFolder[folder.id]?.problem =
-                    "the peer does not share folder \"\(folder.id)\" with this device: on the peer, share it with "
-                    + "this device (its ID is `kaiten id`), with the same folder ID"
+                    folder.encryptedDevices[device.id] != nil
+                    ? "the untrusted device does not list folder \"\(folder.id)\" yet: it does once it has stored the password "
+                        + "token this connection gave it (sync again), or once the folder is added there, receive-encrypted"
+                    : "the peer does not share folder \"\(folder.id)\" with this device: on the peer, share it with "
+                        + "this device (its ID is `kaiten id`), with the same folder ID"
                 continue
             }
             if receiver.folders[folder.id]?.isPaused == true {

@@ -32,6 +32,26 @@ struct EncryptedSharingInteropTests {
             binary, ["decrypt", store, "--password", Self.password, "--to", out], environment: ["HOME": home, "PATH": "/usr/bin:/bin"])
     }
 
+    /// A fresh Kaiten home (`kaiten2`, its folder at `local2`) with the password and the
+    /// untrusted device `u` as its only peer, which now shares the folder with it too.
+    static func freshKaiten(
+        in dir: TemporaryDirectory, untrusted u: SyncthingInstance, alongside first: DeviceID, passwordFile: String
+    ) async throws -> (local: String, run: ([String]) throws -> ProcessResult) {
+        let home = dir.file("kaiten2")
+        let local = dir.file("local2")
+        let created = try KaitenCLI.run(["init", "--home", home, "--name", "k2", "--listen", "tcp://127.0.0.1:0"])
+        let me = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let run: ([String]) throws -> ProcessResult = { args in try KaitenCLI.run(args + ["--home", home]) }
+        try await u.addDevice(me, name: "k2")
+        var folderConfig = try await u.get("/rest/config/folders/\(folder)") as? [String: Any] ?? [:]
+        folderConfig["devices"] = [["deviceID": u.deviceID.description], ["deviceID": first.description], ["deviceID": me.description]]
+        _ = try await u.put("/rest/config/folders/\(folder)", json: folderConfig)
+        #expect(try run(["peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address]).status == 0)
+        #expect(try run(["folder", "add", folder, "--path", local]).status == 0)
+        #expect(try run(["folder", "share", folder, "vps", "--untrusted", "--password-file", passwordFile]).status == 0)
+        return (local, run)
+    }
+
     @Test func anUntrustedSyncthingHoldsCiphertextOnlyAndAFreshKaitenRebuildsFromIt() async throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-sealed")
         defer { dir.remove() }
@@ -70,7 +90,8 @@ struct EncryptedSharingInteropTests {
             #expect(try world.kaiten("select", Self.folder, "docs").status == 0)
 
             // The first contact hands the untrusted device its token; it shares the folder from then on.
-            _ = try world.kaiten("index", "sync")
+            let first = try world.kaiten("index", "sync")
+            #expect(first.status == 0 || (first.stdout + first.stderr).contains("password token this connection gave it"), "\(first.stdout)\(first.stderr)")
             try await u.waitUntil("the untrusted device stores the token", timeout: 60) {
                 FileManager.default.fileExists(atPath: stored + "/.stfolder/syncthing-encryption_password_token")
             }
@@ -121,18 +142,9 @@ struct EncryptedSharingInteropTests {
 
             // A fresh Kaiten with only the password and the untrusted device: the first Kaiten
             // is not running (one-shot verbs), so the untrusted device is the only source.
-            let home2 = dir.file("kaiten2")
-            let local2 = dir.file("local2")
-            let created = try KaitenCLI.run(["init", "--home", home2, "--name", "k2", "--listen", "tcp://127.0.0.1:0"])
-            let me2 = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
-            func k2(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home2]) }
-            try await u.addDevice(me2, name: "k2")
-            var folderConfig = try await u.get("/rest/config/folders/\(Self.folder)") as? [String: Any] ?? [:]
-            folderConfig["devices"] = [["deviceID": u.deviceID.description], ["deviceID": world.me.description], ["deviceID": me2.description]]
-            _ = try await u.put("/rest/config/folders/\(Self.folder)", json: folderConfig)
-            #expect(try k2("peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address).status == 0)
-            #expect(try k2("folder", "add", Self.folder, "--path", local2).status == 0)
-            #expect(try k2("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile).status == 0)
+            let fresh = try await Self.freshKaiten(in: dir, untrusted: u, alongside: world.me, passwordFile: passwordFile)
+            let local2 = fresh.local
+            func k2(_ args: String...) throws -> ProcessResult { try fresh.run(args) }
             let sync = try k2("index", "sync")
             #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
             let ls = try k2("ls", Self.folder, "-R")
@@ -221,18 +233,9 @@ extension EncryptedSharingInteropTests {
             futimens(fd, &times)
             close(fd)
 
-            let home2 = dir.file("kaiten2")
-            let local2 = dir.file("local2")
-            let created = try KaitenCLI.run(["init", "--home", home2, "--name", "k2", "--listen", "tcp://127.0.0.1:0"])
-            let me2 = try DeviceID(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
-            func k2(_ args: String...) throws -> ProcessResult { try KaitenCLI.run(args + ["--home", home2]) }
-            try await u.addDevice(me2, name: "k2")
-            var folderConfig = try await u.get("/rest/config/folders/\(Self.folder)") as? [String: Any] ?? [:]
-            folderConfig["devices"] = [["deviceID": u.deviceID.description], ["deviceID": world.me.description], ["deviceID": me2.description]]
-            _ = try await u.put("/rest/config/folders/\(Self.folder)", json: folderConfig)
-            #expect(try k2("peer", "add", u.deviceID.description, "--name", "vps", "--address", u.address).status == 0)
-            #expect(try k2("folder", "add", Self.folder, "--path", local2).status == 0)
-            #expect(try k2("folder", "share", Self.folder, "vps", "--untrusted", "--password-file", passwordFile).status == 0)
+            let fresh = try await Self.freshKaiten(in: dir, untrusted: u, alongside: world.me, passwordFile: passwordFile)
+            let local2 = fresh.local
+            func k2(_ args: String...) throws -> ProcessResult { try fresh.run(args) }
             #expect(try k2("index", "sync").status == 0)
             #expect(try k2("select", Self.folder, "docs").status == 0)
             let pulled = try k2("apply", "--yes")

@@ -87,6 +87,29 @@ struct RESTInteropTests {
             timeout: 60)
     }
 
+    /// Requests that go through the service (a plan) arriving together, as the page sends them:
+    /// each is answered. (They once asked who answered on the control socket with a blocking
+    /// exchange on the threads that answer it: two at once, on two cores, and nothing answered
+    /// again, the service's own stop included.)
+    @Test func requestsThroughTheServiceArrivingTogetherAreAllAnswered() async throws {
+        try await Self.withKaitenBesideSyncthing("kaiten-rest-together") { world, st, base, key in
+            let processes = try (0..<8).map { n -> Process in
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+                let path = n % 2 == 0 ? "/rest/kaiten/plan?folder=\(ApplyInteropTests.folder)" : "/rest/kaiten/conflicts?folder=\(ApplyInteropTests.folder)"
+                process.arguments = ["-sS", "-m", "60", "-o", "/dev/null", "-w", "%{http_code}", "-H", "X-API-Key: \(key)", base + path]
+                process.standardOutput = Pipe()
+                try process.run()
+                return process
+            }
+            for process in processes {
+                try process.waitForExit(timeout: 90, what: "curl")
+                let code = String(decoding: (process.standardOutput as! Pipe).fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                #expect(code == "200", "\(code)")
+            }
+        }
+    }
+
     @Test func syncthingsOwnCLIReadsKaitenAsItReadsSyncthing() async throws {
         try await Self.withKaitenBesideSyncthing("kaiten-rest-cli") { world, st, base, key in
             let home = world.dir.file("cli-home")
