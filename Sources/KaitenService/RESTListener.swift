@@ -21,6 +21,23 @@ final class RESTListener: Sendable {
         var log: @Sendable (String) -> Void
         /// Where the listener's start (or why it did not start) is said: a kind and a line.
         var said: @Sendable (String, String) -> Void
+        /// What this listener is, for those lines: `<gui>`'s API, or the page's own (`--ui`).
+        var role = Role.api
+    }
+
+    enum Role: Sendable {
+        case api, page
+
+        /// The event kind that says where it listens.
+        var kind: String { self == .api ? "api" : "ui" }
+        /// Where it listens, said with its URL.
+        var serving: String { self == .api ? "syncthing's REST API on" : "the web page on" }
+        /// Why it does not listen, said before the reason.
+        var off: String { self == .api ? "the REST API is off" : "the web page's own listener is off" }
+        /// The address it was given.
+        var address: String { self == .api ? "config.xml's GUI address" : "the --ui address" }
+        /// What asked for HTTPS.
+        var tls: String { self == .api ? "config.xml asks for TLS" : "--allow-remote asks for TLS" }
     }
 
     private struct Open {
@@ -53,7 +70,7 @@ final class RESTListener: Sendable {
     private func start(_ api: Configuration, router: APIRouter, previousPort: Int?) async -> String? {
         guard api.gui.isEnabled else { return nil }
         guard var (host, port) = GUIConfiguration.hostAndPort(api.gui.address) else {
-            api.said("warning", "the REST API is off: config.xml's GUI address \"\(api.gui.address)\" is not HOST:PORT")
+            api.said("warning", "\(api.role.off): \(api.role.address) \"\(api.gui.address)\" is not HOST:PORT")
             return nil
         }
         var tls: NIOSSLContext?
@@ -63,7 +80,7 @@ final class RESTListener: Sendable {
                 tls = try APIServer.tlsContext(certificatePEM: certificate, keyPEM: key)
             } catch {
                 // Never plain HTTP where HTTPS was asked for.
-                api.said("warning", "the REST API is off: config.xml asks for TLS on \(api.gui.address), and its certificate cannot be used: \(error)")
+                api.said("warning", "\(api.role.off): \(api.role.tls) on \(api.gui.address), and its certificate cannot be used: \(error)")
                 return nil
             }
         }
@@ -79,7 +96,7 @@ final class RESTListener: Sendable {
                 bound = try await server.bind(host: host, port: port)
             }
         } catch {
-            api.said("warning", "the REST API is off: cannot listen on \(api.gui.address): \(error)")
+            api.said("warning", "\(api.role.off): cannot listen on \(api.gui.address): \(error)")
             return nil
         }
         port = bound
@@ -90,7 +107,7 @@ final class RESTListener: Sendable {
         let task = Task { await server.run() }
         let url = (tls == nil ? "http://" : "https://") + address
         open.withLock { $0 = Open(gui: api.gui, server: server, task: task, port: bound, url: url) }
-        api.said("api", "syncthing's REST API on \(url)")
+        api.said(api.role.kind, "\(api.role.serving) \(url)")
         return url
     }
 

@@ -347,9 +347,7 @@ public final class Service: Sendable {
                 configuration.gui.isEnabled = true
                 configuration.gui.address = (page.host.contains(":") ? "[\(page.host)]" : page.host) + ":\(page.port)"
                 configuration.gui.useTLS = page.tls
-                configuration.said = { [emit] kind, message in
-                    emit(ServiceEvent(kind == "api" ? "ui" : kind, kind == "api" ? "the web page on \(message.split(separator: " ").last ?? "")" : message))
-                }
+                configuration.role = .page
                 if let url = await pageListener.serve(configuration) { status.page(url) }
             }
         }
