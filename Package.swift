@@ -114,7 +114,7 @@ let package = Package(
             name: "KaitenTransfer",
             dependencies: [
                 "KaitenFiles",
-                "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenEncryption",
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
@@ -213,7 +213,7 @@ let package = Package(
             dependencies: [
                 "KaitenFiles",
                 "KaitenPeer", "KaitenDiscovery", "KaitenIndex", "KaitenConfig", "KaitenProtocol", "KaitenScan", "KaitenSelection",
-                "KaitenReconcile",
+                "KaitenReconcile", "KaitenEncryption",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

@@ -26,7 +26,9 @@ final class ConfigEdit {
         let absolutePath = Home(path: path).path
         var devices = [me]
         for device in shares where device != me && !devices.contains(device) { devices.append(device) }
-        let folder = FolderConfiguration(id: id, label: label ?? id, path: absolutePath, type: folderType, devices: devices)
+        var folder = FolderConfiguration(id: id, label: label ?? id, path: absolutePath, type: folderType, devices: devices)
+        // Ciphertext has no permissions to keep (syncthing forces ignorePerms there too).
+        if folderType == .receiveencrypted { folder.ignorePerms = true }
         try config.addFolder(folder)
         let created = try FolderDirectory.prepare(path: absolutePath, markerName: folder.markerName)
         if created { createdDirectories.append(absolutePath) }
@@ -116,8 +118,8 @@ final class ConfigEdit {
     }
 
     static func folderType(_ type: String) throws -> FolderType {
-        guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
-            throw ArgumentError("type \(type): not a folder type Kaiten runs (receiveonly, sendreceive or sendonly)")
+        guard let folderType = FolderType(configValue: type) else {
+            throw ArgumentError("type \(type): not a folder type (sendreceive, sendonly, receiveonly or receiveencrypted)")
         }
         return folderType
     }

@@ -35,8 +35,8 @@ extension App {
     /// Adds a folder (its directory and marker made when missing), shared with `shares`.
     public func addFolder(_ id: String, path: String, label: String?, type: String, shares: [String]) throws -> FolderChange {
         let edit = ConfigEdit(try open())
-        guard let folderType = FolderType(configValue: type), folderType != .receiveencrypted else {
-            throw ArgumentError("--type \(type): not a folder type Kaiten adds (receiveonly, sendreceive or sendonly)")
+        guard let folderType = FolderType(configValue: type) else {
+            throw ArgumentError("--type \(type): not a folder type (sendreceive, sendonly, receiveonly or receiveencrypted)")
         }
         let devices = try shares.map { try edit.config.resolveDevice($0) }
         let (absolutePath, created) = try edit.addFolder(id, path: path, label: label, type: folderType.rawValue, shares: devices)
@@ -49,6 +49,11 @@ extension App {
     public func shareFolder(_ id: String, with peer: String, password: String? = nil) throws -> FolderChange {
         let opened = try open()
         let device = try opened.config.resolveDevice(peer)
+        if password != nil, opened.config.folder(id: id)?.type == .receiveencrypted {
+            throw ArgumentError(
+                "folder \(id) is held here as an untrusted device (receiveencrypted): it holds ciphertext and no password, "
+                    + "so it cannot be shared encrypted; share it plainly with the trusted devices that seal it")
+        }
         try opened.config.shareFolder(id: id, with: device, password: password.map(EncryptionPassword.init))
         try opened.config.write()
         let label = Self.label(device, in: opened.config)

@@ -96,9 +96,14 @@ public enum Applier {
             let blockTree = state.input.scope.map { scope in
                 LocalTree(entries: Dictionary(uniqueKeysWithValues: scope.compactMap { path in planned[path].map { (path, $0) } }))
             } ?? planned
-            let source = BlockSource(folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: blockTree)
+            // Held as the untrusted device: blocks are ciphertext, each file keeps its sealed
+            // FileInfo as its trailer (its record of what it holds; no journal).
+            let storesCiphertext = config.type == .receiveencrypted
+            let source = BlockSource(
+                folderID: folderPlan.id, root: root, connections: prepared.session.connections, tree: blockTree,
+                verifiesContent: !storesCiphertext)
             let cachePath = home.home.scanCachePath(folderID: folderPlan.id)
-            let journal = try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
+            let journal = storesCiphertext ? nil : try? SyncedJournal(path: SyncedJournal.path(forCache: cachePath))
             let puller = {
                 var puller = FilePuller(root: root, ignorePermissions: config.ignorePerms, source: source, syncsDirectories: false)
                 puller.versioner = disk.versioner
@@ -205,9 +210,15 @@ public enum Applier {
                         }
                     }
                     var blocks: [BEPBlockInfo] = []
+                    var sealed: BEPFileInfo?
                     if global.file.type == .file {
                         do {
-                            blocks = try log.blocks(of: global.file)
+                            if storesCiphertext {
+                                sealed = try log.fileInfo(of: global.file)
+                                blocks = sealed!.blocks
+                            } else {
+                                blocks = try log.blocks(of: global.file)
+                            }
                         } catch {
                             group.addTask { (action, .failure(ApplyError(.io, path: action.path, "\(error)")), nil) }
                             return
@@ -219,6 +230,7 @@ public enum Applier {
                         // new one (the peers announce it on the open connections).
                         var entry = global.file
                         var blocks = blocks
+                        var sealed = sealed
                         var holders = global.holders
                         var note: String?
                         for _ in 0..<3 {
@@ -231,7 +243,7 @@ public enum Applier {
                                 }
                             }
                             do {
-                                let file = try await puller.pull(current, blocks: blocks, holders: currentHolders, check: stillGlobal)
+                                let file = try await puller.pull(current, blocks: blocks, holders: currentHolders, sealed: sealed, check: stillGlobal)
                                 return (action, .success(file), note)
                             } catch let error as ApplyError {
                                 // Stopped before the rename, or refused by peers that no longer
@@ -245,6 +257,7 @@ public enum Applier {
                                 }
                                 entry = newer.file
                                 blocks = file.blocks
+                                if storesCiphertext { sealed = file }
                                 holders = newer.holders
                                 note = "redone: it changed on the peers while it was pulled"
                             } catch {

@@ -219,9 +219,11 @@ final class BEPConnectionHandler: ChannelInboundHandler {
                 return
             }
         }
+        // A folder this device holds as the untrusted one: entries stay sealed, and must look it.
+        let storesCiphertext = sealed.holdsCiphertext(folder)
         for file in files {
             do {
-                try file.validate()
+                if storesCiphertext { try file.validateSealed() } else { try file.validate() }
             } catch {
                 close(.protocolError("invalid index entry in folder \"\(folder)\": \(error)"), sendClose: true)
                 return

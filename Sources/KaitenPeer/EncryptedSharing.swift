@@ -15,22 +15,39 @@ import KaitenProtocol
 public enum EncryptedSharing {
     /// Why the peer's ClusterConfig cannot be taken, naming the folder; nil when every folder
     /// this device exchanges with the peer (`folders`) is encrypted the same way on both
-    /// sides. `sealed` holds the folders this device shares with the peer encrypted.
+    /// sides. `sealed` holds the folders this device shares with the peer encrypted; `held`
+    /// the folders this device holds as the untrusted device, with the token it stores.
     public static func refusal(
         _ clusterConfig: BEPClusterConfig, me: DeviceID, peer: DeviceID, folders: Set<String>,
-        sealed: [String: UntrustedExchange] = [:]
+        sealed: [String: UntrustedExchange] = [:], held: [String: [UInt8]?] = [:]
     ) -> String? {
-        // Every entry counts: a folder listed twice, or a device twice in one folder, must not
-        // hide a token behind an entry without one.
-        func tokens(_ device: DeviceID, in folder: BEPFolder) -> [Data] {
-            folder.devices.filter { $0.id.elementsEqual(device.bytes) }.map(\.encryptionPasswordToken)
-        }
         for folder in clusterConfig.folders where folders.contains(folder.id) {
-            if tokens(me, in: folder).contains(where: { !$0.isEmpty }) {
-                return "shares folder \"\(folder.id)\" encrypted (it marks this device untrusted); Kaiten does not hold "
-                    + "folders as an untrusted device yet: share it with this device as a trusted one, or not at all"
-            }
+            // Every entry counts: a folder listed twice, or a device twice in one folder, must not
+            // hide a token behind an entry without one.
+            let forMe = tokens(me, in: folder)
             let theirs = tokens(peer, in: folder)
+            if let stored = held[folder.id] {
+                let given = Set((forMe + theirs).filter { !$0.isEmpty })
+                if forMe.contains(where: { !$0.isEmpty }) && theirs.contains(where: { !$0.isEmpty }) {
+                    return "remote has encrypted data and encrypts that data for us - this is impossible: folder \"\(folder.id)\" "
+                        + "is held here as an untrusted device, and the peer holds it so too"
+                }
+                if given.isEmpty {
+                    return "remote expects to exchange plain data, but is configured to be encrypted: folder \"\(folder.id)\" is "
+                        + "held here as an untrusted device (receive encrypted); on the peer, share it with this device untrusted, "
+                        + "with the folder's password"
+                }
+                if given.count > 1 || (stored.map { !given.contains(Data($0)) } ?? false) {
+                    return "different encryption passwords used: the peer seals folder \"\(folder.id)\" with another password "
+                        + "than the trusted devices this device holds it for"
+                }
+                continue
+            }
+            if forMe.contains(where: { !$0.isEmpty }) {
+                return "remote expects to exchange encrypted data, but is configured for plain data: the peer shares folder "
+                    + "\"\(folder.id)\" with this device as an untrusted one; hold it here as ciphertext "
+                    + "(`kaiten folder add \(folder.id) PATH --type receiveencrypted --share \(peer.shortDescription)`), or share it trusted there"
+            }
             if let exchange = sealed[folder.id] {
                 let expected = Data(exchange.key.passwordToken)
                 if theirs.isEmpty || theirs.contains(where: \.isEmpty) {
@@ -48,6 +65,27 @@ public enum EncryptedSharing {
         }
         return nil
     }
+
+    /// The password tokens a trusted peer's ClusterConfig gives for folders this device holds
+    /// as the untrusted device and has no token for yet: stored, they let this device list
+    /// the folder (syncthing's untrusted device does the same with the first one it gets).
+    /// Call once ``refusal(_:me:peer:folders:sealed:held:)`` found nothing to refuse.
+    public static func tokensToStore(
+        _ clusterConfig: BEPClusterConfig, me: DeviceID, peer: DeviceID, held: [String: [UInt8]?]
+    ) -> [String: [UInt8]] {
+        var found: [String: [UInt8]] = [:]
+        for folder in clusterConfig.folders {
+            guard let stored = held[folder.id], stored == nil else { continue }
+            if let token = (tokens(me, in: folder) + tokens(peer, in: folder)).first(where: { !$0.isEmpty }) {
+                found[folder.id] = Array(token)
+            }
+        }
+        return found
+    }
+
+    private static func tokens(_ device: DeviceID, in folder: BEPFolder) -> [Data] {
+        folder.devices.filter { $0.id.elementsEqual(device.bytes) }.map(\.encryptionPasswordToken)
+    }
 }
 
 extension SealedFolders {
@@ -60,5 +98,22 @@ extension SealedFolders {
             exchanges[folder.id] = UntrustedExchange(key: try FolderKey(folderID: folder.id, password: password.text))
         }
         return exchanges
+    }
+}
+
+extension SealedFolders {
+    /// The folders of `folders` this device holds as the untrusted device and shares with
+    /// `peer`, each with the token stored in its folder marker (nil: none yet).
+    public static func held(for peer: DeviceID, in folders: [FolderConfiguration]) throws -> [String: [UInt8]?] {
+        var held: [String: [UInt8]?] = [:]
+        for folder in folders where folder.type == .receiveencrypted && folder.devices.contains(peer) {
+            let stored = try StoredPasswordToken.read(folderPath: folder.path)
+            if let stored, stored.folderID != folder.id {
+                throw EncryptionError.malformed(
+                    "\(folder.path)/\(StoredPasswordToken.relativePath) names folder \"\(stored.folderID)\", not \"\(folder.id)\"")
+            }
+            held[folder.id] = .some(stored?.token)
+        }
+        return held
     }
 }

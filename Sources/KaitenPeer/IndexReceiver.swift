@@ -121,7 +121,7 @@ extension PeerConnection {
                         "treats this connection as a secondary one: it still holds an earlier connection of this device")
                 }
                 sawClusterConfig = true
-                if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: deviceID, folders: wanted, sealed: sealed.all) {
+                if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: deviceID, folders: wanted, sealed: sealed.all, held: sealed.held) {
                     await close(reason: "encryption mismatch: \(refusal)")
                     throw PeerError(.encryptedFolder, peer: label, refusal)
                 }

@@ -59,7 +59,8 @@ public enum PeerCheck {
             // Folders shared with it encrypted are offered with their token, as a session would.
             let sealed = try SealedFolders.exchanges(for: device.id, in: folders)
             let clusterConfig = ClusterConfigBuilder.make(
-                folders: folders, devices: home.config.devices, me: me, peer: device.id, localIndexIDs: indexIDs, sealed: sealed)
+                folders: folders, devices: home.config.devices, me: me, peer: device.id, localIndexIDs: indexIDs, sealed: sealed,
+                held: try SealedFolders.held(for: device.id, in: folders))
             results.append(
                 await check(
                     device: device, me: me, identity: home.identity, hello: hello, clusterConfig: clusterConfig,

@@ -15,8 +15,25 @@ import Synchronization
 /// (``answer(_:exchange:respond:)``), so a connection that lacks an entry answers nothing.
 public final class SealedFolders: Sendable {
     private let table = Mutex<[String: UntrustedExchange]>([:])
+    /// The folders this device holds as the untrusted device (`receiveencrypted`), each with
+    /// the password token it stores (nil until a trusted device gave it one).
+    private let heldTable = Mutex<[String: [UInt8]?]>([:])
 
     public init() {}
+
+    /// The folders this device holds ciphertext of for the peer, each with its stored token.
+    public func setHeld(_ held: [String: [UInt8]?]) { heldTable.withLock { $0 = held } }
+
+    public var held: [String: [UInt8]?] { heldTable.withLock { $0 } }
+
+    /// Whether `folder` is one this device holds as ciphertext (entries, blocks and requests
+    /// stay encrypted: nothing is decrypted or hashed as plain data).
+    public func holdsCiphertext(_ folder: String) -> Bool { heldTable.withLock { $0[folder] != nil } }
+
+    /// Notes the token stored for a folder held as ciphertext (the first trusted device's).
+    public func stored(token: [UInt8], for folder: String) {
+        heldTable.withLock { if $0[folder] != nil { $0[folder] = .some(token) } }
+    }
 
     /// The folders (by ID) exchanged encrypted from now on, each with its key.
     public func set(_ exchanges: [String: UntrustedExchange]) { table.withLock { $0 = exchanges } }

@@ -46,6 +46,10 @@ public struct FolderInput: Sendable {
     /// holds. Read only where ``sends`` is set (a local deletion is a path announced as held
     /// and gone from disk).
     public var announced: [String: FileEntry] = [:]
+    /// A folder this device holds as the untrusted device (`receiveencrypted`): it takes every
+    /// path of the global index (a selection means nothing on ciphertext) and writes no
+    /// `.stignore` (syncthing reads none there); the local files are what their trailers say.
+    public var storesCiphertext = false
     /// The paths to plan, when not every path: a long-running service's round after a peer's
     /// update or a change on disk that named them. Each rule of the plan looks at one path at
     /// a time, so the plan of a scope is what the whole plan says of those paths — except what
@@ -98,12 +102,17 @@ public enum Reconciler {
         var input = given
         if input.sends { restoreSyncedRecords(&input) }
         var warnings: [String] = []
-        let selection = Selection(input.selection, global: input.global, local: input.sends ? input.local : nil, warnings: &warnings)
-        let content = StIgnore.render(globalIgnores: input.selection.globalIgnores, selected: Array(selection.roots))
+        let selection =
+            input.storesCiphertext
+            ? Selection(everythingIn: input.global)
+            : Selection(input.selection, global: input.global, local: input.sends ? input.local : nil, warnings: &warnings)
+        let content =
+            input.storesCiphertext
+            ? input.stignore ?? "" : StIgnore.render(globalIgnores: input.selection.globalIgnores, selected: Array(selection.roots))
 
         var managed = true
         var notApplied: String?
-        if let existing = input.stignore, case .unmanaged(let lines) = StIgnore.parse(existing) {
+        if !input.storesCiphertext, let existing = input.stignore, case .unmanaged(let lines) = StIgnore.parse(existing) {
             managed = false
             let quoted = lines.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ")
             let reason = ".stignore is not in Sushitrain's selective grammar (\(quoted)); nothing is planned for this folder "
@@ -123,7 +132,7 @@ public enum Reconciler {
         builder.classify()
         var plan = FolderPlan(
             id: input.id, path: input.path,
-            stignore: .init(changed: managed && input.stignore != content, content: managed ? content : input.stignore ?? "", managed: managed),
+            stignore: .init(changed: managed && !input.storesCiphertext && input.stignore != content, content: managed ? content : input.stignore ?? "", managed: managed),
             actions: managed ? builder.orderedActions() : [],
             conflicts: Builder.sortedByPath(builder.conflicts, \.path),
             junk: builder.junk.sorted(), kept: builder.kept.sorted(), warnings: warnings + builder.warnings.sorted(),
@@ -299,6 +308,17 @@ public struct Selection: Sendable {
     public func state(of path: String) -> State {
         guard isSelected(path) else { return .no }
         return roots.contains(path) ? .explicit : .parent
+    }
+
+    /// Every path of the global index: what a folder held as ciphertext takes.
+    public init(everythingIn global: GlobalIndex) {
+        var roots: Set<String> = []
+        global.forEachGlobal { entry in
+            let path = entry.path
+            roots.insert(path.utf8.firstIndex(of: UInt8(ascii: "/")).map { String(path[..<$0]) } ?? path)
+        }
+        self.roots = roots
+        ignores = []
     }
 
     init(_ file: SelectionFile, global: GlobalIndex, local: LocalTree? = nil, warnings: inout [String]) {

@@ -22,6 +22,15 @@ public struct FolderScanner: Sendable {
     /// How many files to hash at once.
     public var concurrency: Int
 
+    /// What a stored file holds, read without hashing it: for a folder this device holds as
+    /// the untrusted device, whose files are ciphertext that only their trailer describes. Nil
+    /// when the file is not one such (then it counts as changed here).
+    public typealias StoredFileReader = @Sendable (_ path: String, _ fd: Int32, _ size: Int64) -> (contentHash: ContentHash, version: BEPVector)?
+    /// Set for a folder held as ciphertext: files are read with it, never hashed.
+    public var storedFileReader: StoredFileReader?
+    /// The content a file that ``storedFileReader`` cannot read is given: equal to no version's.
+    public static let unreadableStoredFile = ContentHash(SHA256.hash(data: Array("kaiten: not a stored file".utf8)))
+
     public init(root: String, concurrency: Int = ProcessInfo.processInfo.activeProcessorCount) {
         self.root = root
         self.concurrency = max(1, concurrency)
@@ -107,7 +116,9 @@ public struct FolderScanner: Sendable {
                 var st = stat()
                 guard fstatat(dirFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
                 let old = previous[path]
-                guard let (entry, reused) = Self.entry(path, st, absolute: absolute + "/" + name, previous: old, blockSizeHint: blockSizeHint)
+                guard
+                    let (entry, reused) = Self.entry(
+                        path, st, absolute: absolute + "/" + name, previous: old, blockSizeHint: blockSizeHint, stored: storedFileReader != nil)
                 else { continue }  // sockets, fifos, devices: syncthing skips them too
                 if !(old?.sameStat(as: entry) ?? false) { statistics.changedEntries += 1 }
                 if entry.kind == .directory && recursive { directories.append(path) }
@@ -183,7 +194,8 @@ public struct FolderScanner: Sendable {
     /// its stat and block size are unchanged, its blocks (`reused`); nil for what is not a
     /// file, directory or symlink.
     static func entry(
-        _ path: String, _ st: stat, absolute: String, previous old: LocalFile?, blockSizeHint: (String, Int64) -> Int32?
+        _ path: String, _ st: stat, absolute: String, previous old: LocalFile?, blockSizeHint: (String, Int64) -> Int32?,
+        stored: Bool = false
     ) -> (entry: LocalFile, reused: Bool)? {
         let modified = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
         var entry = LocalFile(
@@ -200,6 +212,10 @@ public struct FolderScanner: Sendable {
             entry.symlinkTarget = Self.readLink(absolute) ?? ""
         case S_IFREG:
             let wanted = blockSizeHint(path, entry.size) ?? BlockSize.forFileSize(entry.size, previous: old?.blockSize)
+            if stored, let old, old.sameStat(as: entry) {
+                entry.contentHash = old.contentHash
+                return (entry, true)
+            }
             if let old, old.sameStat(as: entry), old.blockSize == wanted, !old.blocks.isEmpty {
                 entry.contentHash = old.contentHash
                 entry.blockSize = old.blockSize
@@ -236,7 +252,9 @@ public struct FolderScanner: Sendable {
             if present == nil { continue }
             let absolute = root + "/" + path
             let old = tree[path]
-            guard present == true, let (entry, reused) = Self.entry(path, st, absolute: absolute, previous: old, blockSizeHint: blockSizeHint)
+            guard present == true,
+                let (entry, reused) = Self.entry(
+                    path, st, absolute: absolute, previous: old, blockSizeHint: blockSizeHint, stored: storedFileReader != nil)
             else {
                 // Gone, or not something a scan keeps (a socket, a fifo).
                 tree[path] = nil
@@ -285,6 +303,10 @@ public struct FolderScanner: Sendable {
                 }
                 guard index < files.count else { return }
                 var file = files[index]
+                if let reader = storedFileReader {
+                    output[index] = Self.readStored(file, root: root, reader: reader)
+                    continue
+                }
                 do {
                     let (blocks, hash) = try Self.hashFile(root + "/" + file.path, blockSize: Int(file.blockSize), buffer: buffer)
                     file.blocks = blocks
@@ -298,6 +320,24 @@ public struct FolderScanner: Sendable {
         }
         for failure in failures.withLock({ $0 }) { warn(failure) }
         return Array(results)
+    }
+
+    /// A stored file as its trailer describes it (``storedFileReader``): the content and the
+    /// version it holds, recorded as synced; nil when it cannot be opened.
+    static func readStored(_ file: LocalFile, root: String, reader: StoredFileReader) -> LocalFile? {
+        let fd = open(root + "/" + file.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var stored = file
+        stored.blocks = []
+        if let (hash, version) = reader(file.path, fd, file.size) {
+            stored.contentHash = hash
+            stored.synced = SyncedVersion(version: version, contentHash: hash)
+        } else {
+            stored.contentHash = unreadableStoredFile
+            stored.synced = nil
+        }
+        return stored
     }
 
     /// Reads a file once and returns its blocks and content hash.

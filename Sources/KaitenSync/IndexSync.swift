@@ -290,6 +290,8 @@ public enum IndexSync {
         // The folders shared with the peer encrypted: from here on, what goes to it of them is
         // sealed and what comes from it opened (before the ClusterConfig tells it of them).
         connection.sealed.set(try SealedFolders.exchanges(for: device.id, in: shared))
+        // The folders held here as the untrusted device, with the token each stores.
+        connection.sealed.setHeld(try SealedFolders.held(for: device.id, in: shared))
         if let serve {
             let peer = device.id
             await connection.setBlockingRequestHandler { request, sealed in serve(request, peer, sealed) }
@@ -300,12 +302,15 @@ public enum IndexSync {
                 since[folder.id] = RemoteIndexState(indexID: checkpoint.indexID, maxSequence: checkpoint.maxSequence)
             }
         }
+        nonisolated(unsafe) let stateOf = announcer
+        let ourClusterConfig = {
+            ClusterConfigBuilder.make(
+                folders: home.config.folders, devices: home.config.devices, me: me, peer: device.id,
+                localIndexIDs: indexIDs, localMaxSequence: stateOf.state.mapValues(\.maxSequence), remote: since,
+                sealed: connection.sealed.all, held: connection.sealed.held)
+        }
         do {
-            try await connection.sendClusterConfig(
-                ClusterConfigBuilder.make(
-                    folders: home.config.folders, devices: home.config.devices, me: me, peer: device.id,
-                    localIndexIDs: indexIDs, localMaxSequence: announcer.state.mapValues(\.maxSequence), remote: since,
-                    sealed: connection.sealed.all))
+            try await connection.sendClusterConfig(ourClusterConfig())
         } catch let error as PeerError where error.code == .closed {
             // Closed by the peer right after the handshake: the same as closing before its
             // ClusterConfig (it may still count a predecessor's connection as alive; dialled again).
@@ -325,6 +330,11 @@ public enum IndexSync {
         let receiver = try await connection.receiveIndexes(
             wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
             onClusterConfig: { clusterConfig in
+                // A folder held here as the untrusted device is listed once the first trusted
+                // peer gave its token: stored, and the ClusterConfig sent again listing it.
+                if try !HeldFolders.storeTokens(from: clusterConfig, connection: connection, peer: device.id, home: home).isEmpty {
+                    try await connection.sendClusterConfig(ourClusterConfig())
+                }
                 for folder in shared {
                     if let ours = clusterConfig.device(me, in: folder.id) {
                         theirViewOfUs[folder.id] = RemoteIndexState(indexID: ours.indexID, maxSequence: ours.maxSequence)

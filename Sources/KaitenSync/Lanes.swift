@@ -48,6 +48,7 @@ extension IndexSync {
                         device, identity: identity, hello: hello, addresses: book, settings: settings, logger: logger, retryClosed: false,
                         directOnly: true)
                     lane.sealed.set(primary.sealed.all)
+                    lane.sealed.setHeld(primary.sealed.held)
                     if let serve {
                         let peer = device.id
                         await lane.setBlockingRequestHandler { serve($0, peer, $1) }

@@ -79,8 +79,9 @@ public final class LiveFolder {
     /// Scans `paths` again (after an apply wrote them, or before planning them) and records,
     /// for each that now holds its global version, that it is synced.
     public func rescan(_ paths: Set<String>, warn: (String) -> Void = { _ in }) throws {
-        _ = try FolderScanner(root: config.path).rescan(paths, in: &tree, blockSizeHint: Planner.blockSizeHint(log.index), warn: warn)
-        Reconciler.confirmSynced(&tree, global: log.index, only: paths)
+        _ = try Planner.scanner(for: config).rescan(paths, in: &tree, blockSizeHint: Planner.blockSizeHint(log.index), warn: warn)
+        // A folder held as ciphertext has its synced versions in the files' trailers.
+        if config.type != .receiveencrypted { Reconciler.confirmSynced(&tree, global: log.index, only: paths) }
     }
 
     /// What the reconciler needs to plan `scope` (the log refreshed and the paths scanned
@@ -94,8 +95,10 @@ public final class LiveFolder {
         let selectionPath = home.home.selectionPath(folderID: config.id)
         let (selection, selectionBytes) = try Planner.readSelection(selectionPath)
         let stignore = Planner.readStIgnore(config)
+        var local = tree
+        if config.type == .receiveencrypted { StoredFolder.prepare(&local, global: log.index) }
         var input = try Planner.input(
-            config, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: tree,
+            config, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: local,
             requirePeers: requirePeers,
             announced: {
                 var mine: [String: FileEntry] = [:]
@@ -116,7 +119,7 @@ public final class LiveFolder {
             try log.refresh()
             let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: config.id))
             let sends = config.type == .sendreceive || config.type == .sendonly
-            let selection = Selection(file, global: log.index, local: sends ? tree : nil)
+            let selection = config.type == .receiveencrypted ? Selection(everythingIn: log.index) : Selection(file, global: log.index, local: sends ? tree : nil)
             guard try announcer.refresh(folder: config.id, log: log, local: tree, selection: selection, only: paths) > 0 else { return }
         } catch {
             warn("could not announce this device's index of \(config.id): \(error)")

@@ -70,10 +70,25 @@ public final class LocalAnnouncer {
         let basis = Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index)
         if let recorded = FileManager.default.contents(atPath: basisPath), recorded == Data(basis.utf8) { return 0 }
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
+        let changed: [BEPFileInfo]
+        if home.config.folder(id: folder)?.type == .receiveencrypted {
+            changed = try index.update(each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, body) }) { _ in [] }
+        } else {
+            changed = try announceHeld(folder: folder, log: log, local: local, index: index)
+        }
+        // Recorded only once the update is on disk: a failed refresh is redone next time.
+        try? FileManager.default.createDirectory(
+            atPath: (basisPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index).utf8), to: basisPath, mode: 0o600)
+        return changed.count
+    }
+
+    /// The announcements of a folder held in plain text, by the selection (``Announcement``).
+    private func announceHeld(folder: String, log: IndexLog, local: LocalTree, index: LocalIndex) throws -> [BEPFileInfo] {
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
         let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
-        let changed = try index.update(
+        return try index.update(
             each: { body in
                 try Announcement.forEachDesired(
                     global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, body)
@@ -82,11 +97,6 @@ public final class LocalAnnouncer {
             guard let global = log.index.global(name) else { return [] }
             return try log.blocks(of: global.file)
         }
-        // Recorded only once the update is on disk: a failed refresh is redone next time.
-        try? FileManager.default.createDirectory(
-            atPath: (basisPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index).utf8), to: basisPath, mode: 0o600)
-        return changed.count
     }
 
     /// Brings the announcements of `paths` only in line with `log`, `local` and `selection`: a
@@ -96,6 +106,10 @@ public final class LocalAnnouncer {
     @discardableResult
     public func refresh(folder: String, log: IndexLog, local: LocalTree, selection: Selection, only paths: Set<String>) throws -> Int {
         guard let index = indexes[folder], !paths.isEmpty else { return 0 }
+        if home.config.folder(id: folder)?.type == .receiveencrypted {
+            return try index.update(each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, only: paths, body) }) { _ in [] }
+                .count
+        }
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
         let changed = try index.update(
             each: { body in

@@ -336,8 +336,16 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
         guard !clusterConfig.secondary else { return }
         let me = home.identity.deviceID
         let ours = home.config.folders.filter { $0.isShared(with: device) }.map(\.id)
-        if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: device, folders: Set(ours), sealed: connection.sealed.all) {
+        if let refusal = EncryptedSharing.refusal(clusterConfig, me: me, peer: device, folders: Set(ours), sealed: connection.sealed.all, held: connection.sealed.held) {
             throw PeerError(.encryptedFolder, peer: device.shortDescription, refusal)
+        }
+        // A folder held here as the untrusted device that the peer now gives a token for: stored,
+        // and the connection ended to be dialled again, as the exchange then lists the folder.
+        let stored = try HeldFolders.storeTokens(from: clusterConfig, connection: connection, peer: device, home: home)
+        if !stored.isEmpty {
+            notice("\(device.shortDescription): stored the password token of \(stored.joined(separator: ", ")); connecting again to list it")
+            Task { await connection.close(reason: "listing the folders held for it encrypted") }
+            return
         }
         let sharedNow = Set(ours.filter { clusterConfig.device(me, in: $0) != nil && clusterConfig.device(device, in: $0) != nil })
         let (exchanged, isHeld) = state.withLock { state in

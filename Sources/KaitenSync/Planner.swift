@@ -33,12 +33,14 @@ public enum Planner {
         let cachePath = home.home.scanCachePath(folderID: folder.id)
         let previous = ScanCache.load(path: cachePath, warn: warn)
         let global = log.index
-        let scanner = FolderScanner(root: folder.path)
+        let scanner = scanner(for: folder)
         var (tree, statistics) = try scanner.scan(previous: previous, blockSizeHint: blockSizeHint(global), warn: warn)
-        // Versions an apply wrote after the cache was last saved (it may have been cut off).
-        let journaled = SyncedJournal.merge(
+        let storesCiphertext = folder.type == .receiveencrypted
+        // Versions an apply wrote after the cache was last saved (it may have been cut off). A
+        // folder held as ciphertext has them in each file's trailer.
+        let journaled = storesCiphertext ? 0 : SyncedJournal.merge(
             path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
-        let confirmed = Reconciler.confirmSynced(&tree, global: global)
+        let confirmed = storesCiphertext ? 0 : Reconciler.confirmSynced(&tree, global: global)
         if statistics.hashedFiles > 0 || confirmed > 0 || journaled > 0 || tree.count != previous.count || statistics.changedEntries > 0 {
             // A cache: a home that cannot be written (read-only, full) still gets its plan,
             // and the next one scans again.
@@ -50,6 +52,7 @@ public enum Planner {
         }
         // The callers say these are warnings, each in its own way (the service's log has a kind).
         for warning in IndexCompleteness.warnings(home, folder: folder.id, log: log) { warn(warning) }
+        if storesCiphertext { StoredFolder.prepare(&tree, global: global) }
         let input = try input(
             folder, home: home, log: log, selection: selection, selectionBytes: selectionBytes, stignore: stignore, local: tree,
             requirePeers: requirePeers, announced: { try ownAnnouncements(home: home, folder: folder.id, warn: warn) })
@@ -65,9 +68,13 @@ public enum Planner {
     ) throws -> LocalTree {
         let cachePath = home.home.scanCachePath(folderID: folder.id)
         let previous = ScanCache.load(path: cachePath, warn: warn, under: directory)
-        var (tree, _) = try FolderScanner(root: folder.path).scan(
+        var (tree, _) = try scanner(for: folder).scan(
             previous: previous, blockSizeHint: blockSizeHint(global), warn: warn, under: directory, recursive: recursive)
-        SyncedJournal.merge(path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
+        if folder.type == .receiveencrypted {
+            StoredFolder.prepare(&tree, global: global)
+        } else {
+            SyncedJournal.merge(path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
+        }
         return tree
     }
 
@@ -78,8 +85,8 @@ public enum Planner {
         _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, tree: LocalTree? = nil, needed: (GlobalEntry) -> Void = { _ in }
     ) throws -> FolderCompletion {
         let (file, _) = try readSelection(home.home.selectionPath(folderID: folder.id))
-        return FolderCompletion.local(
-            global: log.index, selection: Selection(file, global: log.index), tree: tree ?? lastScan(folder.id, home: home), needed: needed)
+        let selection = folder.type == .receiveencrypted ? Selection(everythingIn: log.index) : Selection(file, global: log.index)
+        return FolderCompletion.local(global: log.index, selection: selection, tree: tree ?? lastScan(folder.id, home: home), needed: needed)
     }
 
     /// A folder's tree as its last scan saw it, with what was synced since: the scan cache's
@@ -89,6 +96,14 @@ public enum Planner {
         var tree = ScanCache.load(path: cachePath)
         SyncedJournal.merge(path: SyncedJournal.path(forCache: cachePath), into: &tree, contentHash: Reconciler.contentHash(of:))
         return tree
+    }
+
+    /// The scanner of a folder: one held as ciphertext reads each file's trailer instead of
+    /// hashing it (``StoredFolder``).
+    public static func scanner(for folder: FolderConfiguration) -> FolderScanner {
+        var scanner = FolderScanner(root: folder.path)
+        if folder.type == .receiveencrypted { scanner.storedFileReader = StoredFolder.read }
+        return scanner
     }
 
     /// What the reconciler is given for a folder, from what was read of it.
@@ -102,7 +117,8 @@ public enum Planner {
             id: folder.id, path: folder.path, selection: selection, selectionBytes: selectionBytes, stignore: stignore,
             global: log.index, checkpoints: checkpoints, local: local, requirePeers: requirePeers)
         input.kept = KeptFiles.load(home.home, folderID: folder.id)
-        input.ignorePermissions = folder.ignorePerms
+        input.ignorePermissions = folder.ignorePerms || folder.type == .receiveencrypted
+        input.storesCiphertext = folder.type == .receiveencrypted
         if folder.type == .sendreceive || folder.type == .sendonly {
             input.sends = true
             input.receives = folder.type == .sendreceive

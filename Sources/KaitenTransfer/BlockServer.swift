@@ -16,7 +16,9 @@ import NIOCore
 /// block is served only from a file this device's local index announces as a valid, current
 /// file, only at one of its announced blocks, and only when the bytes read still have that
 /// block's SHA-256 (a file changed since its scan gets NO_SUCH_FILE, never the old version's
-/// place filled with new bytes). Nothing is read through a symlink or outside the folder.
+/// place filled with new bytes). Nothing is read through a symlink or outside the folder. A
+/// folder held as the untrusted device is served at its announced blocks without that check:
+/// its hashes are sealed ones, checked by the trusted device that decrypts the answer.
 /// The disk work runs off the event loop; the connection bounds the bytes in flight.
 public final class BlockServer: Sendable {
     /// The largest block syncthing makes (16 MiB); a larger request is refused.
@@ -110,6 +112,14 @@ public final class BlockServer: Sendable {
             pread(fd, raw.baseAddress, count, off_t(request.offset)) == count
         }
         guard let frame else { return .failure(.noSuchFile("\(name): shorter than announced")) }
+        if folder.type == .receiveencrypted {
+            // Held as the untrusted device: the announced hash is a sealed one, which only the
+            // requester can check against what it decrypts (as syncthing serves such a folder).
+            guard request.hash.isEmpty || request.hash == block.hash else {
+                return .failure(.noSuchFile("\(name): another version than the one announced"))
+            }
+            return .success(frame)
+        }
         let hash = frame.withData(count: count) { Data(SHA256.hash(data: $0)) }
         guard hash == block.hash, request.hash.isEmpty || request.hash == hash else {
             return .failure(.noSuchFile("\(name): changed on disk since it was announced"))

@@ -1,6 +1,7 @@
 import Synchronization
 import Crypto
 import Foundation
+import KaitenEncryption
 import KaitenIndex
 import KaitenProtocol
 import KaitenReconcile
@@ -57,8 +58,12 @@ public struct FilePuller: Sendable {
     /// Pulls `entry` (the global version, with its block list) and returns the new local record.
     /// - Parameter localName: where under `root` to write it, when not at its own name (`kaiten
     ///   get -o`); the peers are still asked for `entry.name`.
+    /// - Parameter sealed: in a folder this device holds as the untrusted one, the entry as the
+    ///   trusted device sent it: the blocks are ciphertext (their hashes cannot be checked here),
+    ///   and this FileInfo is written after them as the file's trailer, as syncthing stores it.
     public func pull(
-        _ entry: FileEntry, as localName: String? = nil, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck
+        _ entry: FileEntry, as localName: String? = nil, blocks: [BEPBlockInfo], holders: [DeviceID], sealed: BEPFileInfo? = nil,
+        check: @escaping LocalCheck
     ) async throws(ApplyError) -> LocalFile {
         let name = localName ?? entry.name
         try SafePath.validate(entry.name)
@@ -89,12 +94,20 @@ public struct FilePuller: Sendable {
             try finish(temp: temp, target: target, name: name, synced: synced, check: check)
             return LocalFile(path: name, kind: .symlink, symlinkTarget: entry.symlinkTarget, synced: synced)
         default:
-            return try await pullFile(entry, name: name, blocks: blocks, holders: holders, check: check)
+            var trailer: [UInt8]?
+            if let sealed {
+                do {
+                    trailer = try EncryptedTrailer.encode(sealed)
+                } catch {
+                    throw ApplyError(.io, path: name, "cannot encode its trailer: \(error)")
+                }
+            }
+            return try await pullFile(entry, name: name, blocks: blocks, holders: holders, trailer: trailer, check: check)
         }
     }
 
     private func pullFile(
-        _ entry: FileEntry, name: String, blocks: [BEPBlockInfo], holders: [DeviceID], check: @escaping LocalCheck
+        _ entry: FileEntry, name: String, blocks: [BEPBlockInfo], holders: [DeviceID], trailer: [UInt8]?, check: @escaping LocalCheck
     ) async throws(ApplyError) -> LocalFile {
         let target = root + "/" + name
         let temp = root + "/" + SafePath.temporaryName(for: name)
@@ -120,18 +133,20 @@ public struct FilePuller: Sendable {
                 if !keepTemp { unlink(temp) }
             }
         }
-        let resumed = existing.st_size > 0 ? Self.verifiedBlocks(fd: fd, size: Int64(existing.st_size), blocks: blocks) : []
+        // Ciphertext cannot be checked here: a stored file's pull starts afresh.
+        let resumed = existing.st_size > 0 && trailer == nil ? Self.verifiedBlocks(fd: fd, size: Int64(existing.st_size), blocks: blocks) : []
         if !resumed.isEmpty {
             source.countResumed(resumed.count)
             progress?.add(resumed.reduce(Int64(0)) { $0 + Int64(blocks[$1].size) })
         }
-        guard ftruncate(fd, off_t(entry.size)) == 0 else {
+        let diskSize = entry.size + Int64(trailer?.count ?? 0)
+        guard ftruncate(fd, off_t(trailer == nil ? entry.size : 0)) == 0, ftruncate(fd, off_t(diskSize)) == 0 else {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
         // The whole file's space up front: a full disk fails this file now, before any block is
         // fetched, rather than some later write of it (and of every other file in flight).
-        if entry.size > 0 {
-            let result = posix_fallocate(fd, 0, off_t(entry.size))
+        if diskSize > 0 {
+            let result = posix_fallocate(fd, 0, off_t(diskSize))
             if result == ENOSPC || result == EDQUOT {
                 throw ApplyError(.noSpace, path: name, "no space left on the device for its \(entry.size) bytes (\(String(cString: strerror(result))))")
             }
@@ -177,6 +192,12 @@ public struct FilePuller: Sendable {
         } catch {
             throw ApplyError(.peerFailed, path: name, "\(error)")
         }
+        if let trailer {
+            let written = trailer.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(entry.size)) }
+            guard written == trailer.count else {
+                throw ApplyError(.io, path: name, "cannot write its trailer: \(String(cString: strerror(errno)))")
+            }
+        }
         let mode: mode_t = entry.noPermissions || ignorePermissions ? 0o644 : mode_t(entry.permissions & 0o777)
         ok = true
         // Mode, owner and times first, so that the flush makes them durable too.
@@ -212,6 +233,15 @@ public struct FilePuller: Sendable {
                 unlink(temp)
                 throw error
             }
+        }
+        if trailer != nil {
+            // What a scan reads of it (``FolderScanner/storedFileReader``): its trailer's content
+            // and version, no blocks of its own (ciphertext is never a source to copy from).
+            return LocalFile(
+                path: name, kind: .file, size: diskSize,
+                modifiedNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec), inode: UInt64(info.st_ino),
+                permissions: UInt32(info.st_mode & 0o7777), contentHash: entry.contentHash, blockSize: entry.blockSize,
+                blocks: [], synced: synced)
         }
         var offset: Int64 = 0
         let localBlocks = blocks.map { block -> LocalBlock in

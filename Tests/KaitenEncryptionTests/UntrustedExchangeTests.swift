@@ -103,4 +103,46 @@ struct UntrustedExchangeTests {
         let error = #expect(throws: EncryptionError.self) { try Self.exchange.incoming([tampered]) }
         #expect("\(error!)".contains(outer.name))
     }
+
+    /// What the untrusted device takes in: only entries shaped as syncthing seals them. A
+    /// trusted peer's plain index (it takes this device for a trusted one), a name that is
+    /// not an encrypted one, or blocks that are not sealed blocks are refused by name.
+    @Test func theUntrustedDeviceTakesOnlySealedEntries() throws {
+        let data = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let plain = Self.file("albums/a.jpg", data)
+        let outer = try #require(try Self.exchange.outgoing([plain]).first)
+        try outer.validateSealed()
+        var directory = BEPFileInfo()
+        directory.name = "albums"
+        directory.type = .directory
+        try #require(try Self.exchange.outgoing([directory]).first).validateSealed()
+
+        func refusal(_ entry: BEPFileInfo) -> String? {
+            do {
+                try entry.validateSealed()
+                return nil
+            } catch {
+                return error.description
+            }
+        }
+        #expect(refusal(plain)?.contains("plain data where ciphertext belongs") == true)
+        var noFileInfo = outer
+        noFileInfo.encrypted = Data()
+        #expect(refusal(noFileInfo)?.contains("plain data where ciphertext belongs") == true)
+        var lowerCase = outer
+        lowerCase.name = outer.name.lowercased()
+        #expect(refusal(lowerCase) != nil)
+        var escaping = outer
+        escaping.name = "../" + outer.name
+        #expect(refusal(escaping) != nil)
+        var plainHash = outer
+        plainHash.blocks[0].hash = plain.blocks[0].hash
+        #expect(refusal(plainHash)?.contains("not a sealed block") == true)
+        var gap = outer
+        gap.blocks[1].offset += 1
+        #expect(refusal(gap)?.contains("not a sealed block") == true)
+        var longer = outer
+        longer.size += 1
+        #expect(refusal(longer)?.contains("add up to") == true)
+    }
 }

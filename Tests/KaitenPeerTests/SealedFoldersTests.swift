@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KaitenConfig
 import KaitenEncryption
 import KaitenProtocol
 import Testing
@@ -91,7 +92,57 @@ struct SealedFoldersTests {
         #expect(refusal(config(peerToken: Data(repeating: 1, count: token.count)), sealed: sealed)?.contains("different encryption passwords used") == true)
         #expect(refusal(config(peerToken: Data()), sealed: sealed)?.contains("remote expects to exchange plain data") == true)
         #expect(refusal(config(peerToken: token), sealed: [:])?.contains("as an untrusted device") == true)
-        #expect(refusal(config(peerToken: token, myToken: token), sealed: sealed)?.contains("marks this device untrusted") == true)
+        #expect(refusal(config(peerToken: token, myToken: token), sealed: sealed)?.contains("remote expects to exchange encrypted data") == true)
+        #expect(refusal(config(peerToken: Data(), myToken: token), sealed: [:])?.contains("--type receiveencrypted") == true)
         #expect(refusal(config(peerToken: Data()), sealed: [:]) == nil)
+    }
+
+    /// This device as the untrusted one: the first token a trusted peer gives is stored, a
+    /// later one must equal it, and a peer that sends none (it takes this device for a
+    /// trusted one) or seals for this device what it holds sealed is refused, in syncthing's words.
+    @Test func aFolderHeldAsCiphertextTakesTheFirstTokenAndThenOnlyThatOne() {
+        func config(mine: Data, theirs: Data = Data()) -> BEPClusterConfig {
+            var folder = BEPFolder()
+            folder.id = "f"
+            var me = BEPDevice()
+            me.id = Data(Self.me.bytes)
+            me.encryptionPasswordToken = mine
+            var peer = BEPDevice()
+            peer.id = Data(Self.peer.bytes)
+            peer.encryptionPasswordToken = theirs
+            folder.devices = [me, peer]
+            var clusterConfig = BEPClusterConfig()
+            clusterConfig.folders = [folder]
+            return clusterConfig
+        }
+        let token = Array(Self.key.passwordToken)
+        let other = [UInt8](repeating: 7, count: token.count)
+        func refusal(_ clusterConfig: BEPClusterConfig, held: [String: [UInt8]?]) -> String? {
+            EncryptedSharing.refusal(clusterConfig, me: Self.me, peer: Self.peer, folders: ["f"], held: held)
+        }
+        let none: [String: [UInt8]?] = ["f": nil]
+        let stored: [String: [UInt8]?] = ["f": .some(token)]
+        #expect(refusal(config(mine: Data(token)), held: none) == nil)
+        #expect(EncryptedSharing.tokensToStore(config(mine: Data(token)), me: Self.me, peer: Self.peer, held: none) == ["f": token])
+        #expect(refusal(config(mine: Data(token)), held: stored) == nil)
+        #expect(EncryptedSharing.tokensToStore(config(mine: Data(token)), me: Self.me, peer: Self.peer, held: stored).isEmpty)
+        #expect(refusal(config(mine: Data(other)), held: stored)?.contains("different encryption passwords used") == true)
+        #expect(refusal(config(mine: Data()), held: none)?.contains("remote expects to exchange plain data, but is configured to be encrypted") == true)
+        #expect(refusal(config(mine: Data(token), theirs: Data(token)), held: none)?.contains("this is impossible") == true)
+    }
+
+    /// A folder held as ciphertext is listed to a trusted peer only once a token is stored,
+    /// with that token on this device's entry (syncthing's untrusted device does the same).
+    @Test func aFolderHeldAsCiphertextIsListedOnlyWithItsToken() {
+        let folder = FolderConfiguration(id: "f", label: "f", path: "/nonexistent", type: .receiveencrypted, devices: [Self.me, Self.peer])
+        let token = Array(Self.key.passwordToken)
+        let unlisted = ClusterConfigBuilder.make(
+            folders: [folder], devices: [], me: Self.me, peer: Self.peer, localIndexIDs: [:], held: ["f": nil])
+        #expect(unlisted.folders.isEmpty)
+        let listed = ClusterConfigBuilder.make(
+            folders: [folder], devices: [], me: Self.me, peer: Self.peer, localIndexIDs: [:], held: ["f": .some(token)])
+        #expect(listed.device(Self.me, in: "f")?.encryptionPasswordToken == Data(token))
+        #expect(listed.device(Self.peer, in: "f")?.encryptionPasswordToken.isEmpty == true)
+        #expect(listed.folders.first?.ignorePermissions == true)
     }
 }

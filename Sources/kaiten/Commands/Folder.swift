@@ -20,8 +20,15 @@ extension Kaiten.Folder {
                 would delete conflicting files). If --path does not exist it is created together \
                 with its .stfolder marker; an existing directory is left as it is.
 
-                Example:
+                --type receiveencrypted makes this device the untrusted one for the folder (a \
+                rented server, a friend's NAS): it stores and relays only the ciphertext the \
+                trusted devices send, as syncthing's untrusted device lays it out, and never \
+                needs the password. Share it plainly with those devices; they share it with this \
+                one untrusted, with the folder password. It takes everything (no selection).
+
+                Examples:
                   kaiten folder add photos --path ~/Photos --label Photos --share PEER-ID
+                  kaiten folder add photos --path /srv/photos --type receiveencrypted --share laptop --share phone
                 """)
 
         @OptionGroup var global: GlobalOptions
@@ -35,7 +42,7 @@ extension Kaiten.Folder {
         @Option(help: "A human label. When omitted: the folder ID.")
         var label: String?
 
-        @Option(help: "receiveonly, sendreceive or sendonly. When omitted: sendreceive, as in syncthing.")
+        @Option(help: "sendreceive, sendonly, receiveonly or receiveencrypted. When omitted: sendreceive, as in syncthing.")
         var type: String = "sendreceive"
 
         @Option(

@@ -1,0 +1,122 @@
+import Foundation
+import KaitenProtocol
+import KaitenTestSupport
+import KaitenTestThreads
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Kaiten as the untrusted device (issue 40, item 3): a `receiveencrypted` folder that two
+/// trusted syncthings, which do not know each other, sync through. Kaiten never has the
+/// password: it stores what they seal as syncthing's untrusted device lays it out, announces
+/// it and serves it.
+@Suite(.ownThread, .serialized, .timeLimit(.minutes(10)))
+struct UntrustedKaitenInteropTests {
+    static let folder = ApplyInteropTests.folder
+    static let password = EncryptedSharingInteropTests.password
+    typealias World = ApplyInteropTests.World
+
+    static let names = ["docs/a.txt", "docs/big.bin", "top.txt"]
+
+    /// A trusted syncthing with the folder at `path`, shared with the Kaiten `k` encrypted.
+    static func trust(_ st: SyncthingInstance, path: String, kaiten k: DeviceID) async throws {
+        try await st.addDevice(k, name: "k")
+        try await st.addFolder(
+            id: folder, path: path, devices: [],
+            extra: ["devices": [["deviceID": st.deviceID.description], ["deviceID": k.description, "encryptionPassword": password]]])
+    }
+
+    static func holds(_ st: SyncthingInstance, files: Int) async throws -> Bool {
+        let s = try await ApplyInteropTests.status(st)
+        return s["localFiles"] as? Int == files && s["needFiles"] as? Int == 0 && s["state"] as? String == "idle"
+    }
+
+    @Test func twoSyncthingsSyncThroughAKaitenThatHoldsCiphertextOnly() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-untrusted-k")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let stored = world.local
+        let aData = dir.file("a-data")
+        let bData = dir.file("b-data")
+        try TestFiles.write(aData + "/docs/a.txt", "a secret short file 5d2f\n")
+        try TestFiles.random(aData + "/docs/big.bin", size: 700_000)
+        try TestFiles.write(aData + "/top.txt", "secret at the top 5d2f\n")
+        for path in [aData, bData] { try FileManager.default.createDirectory(atPath: path + "/.stfolder", withIntermediateDirectories: true) }
+        let passwordFile = dir.file("password")
+        try (Self.password + "\n").write(toFile: passwordFile, atomically: true, encoding: .utf8)
+
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        let b = try SyncthingInstance.generate(in: dir.path, name: "b")
+        try await withSyncthing(a) { a in
+            try await withSyncthing(b) { b in
+                // The two trusted devices know only Kaiten: everything between them goes through it.
+                try await Self.trust(a, path: aData, kaiten: world.me)
+                try await Self.trust(b, path: bData, kaiten: world.me)
+                try await ApplyInteropTests.waitScanned(a, files: 3)
+                #expect(try world.kaiten("peer", "add", a.deviceID.description, "--name", "a", "--address", a.address).status == 0)
+                #expect(try world.kaiten("peer", "add", b.deviceID.description, "--name", "b", "--address", b.address).status == 0)
+                let add = try world.kaiten(
+                    "folder", "add", Self.folder, "--path", stored, "--type", "receiveencrypted", "--share", "a", "--share", "b")
+                #expect(add.status == 0, "\(add.stdout)\(add.stderr)")
+                // It holds no password, so it shares with nobody encrypted.
+                let reshare = try world.kaiten("folder", "share", Self.folder, "a", "--untrusted", "--password-file", passwordFile)
+                #expect(reshare.status != 0 && reshare.stderr.contains("receiveencrypted"), "\(reshare.stderr)")
+
+                // One-shot verbs: the first contact stores the token the trusted devices give and
+                // lists the folder; their sealed index comes in; apply stores the ciphertext.
+                let sync = try world.kaiten("index", "sync")
+                #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+                let token = stored + "/.stfolder/syncthing-encryption_password_token"
+                #expect(FileManager.default.fileExists(atPath: token))
+                #expect(!((try? String(contentsOfFile: token, encoding: .utf8)) ?? "").contains(Self.password))
+                let ls = try world.kaiten("ls", Self.folder, "-R")
+                #expect(ls.status == 0 && ls.stdout.contains(".syncthing-enc"), "\(ls.stdout)\(ls.stderr)")
+                #expect(!ls.stdout.contains("docs") && !ls.stdout.contains("top.txt"), "\(ls.stdout)")
+                let apply = try world.kaiten("apply", "--yes")
+                #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+                #expect(UntrustedDeviceInteropTests.leaks(of: "5d2f", under: stored).isEmpty, "\(UntrustedDeviceInteropTests.leaks(of: "5d2f", under: stored))")
+                let storedNames = (FileManager.default.enumerator(atPath: stored)?.allObjects as? [String]) ?? []
+                #expect(!storedNames.contains { $0.contains("docs") || $0.contains("top") || $0.contains("big") }, "\(storedNames)")
+                #expect(!FileManager.default.fileExists(atPath: stored + "/.stignore"))
+
+                // syncthing's decrypter and Kaiten's read what Kaiten stores as the peers' bytes.
+                let out = dir.file("out")
+                let decrypted = try EncryptedSharingInteropTests.syncthingDecrypt(stored, to: out, home: dir.path)
+                #expect(decrypted.status == 0, "\(decrypted.stdout)\(decrypted.stderr)")
+                #expect(EncryptedFolderInteropTests.plainFiles(out) == Self.names, "\(EncryptedFolderInteropTests.plainFiles(out))")
+                for name in Self.names { #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(aData + "/" + name), "\(name)") }
+                let ours = try KaitenCLI.run(["decrypt", stored, "--password-file", passwordFile, "--verify-only"])
+                #expect(ours.status == 0 && ours.stdout.contains("3 verified, 0 failed"), "\(ours.stdout)\(ours.stderr)")
+                let again = try world.kaiten("plan", "--json")
+                #expect(again.status == 0, "\(again.stderr)")
+                let planned = (try? JSONSerialization.jsonObject(with: Data(again.stdout.utf8))) as? [String: Any]
+                let actions = ((planned?["folders"] as? [[String: Any]])?.first?["actions"] as? [Any]) ?? ["?"]
+                #expect(actions.isEmpty, "\(again.stdout)")
+
+                // The service: b, which has nothing, gets everything from Kaiten alone; what b adds
+                // reaches a through Kaiten.
+                let run = try RunInteropTests.Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all"])
+                defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+                do {
+                    try await b.waitUntil("b holds a's files, from Kaiten", timeout: 90) { try await Self.holds(b, files: 3) }
+                    for name in Self.names { #expect(ApplyInteropTests.sha(bData + "/" + name) == ApplyInteropTests.sha(aData + "/" + name), "\(name)") }
+                    try TestFiles.write(bData + "/from-b.txt", "written on b 5d2f\n")
+                    _ = try await b.post("/rest/db/scan?folder=\(Self.folder)")
+                    try await a.waitUntil("a holds b's new file, through Kaiten", timeout: 90) { try await Self.holds(a, files: 4) }
+                    #expect(ApplyInteropTests.sha(aData + "/from-b.txt") == ApplyInteropTests.sha(bData + "/from-b.txt"))
+                } catch {
+                    Issue.record("kaiten run's log:\n\(run.log)")
+                    throw error
+                }
+                run.stop()
+                #expect(!run.log.contains(Self.password))
+                #expect(UntrustedDeviceInteropTests.leaks(of: "5d2f", under: stored).isEmpty)
+                let last = try EncryptedSharingInteropTests.syncthingDecrypt(stored, to: out, home: dir.path)
+                #expect(last.status == 0, "\(last.stdout)\(last.stderr)")
+                #expect(ApplyInteropTests.sha(out + "/from-b.txt") == ApplyInteropTests.sha(bData + "/from-b.txt"))
+            }
+        }
+    }
+}
