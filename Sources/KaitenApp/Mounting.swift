@@ -73,6 +73,7 @@ extension App {
     ) async throws -> MountReport {
         let opened = try open()
         _ = try Self.folders([request.folder], in: opened)
+        try Self.refuseCiphertext(request.folder, in: opened, "a mount")
         // With no service running, this process holds the peers' connections (syncthing takes
         // one per device): it takes the home's lock and answers on the control socket, as
         // `kaiten serve` does, so apply, cat and get beside it go through it.

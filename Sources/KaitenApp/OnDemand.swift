@@ -40,12 +40,22 @@ extension App {
         path.trimmingCharacters(in: CharacterSet(charactersIn: "/")).precomposedStringWithCanonicalMapping
     }
 
+    /// A folder held here as the untrusted device holds ciphertext only, and takes every file:
+    /// reading, selecting or mounting it means nothing here.
+    static func refuseCiphertext(_ folder: String, in opened: KaitenHome, _ what: String) throws {
+        guard opened.config.folder(id: folder)?.type == .receiveencrypted else { return }
+        throw ArgumentError(
+            "folder \(folder) is held here as an untrusted device (receiveencrypted): it holds ciphertext only and takes every "
+                + "file, so \(what) has no meaning for it; read it on a trusted device, or recover it with `kaiten decrypt`")
+    }
+
     /// Files to read for `cat` and `get`: through a running service when one holds the peers'
     /// connections (its control socket), else over this process's own connections.
     func remoteFiles(
         _ opened: KaitenHome, verb: String, folder: String, disk: DiskBlockCache? = nil, readTimeout: Duration = RemoteFiles.blockTimeout,
         memoryBytes: Int = 16 << 20
     ) async throws -> RemoteFiles {
+        try Self.refuseCiphertext(folder, in: opened, "`\(verb)`")
         switch try route(verb, .dialsThroughService, in: opened) {
         case .service(let service):
             _ = try Self.folders([folder], in: opened)

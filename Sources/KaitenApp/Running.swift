@@ -46,6 +46,7 @@ extension App {
         }
         for mount in request.mounts {
             _ = try Self.folders([mount.folder], in: opened)
+            try Self.refuseCiphertext(mount.folder, in: opened, "--mount")
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: mount.directory, isDirectory: &isDirectory), isDirectory.boolValue else {
                 throw ArgumentError("--mount \(mount.folder)=\(mount.directory): not a directory (make it first: mkdir -p \(mount.directory))")

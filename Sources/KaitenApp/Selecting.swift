@@ -49,6 +49,7 @@ extension App {
     /// unless `force`. The file is written once, after every argument was accepted.
     public func select(_ folder: String, _ paths: [String], force: Bool) throws -> [Selected] {
         let opened = try open()
+        try Self.refuseCiphertext(folder, in: opened, "a selection")
         let log = try openLog(folder, in: opened)
         let file = opened.home.selectionPath(folderID: folder)
         var (selection, _) = try Planner.readSelection(file)
@@ -90,6 +91,7 @@ extension App {
     /// an argument (unless `force`). Written once, crash-safely; returns the file written.
     public func replaceSelection(_ folder: String, text: String, force: Bool) throws -> SelectionFile {
         let opened = try open()
+        try Self.refuseCiphertext(folder, in: opened, "a selection")
         let log = try openLog(folder, in: opened)
         let file = opened.home.selectionPath(folderID: folder)
         let (current, _) = try Planner.readSelection(file)
@@ -108,6 +110,7 @@ extension App {
     /// file. A path selected through a parent or a pattern is not removable alone: refused.
     public func deselect(_ folder: String, _ paths: [String]) throws -> [Deselected] {
         let opened = try open()
+        try Self.refuseCiphertext(folder, in: opened, "a selection")
         _ = try Self.folders([folder], in: opened)
         let file = opened.home.selectionPath(folderID: folder)
         var (selection, _) = try Planner.readSelection(file)

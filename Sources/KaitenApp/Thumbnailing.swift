@@ -35,6 +35,7 @@ extension App {
         let opened = try open()
         let folder = request.folder
         _ = try Self.folders([folder], in: opened)
+        try Self.refuseCiphertext(folder, in: opened, "thumbnails")
         let route = try route("thumb", .dialsThroughService, in: opened)
         // Files made here since the last plan are seen: the folder's scan is brought up to date
         // first (only new or changed files are read). A running service keeps it current itself.

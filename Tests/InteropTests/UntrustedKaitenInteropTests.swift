@@ -97,7 +97,10 @@ struct UntrustedKaitenInteropTests {
 
                 // The service: b, which has nothing, gets everything from Kaiten alone; what b adds
                 // reaches a through Kaiten.
-                let run = try RunInteropTests.Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "all"])
+                // The deletion brake holds for ciphertext as for plain files: one deletion of four
+                // files is let through here.
+                let run = try RunInteropTests.Running.start(
+                    home: world.home, logPath: dir.file("run.log"), ["--apply", "all", "--max-delete", "50%"])
                 defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
                 do {
                     try await b.waitUntil("b holds a's files, from Kaiten", timeout: 90) { try await Self.holds(b, files: 3) }
@@ -106,6 +109,14 @@ struct UntrustedKaitenInteropTests {
                     _ = try await b.post("/rest/db/scan?folder=\(Self.folder)")
                     try await a.waitUntil("a holds b's new file, through Kaiten", timeout: 90) { try await Self.holds(a, files: 4) }
                     #expect(ApplyInteropTests.sha(aData + "/from-b.txt") == ApplyInteropTests.sha(bData + "/from-b.txt"))
+                    // A deletion on a goes through Kaiten too (it removes its ciphertext).
+                    let storedBefore = EncryptedFolderInteropTests.plainFiles(stored).count
+                    try FileManager.default.removeItem(atPath: aData + "/top.txt")
+                    _ = try await a.post("/rest/db/scan?folder=\(Self.folder)")
+                    try await b.waitUntil("b deletes what a deleted, through Kaiten", timeout: 90) {
+                        try await Self.holds(b, files: 3) && !FileManager.default.fileExists(atPath: bData + "/top.txt")
+                    }
+                    #expect(EncryptedFolderInteropTests.plainFiles(stored).count == storedBefore - 1)
                 } catch {
                     Issue.record("kaiten run's log:\n\(run.log)")
                     throw error
@@ -118,5 +129,97 @@ struct UntrustedKaitenInteropTests {
                 #expect(ApplyInteropTests.sha(out + "/from-b.txt") == ApplyInteropTests.sha(bData + "/from-b.txt"))
             }
         }
+    }
+
+    /// A trusted device that takes Kaiten for a trusted one (shares the folder without a
+    /// password) is refused in syncthing's words and gets nothing stored; the first password's
+    /// token is kept, and a device sealing with another password is refused after it.
+    @Test func aPeerSharingPlainlyOrWithAnotherPasswordIsRefused() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-untrusted-refused")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let stored = world.local
+        let data = dir.file("c-data")
+        try TestFiles.write(data + "/plain.txt", "plain secret 9e41\n")
+        try FileManager.default.createDirectory(atPath: data + "/.stfolder", withIntermediateDirectories: true)
+        let token = stored + "/.stfolder/syncthing-encryption_password_token"
+        let c = try SyncthingInstance.generate(in: dir.path, name: "c")
+        try await withSyncthing(c) { c in
+            try await c.addDevice(world.me, name: "k")
+            try await c.addFolder(id: Self.folder, path: data, devices: [world.me])
+            try await ApplyInteropTests.waitScanned(c, files: 1)
+            #expect(try world.kaiten("peer", "add", c.deviceID.description, "--name", "c", "--address", c.address).status == 0)
+            #expect(try world.kaiten("folder", "add", Self.folder, "--path", stored, "--type", "receiveencrypted", "--share", "c").status == 0)
+
+            let plain = try world.kaiten("index", "sync")
+            #expect(plain.status != 0, "\(plain.stdout)\(plain.stderr)")
+            #expect((plain.stdout + plain.stderr).contains("remote expects to exchange plain data"), "\(plain.stdout)\(plain.stderr)")
+            #expect((plain.stdout + plain.stderr).contains(Self.folder), "\(plain.stdout)\(plain.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: token))
+            let plan = try world.kaiten("plan", "--offline", "--json")
+            let planned = (try? JSONSerialization.jsonObject(with: Data(plan.stdout.utf8))) as? [String: Any]
+            let actions = ((planned?["folders"] as? [[String: Any]])?.first?["actions"] as? [Any]) ?? ["?"]
+            #expect(actions.isEmpty, "\(plan.stdout)")
+            #expect(UntrustedDeviceInteropTests.leaks(of: "9e41", under: stored).isEmpty)
+
+            // Sealed with a password: taken, its token kept.
+            try await Self.trust(c, path: data, kaiten: world.me)
+            let sealed = try world.kaiten("index", "sync")
+            #expect(sealed.status == 0, "\(sealed.stdout)\(sealed.stderr)")
+            let kept = try String(contentsOfFile: token, encoding: .utf8)
+            // Another password on the same folder: refused, the kept token unchanged.
+            try await c.addFolder(
+                id: Self.folder, path: data, devices: [],
+                extra: ["devices": [["deviceID": c.deviceID.description], ["deviceID": world.me.description, "encryptionPassword": "another one"]]])
+            let other = try world.kaiten("index", "sync")
+            #expect(other.status != 0 && (other.stdout + other.stderr).contains("different encryption passwords used"), "\(other.stdout)\(other.stderr)")
+            #expect(try String(contentsOfFile: token, encoding: .utf8) == kept)
+        }
+    }
+
+    /// Kaiten in both roles: a trusted Kaiten shares its folder encrypted with an untrusted
+    /// Kaiten, which stores it as ciphertext (its index, pulls and trailers) without the
+    /// password; both decrypters read the store as the trusted Kaiten's bytes.
+    @Test func aKaitenHoldsAnotherKaitensFolderAsCiphertext() async throws {
+        typealias Side = KaitenToKaitenInteropTests.Side
+        let dir = try TemporaryDirectory(prefix: "kaiten-untrusted-k2k")
+        defer { dir.remove() }
+        let trusted = try Side("t", in: dir)
+        let untrusted = try Side("u", in: dir)
+        let passwordFile = dir.file("password")
+        try (Self.password + "\n").write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        #expect(try trusted.kaiten("peer", "add", untrusted.id.description, "--name", "u", "--address", "tcp://127.0.0.1:\(untrusted.port)").status == 0)
+        #expect(try trusted.kaiten("folder", "add", Self.folder, "--path", trusted.data, "--type", "sendonly").status == 0)
+        let share = try trusted.kaiten("folder", "share", Self.folder, "u", "--untrusted", "--password-file", passwordFile)
+        #expect(share.status == 0, "\(share.stderr)")
+        #expect(try untrusted.kaiten("peer", "add", trusted.id.description, "--name", "t", "--address", "tcp://127.0.0.1:\(trusted.port)").status == 0)
+        let add = try untrusted.kaiten("folder", "add", Self.folder, "--path", untrusted.data, "--type", "receiveencrypted", "--share", "t")
+        #expect(add.status == 0, "\(add.stderr)")
+        for name in ["docs/a.txt", "top.txt"] { try TestFiles.write(trusted.data + "/" + name, "\(name) on the trusted Kaiten 3b7a\n") }
+        try TestFiles.random(trusted.data + "/docs/big.bin", size: 700_000)
+        #expect(try trusted.kaiten("select", Self.folder, "docs", "top.txt", "--force").status == 0)
+
+        let run = try trusted.run(dir, ["--apply", "all"])
+        defer { KaitenToKaitenInteropTests.stop(run) }
+        try await RunInteropTests.waitFor("the trusted Kaiten announces its files", log: run) { run.log.contains("done send f/docs/big.bin") }
+        // The first exchange stores the token and lists the folder on the same connection.
+        let sync = try untrusted.kaiten("index", "sync")
+        #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+        let apply = try untrusted.kaiten("apply", "--yes")
+        #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+        #expect(UntrustedDeviceInteropTests.leaks(of: "3b7a", under: untrusted.data).isEmpty)
+        let out = dir.file("out")
+        let decrypted = try EncryptedSharingInteropTests.syncthingDecrypt(untrusted.data, to: out, home: dir.path)
+        #expect(decrypted.status == 0, "\(decrypted.stdout)\(decrypted.stderr)")
+        #expect(EncryptedFolderInteropTests.plainFiles(out) == Self.names, "\(EncryptedFolderInteropTests.plainFiles(out))")
+        for name in Self.names { #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(trusted.data + "/" + name), "\(name)") }
+        let ours = try KaitenCLI.run(["decrypt", untrusted.data, "--password-file", passwordFile, "--verify-only"])
+        #expect(ours.status == 0 && ours.stdout.contains("3 verified, 0 failed"), "\(ours.stdout)\(ours.stderr)")
+        // Reading or selecting ciphertext means nothing: said, with the usage status.
+        let cat = try untrusted.kaiten("cat", Self.folder, "top.txt")
+        #expect(cat.status == 64 && cat.stderr.contains("receiveencrypted"), "\(cat.stderr)")
+        let select = try untrusted.kaiten("select", Self.folder, "x")
+        #expect(select.status == 64 && select.stderr.contains("receiveencrypted"), "\(select.stderr)")
+        #expect(!run.log.contains(Self.password))
     }
 }
