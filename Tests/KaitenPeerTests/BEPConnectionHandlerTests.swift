@@ -295,6 +295,40 @@ struct BEPConnectionHandlerTests {
         #expect(reason.contains("index of encrypted folder \"f\""), "\(reason)")
     }
 
+    /// A folder this device holds as the untrusted one: sealed entries are delivered as they
+    /// came (nothing is decrypted), and a plain entry (a peer taking this device for a trusted
+    /// one) closes the connection, nothing delivered.
+    @Test func aFolderHeldAsCiphertextTakesOnlySealedEntries() throws {
+        let key = FolderKey(folderID: "f", raw: Array(repeating: 9, count: 32))
+        let held = SealedFolders()
+        held.setHeld(["f": nil])
+        var plain = BEPFileInfo()
+        plain.name = "dir"
+        plain.type = .directory
+        plain.sequence = 4
+        let outer = try EncryptedFileInfo.encrypt(plain, folderKey: key)
+        var index = BEPIndex()
+        index.folder = "f"
+        index.files = [outer]
+
+        let h = try Harness(sealed: held)
+        h.sendClusterConfig()
+        try h.receive(.index(index))
+        #expect(h.indexes.first == [outer])
+        #expect(h.closeReason == nil)
+
+        let refused = try Harness(sealed: held)
+        refused.sendClusterConfig()
+        index.files = [plain]
+        try refused.receive(.index(index))
+        #expect(refused.indexes.isEmpty)
+        guard case .protocolError(let reason)? = refused.closeReason else {
+            Issue.record("got \(String(describing: refused.closeReason))")
+            return
+        }
+        #expect(reason.contains("plain data where ciphertext belongs") && reason.contains("\"dir\""), "\(reason)")
+    }
+
     @Test func repeatedClusterConfigsAreAllDelivered() throws {
         let h = try Harness()
         try h.receive(.clusterConfig(BEPClusterConfig()))
