@@ -117,3 +117,97 @@ private func sha256(file path: String) -> String? {
     let result = try? ProcessRunner.run("/usr/bin/sha256sum", [path])
     return result?.stdout.split(separator: " ").first.map(String.init)
 }
+
+/// Holding a folder as the untrusted device (issue 40, item 3), the rented-server case: a
+/// trusted syncthing shares M MiB encrypted; a fresh Kaiten (`receiveencrypted`, `kaiten
+/// apply` after `index sync`) next to a fresh syncthing (receive-encrypted) storing the same
+/// from it. Neither can check a block (no password): both write ciphertext and its trailer.
+func runUntrustedHoldingBench(mib: Int, runs: Int) async throws {
+    let dir = try TemporaryDirectory(prefix: "kaiten-holdbench")
+    defer { dir.remove() }
+    log("work dir \(dir.path): \(mib) MiB as 4 random files, shared encrypted by a trusted syncthing, \(runs) runs")
+    let data = dir.file("data")
+    try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+    for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
+    let totalBytes = Double(directorySize(data))
+    let password = "bench password"
+    let passwordFile = dir.file("password")
+    try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
+    let folderID = "bench"
+
+    let trusted = try SyncthingInstance.generate(in: dir.path, name: "trusted")
+    let holders = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "holder-\($0)") }
+    let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
+    struct Run { var seconds: Double; var cpu: Double; var rss: Double }
+    var ours: [Run] = []
+    var theirs: [Run] = []
+
+    try await withSyncthing(trusted) { t in
+        for (run, holder) in holders.enumerated() { try await t.addDevice(holder.deviceID, name: "holder-\(run + 1)", addresses: [holder.address]) }
+        for (run, bench) in kaitens.enumerated() { try await t.addDevice(bench.me, name: "kaiten-\(run + 1)") }
+        let sealedFor = (holders.map(\.deviceID) + kaitens.map(\.me)).map { ["deviceID": $0.description, "encryptionPassword": password] }
+        try await t.addFolder(
+            id: folderID, path: data, type: "sendonly", devices: [],
+            extra: ["devices": [["deviceID": t.deviceID.description]] + sealedFor])
+        try await t.waitUntil("the trusted device scanned", timeout: 600) {
+            let s = try await t.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
+            return s?["state"] as? String == "idle" && (s?["localFiles"] as? Int ?? 0) == 4
+        }
+        for run in 1...runs {
+            let bench = kaitens[run - 1]
+            let stored = dir.file("kaiten-\(run)-stored")
+            try bench.run(["peer", "add", t.deviceID.description, "--name", "trusted", "--address", t.address])
+            try bench.run(["folder", "add", folderID, "--path", stored, "--type", "receiveencrypted", "--share", "trusted"])
+            try bench.run(["index", "sync"])
+            settleFileSystem()
+            let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed", KaitenCLI.executable, "apply", "--yes", "--json", "--home", bench.home])
+            let f = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            guard timed.status == 0, f.count == 3 else { throw HarnessError("kaiten apply failed: \(timed.stderr)") }
+            let verified = try ProcessRunner.run(KaitenCLI.executable, ["decrypt", stored, "--password-file", passwordFile, "--verify-only"])
+            guard verified.status == 0, verified.stdout.contains("4 verified, 0 failed") else {
+                throw HarnessError("kaiten decrypt of Kaiten's store: \(verified.stdout)\(verified.stderr)")
+            }
+            ours.append(Run(seconds: f[0], cpu: f[1], rss: f[2]))
+
+            let held = try await withSyncthing(holders[run - 1]) { h in
+                try await h.addDevice(t.deviceID, name: "trusted", addresses: [t.address])
+                try await t.waitUntil("trusted and holder connected", timeout: 60) {
+                    let c = try await t.get("/rest/system/connections") as? [String: Any]
+                    return ((c?["connections"] as? [String: Any])?[h.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
+                }
+                guard let pid = pidOf(home: h.home) else { throw HarnessError("no holder pid") }
+                let path = dir.file("holder-\(run)-stored")
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                settleFileSystem()
+                let cpu0 = ProcStat.cpuSeconds(pid: pid)
+                let start = now()
+                try await h.addFolder(id: folderID, path: path, type: "receiveencrypted", devices: [t.deviceID])
+                try await h.waitUntil("holder done", timeout: 1800) {
+                    let s = try await h.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:]
+                    return (s["localFiles"] as? Int ?? 0) == 4 && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+                }
+                return Run(seconds: now() - start, cpu: ProcStat.cpuSeconds(pid: pid) - cpu0, rss: ProcStat.peakRSS(pid: pid))
+            }
+            theirs.append(held)
+            log(String(
+                format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, ours.last!.seconds,
+                ours.last!.cpu, ours.last!.rss, held.seconds, held.cpu, held.rss, held.seconds / ours.last!.seconds))
+        }
+    }
+    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+    func row(_ name: String, _ runs: [Run]) -> String {
+        let seconds = median(runs.map(\.seconds))
+        return String(
+            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %5.2f CPU-s  %6.1f MiB peak RSS",
+            name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
+            runs.map(\.seconds).max()!, totalBytes / seconds / 1e6, median(runs.map(\.cpu)), median(runs.map(\.rss)))
+    }
+    print("")
+    print("== holding \(mib) MiB (4 files) as the untrusted device, from a trusted syncthing, median of \(runs) ==")
+    print(row("kaiten apply:", ours))
+    print(row("syncthing holder:", theirs))
+    print(String(
+        format: "ratio kaiten/syncthing: throughput %.2f×, CPU %.2f×, RSS %.2f×   (neither can check a block: ciphertext and trailer written; the trusted syncthing shares the 2 cores)",
+        median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001),
+        median(ours.map(\.rss)) / max(median(theirs.map(\.rss)), 0.001)))
+}

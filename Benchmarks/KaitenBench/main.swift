@@ -453,6 +453,7 @@ do {
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runUntrustedBench(mib: mib, runs: runs)
+        try await runUntrustedHoldingBench(mib: mib, runs: runs)
     case "search":
         let paths = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) } ?? 100_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 5

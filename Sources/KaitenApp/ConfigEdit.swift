@@ -42,7 +42,15 @@ final class ConfigEdit {
         if let path = object["path"] as? String, Home(path: path).path != existing.path {
             throw ArgumentError("folder \"\(id)\": a folder's path does not change; remove the folder and add it at \(path)")
         }
-        if let type = object["type"] as? String, type != existing.type.rawValue { _ = try Self.folderType(type) }
+        if let type = object["type"] as? String, type != existing.type.rawValue {
+            let changed = try Self.folderType(type)
+            // Ciphertext and plain data do not turn into each other: as syncthing refuses it.
+            if changed == .receiveencrypted || existing.type == .receiveencrypted {
+                throw ArgumentError(
+                    "folder \"\(id)\": its type cannot change to or from receiveencrypted (what it holds is ciphertext on one "
+                        + "side and plain data on the other): remove the folder and add it again")
+            }
+        }
         try config.patchFolder(id: id, with: object)
         guard let now = config.folder(id: id) else { return }
         if !now.devices.contains(me) { throw ArgumentError("folder \"\(id)\": this device must stay among its devices") }

@@ -39,6 +39,13 @@ public struct APIResponse: Sendable, Equatable {
     /// Answered by the loopback server on this port at this path (and query) instead: its
     /// answer is passed on as it comes (the page's media through `/ondemand/`).
     public var forward: Forward?
+    /// What the service does once this answer is written: a restart or a shutdown ends the
+    /// listener the answer goes out on, so it waits for the answer.
+    public var afterwards: Afterwards?
+
+    public enum Afterwards: Sendable, Equatable {
+        case restart, shutdown
+    }
 
     public struct Forward: Sendable, Equatable {
         public var port: Int

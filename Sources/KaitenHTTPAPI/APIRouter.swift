@@ -80,11 +80,13 @@ public struct APIRouter: Sendable {
                 return .empty
             }
         case ("POST", "/rest/system/restart"):
-            state.restart()
-            return .json(["ok": "restarting"])
+            var answer = APIResponse.json(["ok": "restarting"])
+            answer.afterwards = .restart
+            return answer
         case ("POST", "/rest/system/shutdown"):
-            state.shutdown()
-            return .json(["ok": "shutting down"])
+            var answer = APIResponse.json(["ok": "shutting down"])
+            answer.afterwards = .shutdown
+            return answer
         case ("GET", "/rest/system/pause"), ("GET", "/rest/system/resume"), ("GET", "/rest/system/restart"), ("GET", "/rest/system/shutdown"),
             ("GET", "/rest/db/scan"):
             return .text("Method Not Allowed", status: 405)

@@ -138,6 +138,15 @@ public final class APIServer: Sendable {
                             response = await answer(h, body: body)
                         }
                         let keepAlive = h.isKeepAlive && !tooLarge && !open.withLock { $0.closed }
+                        // Asked for, it happens whether or not the answer reached the client.
+                        let state = router.withLock { $0 }?.state
+                        defer {
+                            switch response.afterwards {
+                            case .restart?: state?.restart()
+                            case .shutdown?: state?.shutdown()
+                            case nil: break
+                            }
+                        }
                         if let forward = response.forward {
                             try await Self.forward(h, to: forward, keepAlive: keepAlive, outbound)
                         } else {

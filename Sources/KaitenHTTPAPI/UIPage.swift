@@ -191,11 +191,16 @@ enum UIPage {
         async function open(folder, directory, refreshSide = false) {
           if (state.search !== null && folder === state.folder) return search(state.search.text, state.search.type, state.search.min, state.search.after);
           state.folder = folder; state.directory = directory; state.search = null;
+          // The directory opened last is the one shown: an open still waiting for its answers
+          // (the refresh after an apply) must not paint over one the user started since.
+          const turn = state.opening = (state.opening || 0) + 1;
           q("search-summary").textContent = "";
           q("where").textContent = directory ? "/ " + directory : "";
           const status = await api("/rest/db/status?folder=" + encodeURIComponent(folder));
+          if (turn !== state.opening) return;
           q("totals").textContent = status.globalFiles + " files, " + size(status.globalBytes) + " in all; needed here: " + status.needFiles + " (" + size(status.needBytes) + ")";
           const listing = await api("/rest/kaiten/ls?folder=" + encodeURIComponent(folder) + "&dir=" + encodeURIComponent(directory));
+          if (turn !== state.opening) return;
           const rows = [];
           if (directory) {
             const up = el("tr");
@@ -227,6 +232,7 @@ enum UIPage {
         async function search(text, type, min = "", after = "") {
           if (!text.trim() && !type && !min.trim() && !after) { state.search = null; return open(state.folder, state.directory); }
           state.search = { text, type, min, after };
+          state.opening = (state.opening || 0) + 1;
           const started = performance.now();
           let query = "/rest/kaiten/search?folder=" + encodeURIComponent(state.folder) + "&q=" + encodeURIComponent(text) + "&type=" + encodeURIComponent(type);
           if (min.trim()) query += "&min=" + bytes(min);

@@ -139,7 +139,8 @@ extension PeerConnection {
                         .encryptedFolder, peer: label,
                         "\(reason): the peer and this device disagree on which folders are encrypted or with which "
                             + "password (on this device: `kaiten folder share FOLDER PEER --untrusted --password-file FILE` "
-                            + "shares one with an untrusted device; Kaiten does not hold folders as the untrusted device yet)")
+                            + "shares one with an untrusted device; `kaiten folder add FOLDER --path DIR --type receiveencrypted` "
+                            + "holds one as the untrusted device)")
                 }
                 if !sawClusterConfig {
                     throw PeerError(

@@ -112,9 +112,11 @@ struct UntrustedDeviceInteropTests {
             #expect(sync.status != 0, "\(sync.stdout)")
             let said = sync.stdout + sync.stderr
             // 1.19.2 closes before its ClusterConfig (Kaiten says why from the close reason);
-            // 2.x sends its ClusterConfig first, and Kaiten's own check names the folder.
+            // 2.x sends its ClusterConfig first, and Kaiten's own check names the folder. Both
+            // say how to hold it as the untrusted device.
+            #expect(said.contains("--type receiveencrypted"), "\(said)")
             #expect(
-                said.contains("Kaiten does not hold folders as the untrusted device yet") || said.contains("shares folder \"\(Self.folder)\" encrypted"),
+                said.contains("disagree on which folders are encrypted") || said.contains("shares folder \"\(Self.folder)\" with this device as an untrusted one"),
                 "\(said)")
             #expect(!said.contains("does the peer know this device"), "\(said)")
             let ls = try world.kaiten("ls", Self.folder, "--json")
@@ -139,7 +141,7 @@ struct UntrustedDeviceInteropTests {
         let sync = try await world.kaitenDetached("index", "sync")
         #expect(sync.status != 0, "\(sync.stdout)")
         let said = sync.stdout + sync.stderr
-        let why = onItsOwnEntry ? "holds folder \"\(Self.folder)\" as an untrusted device" : "shares folder \"\(Self.folder)\" encrypted"
+        let why = onItsOwnEntry ? "holds folder \"\(Self.folder)\" as an untrusted device" : "remote expects to exchange encrypted data"
         #expect(said.contains(why), "\(said)")
         let ls = try await world.kaitenDetached("ls", Self.folder, "--json")
         #expect(!ls.stdout.contains("encrypted-name"), "\(ls.stdout)")
