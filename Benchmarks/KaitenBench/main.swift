@@ -454,6 +454,10 @@ do {
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runUntrustedBench(mib: mib, runs: runs)
         try await runUntrustedHoldingBench(mib: mib, runs: runs)
+    case "holding":
+        let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        try await runUntrustedHoldingBench(mib: mib, runs: runs)
     case "search":
         let paths = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) } ?? 100_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 5
@@ -493,7 +497,7 @@ do {
     case "plan-child":
         try runPlanChild(homePath: args[1])
     default:
-        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] [--runs R] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] [--runs R] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R] | thumb [--photos N] [--video-mib M] [--runs R] | mount [--mib M] [--files N] [--runs R] | search [--paths N] [--runs R] | untrusted [--mib M] [--runs R]")
+        print("usage: kaiten-bench index [--files N] | blocks [--mib M] | replay [--records N] [--runs R] | scan [--mib M] [--files N] | plan [--paths N] [--local N] | glob [--paths N] | apply [--mib M] [--files N] [--runs R] | stream [--mib M] | serve [--mib M] [--files N] [--runs R] | service [--files N] [--seconds S] [--runs R] [--changes C] | deselect [--files N] [--runs R] | resume [--mib M] [--runs R] | thumb [--photos N] [--video-mib M] [--runs R] | mount [--mib M] [--files N] [--runs R] | search [--paths N] [--runs R] | untrusted [--mib M] [--runs R] | holding [--mib M] [--runs R]")
         exit(64)
     }
 } catch {

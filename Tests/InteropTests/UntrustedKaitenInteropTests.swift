@@ -215,6 +215,25 @@ struct UntrustedKaitenInteropTests {
         for name in Self.names { #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(trusted.data + "/" + name), "\(name)") }
         let ours = try KaitenCLI.run(["decrypt", untrusted.data, "--password-file", passwordFile, "--verify-only"])
         #expect(ours.status == 0 && ours.stdout.contains("3 verified, 0 failed"), "\(ours.stdout)\(ours.stderr)")
+        // A stored file whose trailer is damaged is no version Kaiten wrote: reported as a
+        // conflict, never overwritten; dropped, it is taken again from the trusted Kaiten.
+        let storedFiles = EncryptedFolderInteropTests.plainFiles(untrusted.data)
+        let damaged = try #require(storedFiles.first)
+        let handle = try #require(FileHandle(forUpdatingAtPath: untrusted.data + "/" + damaged))
+        let length = try handle.seekToEnd()
+        try handle.truncate(atOffset: length - 1)
+        try handle.close()
+        let plan = try untrusted.kaiten("plan", "--offline", "--json")
+        let planned = (try? JSONSerialization.jsonObject(with: Data(plan.stdout.utf8))) as? [String: Any]
+        let folderPlan = (planned?["folders"] as? [[String: Any]])?.first
+        #expect((folderPlan?["actions"] as? [Any])?.isEmpty == true, "\(plan.stdout)")
+        #expect(((folderPlan?["conflicts"] as? [[String: Any]])?.map { $0["path"] as? String }) == [damaged], "\(plan.stdout)")
+        let dropped = try untrusted.kaiten("resolve", Self.folder, damaged, "--delete-local")
+        #expect(dropped.status == 0, "\(dropped.stdout)\(dropped.stderr)")
+        let again = try untrusted.kaiten("apply", "--yes")
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        let repaired = try KaitenCLI.run(["decrypt", untrusted.data, "--password-file", passwordFile, "--verify-only"])
+        #expect(repaired.status == 0 && repaired.stdout.contains("3 verified, 0 failed"), "\(repaired.stdout)\(repaired.stderr)")
         // Reading or selecting ciphertext means nothing: said, with the usage status.
         let cat = try untrusted.kaiten("cat", Self.folder, "top.txt")
         #expect(cat.status == 64 && cat.stderr.contains("receiveencrypted"), "\(cat.stderr)")
