@@ -147,6 +147,7 @@ let package = Package(
             dependencies: [
                 "KaitenFiles",
                 "KaitenTransfer", "KaitenSync", "KaitenReconcile", "KaitenScan", "KaitenIndex", "KaitenPeer", "KaitenConfig", "KaitenProtocol",
+                "KaitenEncryption",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -2,6 +2,7 @@ import Foundation
 import KaitenFiles
 import KaitenTransfer
 import KaitenConfig
+import KaitenEncryption
 import KaitenIndex
 import KaitenProtocol
 import KaitenReconcile
@@ -346,6 +347,9 @@ public enum Applier {
                 for action in rmdirs { phases.removeDirectory(action) }
             }
             await phases.flushRemovals()
+            if storesCiphertext && !holdDeletions && !stopping {
+                Self.removeEmptyEncryptedParents(of: deletions.map(\.path), root: root)
+            }
             if !stopping { phases.setDirectoryModes(listed: folderPlan.actions) }
             var sendActions = folderPlan.actions.filter { $0.action == .send || $0.action == .sendDelete }
             // A copy moved aside after losing a conflict is a new file here: sent with the rest,
@@ -388,4 +392,22 @@ enum DeleteOutcome: Sendable {
     /// Not deleted: a brake held it back (the reason).
     case kept(String)
     case failed(String)
+}
+
+extension Applier {
+    /// The directories syncthing's layout makes only to hold encrypted names
+    /// (`A.syncthing-enc/BC/…`) that deletions left empty: removed, as syncthing's untrusted
+    /// device removes them. One that is not empty stays (rmdir refuses).
+    static func removeEmptyEncryptedParents(of paths: [String], root: String) {
+        var parents: Set<String> = []
+        for path in paths {
+            var parent = (path as NSString).deletingLastPathComponent
+            while !parent.isEmpty && EncryptedPath.isParent(parent) {
+                parents.insert(parent)
+                parent = (parent as NSString).deletingLastPathComponent
+            }
+        }
+        // Deepest first, so that a parent emptied by its child's removal goes too.
+        for parent in parents.sorted(by: { $0.utf8.count > $1.utf8.count }) { _ = rmdir(root + "/" + parent) }
+    }
 }

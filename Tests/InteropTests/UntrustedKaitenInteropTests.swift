@@ -28,6 +28,21 @@ struct UntrustedKaitenInteropTests {
             extra: ["devices": [["deviceID": st.deviceID.description], ["deviceID": k.description, "encryptionPassword": password]]])
     }
 
+    /// The directories syncthing's layout makes only to hold encrypted names (`A.syncthing-enc`,
+    /// `A.syncthing-enc/BC`) that have nothing in them under `root`. (A sealed directory entry is
+    /// a directory of its own, empty on the untrusted device: its files have their own names.)
+    static func emptyDirectories(under root: String) -> [String] {
+        let all = (FileManager.default.enumerator(atPath: root)?.allObjects as? [String]) ?? []
+        return all.filter { name in
+            var isDirectory: ObjCBool = false
+            guard !name.hasPrefix(".stfolder"), name.split(separator: "/").count <= 2,
+                FileManager.default.fileExists(atPath: root + "/" + name, isDirectory: &isDirectory),
+                isDirectory.boolValue
+            else { return false }
+            return ((try? FileManager.default.contentsOfDirectory(atPath: root + "/" + name)) ?? []).isEmpty
+        }
+    }
+
     static func holds(_ st: SyncthingInstance, files: Int) async throws -> Bool {
         let s = try await ApplyInteropTests.status(st)
         return s["localFiles"] as? Int == files && s["needFiles"] as? Int == 0 && s["state"] as? String == "idle"
@@ -111,12 +126,17 @@ struct UntrustedKaitenInteropTests {
                     #expect(ApplyInteropTests.sha(aData + "/from-b.txt") == ApplyInteropTests.sha(bData + "/from-b.txt"))
                     // A deletion on a goes through Kaiten too (it removes its ciphertext).
                     let storedBefore = EncryptedFolderInteropTests.plainFiles(stored).count
+                    let storedBeforeDeletion = (FileManager.default.enumerator(atPath: stored)?.allObjects as? [String]) ?? []
                     try FileManager.default.removeItem(atPath: aData + "/top.txt")
                     _ = try await a.post("/rest/db/scan?folder=\(Self.folder)")
                     try await b.waitUntil("b deletes what a deleted, through Kaiten", timeout: 90) {
                         try await Self.holds(b, files: 3) && !FileManager.default.fileExists(atPath: bData + "/top.txt")
                     }
                     #expect(EncryptedFolderInteropTests.plainFiles(stored).count == storedBefore - 1)
+                    // The directories that held only its encrypted name went with it, in the same
+                    // apply (before Kaiten announced the deletion b took).
+                    #expect(!storedBeforeDeletion.filter { $0.split(separator: "/").count <= 2 }.isEmpty)
+                    #expect(Self.emptyDirectories(under: stored).isEmpty, "\(Self.emptyDirectories(under: stored))")
                 } catch {
                     Issue.record("kaiten run's log:\n\(run.log)")
                     throw error
