@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import KaitenProtocol
 
 /// What this device announces to its peers for one folder: its own index.
@@ -15,6 +16,11 @@ public final class LocalIndex {
     public let me: DeviceID
     /// The index ID peers know this device's index of the folder by.
     public let indexID: UInt64
+
+    /// What the last update recorded, as it recorded it (ascending sequence): a peer that holds
+    /// everything before it is sent these without decoding them back from the log (after a
+    /// fresh home's first refresh, every entry of the folder). Dropped by ``forgetRecent()``.
+    private let recent = Mutex<[BEPFileInfo]>([])
 
     private init(log: IndexLog, me: DeviceID, indexID: UInt64) {
         self.log = log
@@ -91,12 +97,31 @@ public final class LocalIndex {
             if file.type == .file && !file.deleted && !file.invalid && file.blocks.isEmpty { changed[i].blocks = try blocks(file.name) }
         }
         try log.apply(device: me, indexID: indexID, files: changed, isFullIndex: false)
+        // As the log gives them back: blocks_hash is the content hash of the blocks.
+        recent.withLock {
+            $0 = changed.map { file in
+                var file = file
+                if !file.blocks.isEmpty { file.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes) }
+                return file
+            }
+        }
         return changed
     }
+
+    /// Drops what the last update kept for sending (a long-running service between rounds).
+    public func forgetRecent() { recent.withLock { $0 = [] } }
 
     /// Every announced entry with a sequence above `after`, ascending, with its blocks: what a
     /// peer that holds this index up to `after` is missing (all of it for `after` 0).
     public func entries(after: Int64) throws -> [BEPFileInfo] {
+        // Everything above `after` was recorded by the last update, and nothing since (it ends
+        // at the checkpoint): those are the entries, as recorded.
+        let maxSequence = self.maxSequence
+        let recorded = recent.withLock { recent -> [BEPFileInfo]? in
+            guard let first = recent.first, let last = recent.last, after >= first.sequence - 1, last.sequence == maxSequence else { return nil }
+            return Array(recent.drop { $0.sequence <= after })
+        }
+        if let recorded { return recorded }
         var entries: [FileEntry] = []
         log.index.forEachEntry { _, owner, entry in
             if owner == me && entry.sequence > after { entries.append(entry) }

@@ -38,6 +38,7 @@ public final class LocalAnnouncer {
         for index in indexes.values {
             index.log.maintain(warn: warn)
             index.log.index.releaseSnapshotPages()
+            index.forgetRecent()
         }
     }
 

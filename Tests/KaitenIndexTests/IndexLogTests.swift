@@ -446,6 +446,31 @@ struct LocalIndexTests {
         fresh.close()
     }
 
+    /// What the last update recorded is sent as it was recorded, without reading it back from
+    /// the log: the same entries, byte for byte, as the log gives back; a peer that holds less
+    /// than all before it is answered from the log.
+    @Test func theLastUpdateIsSentAsTheLogWouldGiveItBack() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-local-index")
+        defer { dir.remove() }
+        let path = dir.file("f.local")
+        let index = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 5, renewIndexID: { 7 })
+        _ = try index.update([Self.entry("old", version: 1)]) { _ in [] }
+        var held = Self.entry("held", version: 3)
+        held.blocks = []
+        held.blocksHash = Data(repeating: 1, count: 32)  // not what the log keeps
+        let blocks = IndexLogTests.file("x", sequence: 9, version: [(1, 1)]).blocks
+        _ = try index.update([held, Self.entry("not-held", version: 2, invalid: true)]) { _ in blocks }
+        let fresh = try index.entries(after: 1)
+        let reopened = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 7, renewIndexID: { 8 })
+        defer { reopened.close() }
+        #expect(fresh == (try reopened.entries(after: 1)))
+        #expect(fresh.map(\.name) == ["held", "not-held"] && fresh.first?.blocks == blocks)
+        #expect(try index.entries(after: 0).map(\.name) == ["old", "held", "not-held"], "before the update: from the log")
+        index.forgetRecent()
+        #expect(try index.entries(after: 1) == fresh)
+        index.close()
+    }
+
     /// Two processes recording this device's changes (a service and a one-shot apply beside
     /// it) never give two entries one sequence number.
     @Test func twoWritersOfTheLocalIndexNeverShareASequence() throws {
