@@ -29,9 +29,8 @@ func runUntrustedBench(mib: Int, runs: Int) async throws {
     let untrusted = try SyncthingInstance.generate(in: dir.path, name: "untrusted")
     let receivers = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "receiver-\($0)") }
     let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
-    struct Run { var seconds: Double; var cpu: Double; var rss: Double }
-    var ours: [Run] = []
-    var theirs: [Run] = []
+    var ours: [SideRun] = []
+    var theirs: [SideRun] = []
 
     try await withSyncthing(untrusted) { u in
         try await u.addDevice(trusted.deviceID, name: "trusted", addresses: [trusted.address])
@@ -65,7 +64,7 @@ func runUntrustedBench(mib: Int, runs: Int) async throws {
             for i in 0..<4 where sha256(file: "\(kaitenData)/big\(i).bin") != sha256(file: "\(data)/big\(i).bin") {
                 throw HarnessError("kaiten's big\(i).bin differs from the source's")
             }
-            ours.append(Run(seconds: f[0], cpu: f[1], rss: f[2]))
+            ours.append(SideRun(seconds: f[0], cpu: f[1], rss: f[2]))
 
             // A fresh trusted syncthing, the same password, the same untrusted source.
             let pulled = try await withSyncthing(receivers[run - 1]) { b in
@@ -74,42 +73,22 @@ func runUntrustedBench(mib: Int, runs: Int) async throws {
                     let c = try await u.get("/rest/system/connections") as? [String: Any]
                     return ((c?["connections"] as? [String: Any])?[b.deviceID.description] as? [String: Any])?["connected"] as? Bool == true
                 }
-                guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
                 let path = dir.file("receiver-\(run)-data")
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-                settleFileSystem()
-                let cpu0 = ProcStat.cpuSeconds(pid: pid)
-                let start = now()
-                try await b.addFolder(
-                    id: folderID, path: path, type: "receiveonly", devices: [u.deviceID],
-                    extra: ["devices": [["deviceID": b.deviceID.description], ["deviceID": u.deviceID.description, "encryptionPassword": password]]])
-                try await b.waitUntil("receiver done", timeout: 1800) {
-                    let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:]
-                    return (s["localFiles"] as? Int ?? 0) == 4 && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+                return try await SideRun.measure(b, folder: folderID, files: 4, "receiver") {
+                    try await b.addFolder(
+                        id: folderID, path: path, type: "receiveonly", devices: [u.deviceID],
+                        extra: ["devices": [["deviceID": b.deviceID.description], ["deviceID": u.deviceID.description, "encryptionPassword": password]]])
                 }
-                return Run(seconds: now() - start, cpu: ProcStat.cpuSeconds(pid: pid) - cpu0, rss: ProcStat.peakRSS(pid: pid))
             }
             theirs.append(pulled)
-            log(String(
-                format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, ours.last!.seconds,
-                ours.last!.cpu, ours.last!.rss, pulled.seconds, pulled.cpu, pulled.rss, pulled.seconds / ours.last!.seconds))
+            SideRun.say(run, kaiten: ours.last!, syncthing: pulled)
         }
     }
-    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
-    func row(_ name: String, _ runs: [Run]) -> String {
-        let seconds = median(runs.map(\.seconds))
-        return String(
-            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %5.2f CPU-s  %6.1f MiB peak RSS",
-            name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
-            runs.map(\.seconds).max()!, totalBytes / seconds / 1e6, median(runs.map(\.cpu)), median(runs.map(\.rss)))
-    }
-    print("")
-    print("== pull of \(mib) MiB (4 files) from an untrusted syncthing (ciphertext only), median of \(runs) ==")
-    print(row("kaiten apply:", ours))
-    print(row("syncthing receiver:", theirs))
-    print(String(
-        format: "ratio kaiten/syncthing: throughput %.2f×, CPU %.2f×   (both decrypt every block and check its SHA-256; the untrusted syncthing shares the 2 cores)",
-        median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001)))
+    SideRun.table(
+        "pull of \(mib) MiB (4 files) from an untrusted syncthing (ciphertext only), median of \(runs)", bytes: totalBytes,
+        kaiten: ("kaiten apply:", ours), syncthing: ("syncthing receiver:", theirs),
+        why: "both decrypt every block and check its SHA-256; the untrusted syncthing shares the 2 cores")
 }
 
 /// The SHA-256 of a file, hex (nil when unreadable).
@@ -138,9 +117,8 @@ func runUntrustedHoldingBench(mib: Int, runs: Int) async throws {
     let trusted = try SyncthingInstance.generate(in: dir.path, name: "trusted")
     let holders = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "holder-\($0)") }
     let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
-    struct Run { var seconds: Double; var cpu: Double; var rss: Double }
-    var ours: [Run] = []
-    var theirs: [Run] = []
+    var ours: [SideRun] = []
+    var theirs: [SideRun] = []
 
     try await withSyncthing(trusted) { t in
         for (run, holder) in holders.enumerated() { try await t.addDevice(holder.deviceID, name: "holder-\(run + 1)", addresses: [holder.address]) }
@@ -167,7 +145,7 @@ func runUntrustedHoldingBench(mib: Int, runs: Int) async throws {
             guard verified.status == 0, verified.stdout.contains("4 verified, 0 failed") else {
                 throw HarnessError("kaiten decrypt of Kaiten's store: \(verified.stdout)\(verified.stderr)")
             }
-            ours.append(Run(seconds: f[0], cpu: f[1], rss: f[2]))
+            ours.append(SideRun(seconds: f[0], cpu: f[1], rss: f[2]))
 
             let held = try await withSyncthing(holders[run - 1]) { h in
                 // The folder first, the trusted device paused: a receive-encrypted syncthing
@@ -180,39 +158,68 @@ func runUntrustedHoldingBench(mib: Int, runs: Int) async throws {
                 let path = dir.file("holder-\(run)-stored")
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
                 try await h.addFolder(id: folderID, path: path, type: "receiveencrypted", devices: [t.deviceID])
-                guard let pid = pidOf(home: h.home) else { throw HarnessError("no holder pid") }
-                settleFileSystem()
-                let cpu0 = ProcStat.cpuSeconds(pid: pid)
-                let start = now()
-                try await h.put(
-                    "/rest/config/devices/\(t.deviceID)",
-                    json: ["deviceID": t.deviceID.description, "name": "trusted", "addresses": [t.address], "paused": false])
-                try await h.waitUntil("holder done", timeout: 1800) {
-                    let s = try await h.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:]
-                    return (s["localFiles"] as? Int ?? 0) == 4 && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+                return try await SideRun.measure(h, folder: folderID, files: 4, "holder") {
+                    try await h.put(
+                        "/rest/config/devices/\(t.deviceID)",
+                        json: ["deviceID": t.deviceID.description, "name": "trusted", "addresses": [t.address], "paused": false])
                 }
-                return Run(seconds: now() - start, cpu: ProcStat.cpuSeconds(pid: pid) - cpu0, rss: ProcStat.peakRSS(pid: pid))
             }
             theirs.append(held)
-            log(String(
-                format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, ours.last!.seconds,
-                ours.last!.cpu, ours.last!.rss, held.seconds, held.cpu, held.rss, held.seconds / ours.last!.seconds))
+            SideRun.say(run, kaiten: ours.last!, syncthing: held)
         }
     }
-    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
-    func row(_ name: String, _ runs: [Run]) -> String {
-        let seconds = median(runs.map(\.seconds))
-        return String(
-            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %5.2f CPU-s  %6.1f MiB peak RSS",
-            name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
-            runs.map(\.seconds).max()!, totalBytes / seconds / 1e6, median(runs.map(\.cpu)), median(runs.map(\.rss)))
+    SideRun.table(
+        "holding \(mib) MiB (4 files) as the untrusted device, from a trusted syncthing, median of \(runs)", bytes: totalBytes,
+        kaiten: ("kaiten apply:", ours), syncthing: ("syncthing holder:", theirs),
+        why: "neither can check a block: ciphertext and trailer written; the trusted syncthing shares the 2 cores")
+}
+
+/// One side's run of a transfer measured beside the other's: wall time, CPU-seconds, peak RSS (MiB).
+struct SideRun {
+    var seconds: Double
+    var cpu: Double
+    var rss: Double
+
+    /// A syncthing's side: from `start` (what begins its transfer) until `folder` is idle with
+    /// `files` files and nothing needed.
+    static func measure(
+        _ st: SyncthingInstance, folder: String, files: Int, _ what: String, start: () async throws -> Void
+    ) async throws -> SideRun {
+        guard let pid = pidOf(home: st.home) else { throw HarnessError("no \(what) pid") }
+        settleFileSystem()
+        let cpu0 = ProcStat.cpuSeconds(pid: pid)
+        let begin = now()
+        try await start()
+        try await st.waitUntil("\(what) done", timeout: 1800) {
+            let s = try await st.get("/rest/db/status?folder=\(folder)") as? [String: Any] ?? [:]
+            return (s["localFiles"] as? Int ?? 0) == files && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
+        }
+        return SideRun(seconds: now() - begin, cpu: ProcStat.cpuSeconds(pid: pid) - cpu0, rss: ProcStat.peakRSS(pid: pid))
     }
-    print("")
-    print("== holding \(mib) MiB (4 files) as the untrusted device, from a trusted syncthing, median of \(runs) ==")
-    print(row("kaiten apply:", ours))
-    print(row("syncthing holder:", theirs))
-    print(String(
-        format: "ratio kaiten/syncthing: throughput %.2f×, CPU %.2f×, RSS %.2f×   (neither can check a block: ciphertext and trailer written; the trusted syncthing shares the 2 cores)",
-        median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001),
-        median(ours.map(\.rss)) / max(median(theirs.map(\.rss)), 0.001)))
+
+    static func say(_ run: Int, kaiten ours: SideRun, syncthing theirs: SideRun) {
+        log(String(
+            format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, ours.seconds, ours.cpu,
+            ours.rss, theirs.seconds, theirs.cpu, theirs.rss, theirs.seconds / ours.seconds))
+    }
+
+    /// The medians of both sides and their ratios, under `title`.
+    static func table(_ title: String, bytes: Double, kaiten ours: (String, [SideRun]), syncthing theirs: (String, [SideRun]), why: String) {
+        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        func row(_ name: String, _ runs: [SideRun]) -> String {
+            let seconds = median(runs.map(\.seconds))
+            return String(
+                format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %5.2f CPU-s  %6.1f MiB peak RSS",
+                name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
+                runs.map(\.seconds).max()!, bytes / seconds / 1e6, median(runs.map(\.cpu)), median(runs.map(\.rss)))
+        }
+        print("")
+        print("== \(title) ==")
+        print(row(ours.0, ours.1))
+        print(row(theirs.0, theirs.1))
+        print(String(
+            format: "ratio kaiten/syncthing: throughput %.2f×, CPU %.2f×, RSS %.2f×   (%@)",
+            median(theirs.1.map(\.seconds)) / median(ours.1.map(\.seconds)), median(ours.1.map(\.cpu)) / max(median(theirs.1.map(\.cpu)), 0.001),
+            median(ours.1.map(\.rss)) / max(median(theirs.1.map(\.rss)), 0.001), why as NSString))
+    }
 }
