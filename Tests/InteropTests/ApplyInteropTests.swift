@@ -69,7 +69,7 @@ struct ApplyInteropTests {
             process.standardInput = input
             process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
             process.standardError = FileHandle.nullDevice
-            try process.run()
+            try process.runAlone()
             let prompted = PromptedApply(process: process, input: input, outputPath: output)
             try await st.waitUntil("apply asks", timeout: 60) { prompted.output.contains("Apply this plan?") }
             return prompted
@@ -524,7 +524,7 @@ struct ApplyInteropTests {
                 process.arguments = ["apply", "--home", world.home, "--yes", "--max-delete", "100%"]
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
-                try process.run()
+                try process.runAlone()
                 usleep(useconds_t(Double.random(in: 0.02...(full * 0.8), using: &moments) * 1_000_000))
                 if process.isRunning {
                     kill(process.processIdentifier, SIGKILL)

@@ -64,7 +64,7 @@ struct DiscoveryInteropTests {
             _ = FileManager.default.createFile(atPath: log, contents: nil)
             process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
             process.standardOutput = FileHandle.nullDevice
-            try process.run()
+            try process.runAlone()
             return process
         }
     }
@@ -467,7 +467,7 @@ struct DiscoveryInteropTests {
             _ = FileManager.default.createFile(atPath: errors, contents: nil)
             apply.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
             apply.standardOutput = FileHandle.nullDevice
-            try apply.run()
+            try apply.runAlone()
             // The relay is killed half a second into the pull by a thread of its own: a task
             // could wait seconds for a cooperative thread when other suites keep them busy,
             // and the pull would be over.
@@ -738,7 +738,7 @@ struct RelayServerProcess {
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/log"))
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try process.runAlone()
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, process.isRunning {
             if let text = try? String(contentsOfFile: directory + "/log", encoding: .utf8), text.contains("URI:"),
@@ -805,7 +805,7 @@ struct DiscoveryServerProcess {
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/log"))
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try process.runAlone()
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if let text = try? String(contentsOfFile: directory + "/log", encoding: .utf8), text.contains("Server device ID is"),

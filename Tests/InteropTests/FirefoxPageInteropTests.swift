@@ -16,7 +16,7 @@ struct FirefoxPageInteropTests {
 
     /// A headless Firefox with a profile of its own, its Marionette server on a free port.
     final class Firefox {
-        let process: Process
+        let process: OwnedChild
         let fd: Int32
         var nextID = 0
 
@@ -31,13 +31,10 @@ struct FirefoxPageInteropTests {
             user_pref("app.update.enabled", false);
             user_pref("network.captive-portal-service.enabled", false);
             """.write(toFile: profile + "/user.js", atomically: true, encoding: .utf8)
-            process = Process()
-            process.executableURL = URL(fileURLWithPath: try #require(FirefoxPageInteropTests.firefox))
-            process.arguments = ["--headless", "--marionette", "--no-remote", "--profile", profile, "about:blank"]
-            process.environment = ["HOME": home, "PATH": "/usr/bin:/bin", "MOZ_CRASHREPORTER_DISABLE": "1"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            process = try OwnedChild(
+                executable: try #require(FirefoxPageInteropTests.firefox),
+                arguments: ["--headless", "--marionette", "--no-remote", "--profile", profile, "about:blank"],
+                environment: ["HOME": home, "PATH": "/usr/bin:/bin", "MOZ_CRASHREPORTER_DISABLE": "1"], logPath: nil)
             var connected: Int32 = -1
             let deadline = Date().addingTimeInterval(60)
             while connected < 0 && Date() < deadline {
@@ -45,7 +42,8 @@ struct FirefoxPageInteropTests {
                 if connected < 0 { usleep(200_000) }
             }
             guard connected >= 0 else {
-                kill(process.processIdentifier, SIGKILL)
+                process.signal(SIGKILL)
+                _ = try? process.wait(timeout: 10, what: "firefox")
                 throw HarnessError("Firefox's Marionette did not listen on \(port) within 60 s")
             }
             fd = connected
@@ -108,11 +106,8 @@ struct FirefoxPageInteropTests {
         func close() {
             _ = try? command("WebDriver:DeleteSession")
             Glibc.close(fd)
-            kill(process.processIdentifier, SIGTERM)
-            let deadline = Date().addingTimeInterval(10)
-            while process.isRunning && Date() < deadline { usleep(50_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            process.signal(SIGTERM)
+            _ = try? process.wait(timeout: 10, what: "firefox")
         }
     }
 

@@ -310,7 +310,7 @@ struct FullDeviceInteropTests {
                 process.arguments = ["index", "sync", "--home", world.home]
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
-                try process.run()
+                try process.runAlone()
                 usleep(useconds_t(Double.random(in: 0.1...0.9, using: &moments) * span * 1_000_000))
                 if process.isRunning {
                     kill(process.processIdentifier, SIGKILL)

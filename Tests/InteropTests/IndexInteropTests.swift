@@ -251,7 +251,7 @@ struct IndexInteropTests {
             process.arguments = ["index", "sync", "--home", home]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
-            try process.run()
+            try process.runAlone()
             let deadline = Date().addingTimeInterval(60)
             var killedAt: Int64 = 0
             while Date() < deadline && process.isRunning {

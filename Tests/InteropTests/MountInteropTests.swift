@@ -318,7 +318,7 @@ struct MountInteropTests {
                 reader.arguments = [mounted.file("set/\(i % 10).bin")]
                 FileManager.default.createFile(atPath: dir.file("sum-\(i)"), contents: nil)
                 reader.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("sum-\(i)")))
-                try reader.run()
+                try reader.runAlone()
                 readers.append(reader)
             }
             for reader in readers { try reader.waitForExit(timeout: 120, what: "sha256sum") }
@@ -394,7 +394,7 @@ struct MountInteropTests {
             let log = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("mount.log")))
             mount.standardOutput = log
             mount.standardError = log
-            try mount.run()
+            try mount.runAlone()
             defer { if mount.isRunning { kill(mount.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", point]) } }
             try await st.waitUntil("nobody's mount is made", timeout: 60) { Self.isMounted(point) || !mount.isRunning }
             let mountLog = { (try? String(contentsOfFile: dir.file("mount.log"), encoding: .utf8)) ?? "" }

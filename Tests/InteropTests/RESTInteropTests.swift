@@ -99,7 +99,7 @@ struct RESTInteropTests {
                 let path = n % 2 == 0 ? "/rest/kaiten/plan?folder=\(ApplyInteropTests.folder)" : "/rest/kaiten/conflicts?folder=\(ApplyInteropTests.folder)"
                 process.arguments = ["-sS", "-m", "60", "-o", "/dev/null", "-w", "%{http_code}", "-H", "X-API-Key: \(key)", base + path]
                 process.standardOutput = Pipe()
-                try process.run()
+                try process.runAlone()
                 return process
             }
             for process in processes {
@@ -409,7 +409,7 @@ struct RESTInteropTests {
             let polls = Process()
             polls.executableURL = URL(fileURLWithPath: "/bin/bash")
             polls.arguments = ["-c", script]
-            try polls.run()
+            try polls.runAlone()
             defer { if polls.isRunning { kill(polls.processIdentifier, SIGKILL) } }
             try await RunInteropTests.waitFor("a hundred polls connected") {
                 let ss = try ProcessRunner.run("/usr/bin/ss", ["-Htn", "state", "established", "dport", "= :\(base.split(separator: ":").last!)"],

@@ -148,7 +148,7 @@ struct StreamInteropTests {
             _ = FileManager.default.createFile(atPath: dir.file("serve.log"), contents: nil)
             server.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: dir.file("serve.log")))
             server.standardOutput = FileHandle.nullDevice
-            try server.run()
+            try server.runAlone()
             defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
             try await st.waitUntil("kaiten serve is up", timeout: 60) { ServerRecord.load(Home(path: home)) != nil }
             func serverLog() -> [String] {

@@ -90,7 +90,7 @@ struct UnprivilegedInteropTests {
             server.environment = ["PATH": "/usr/bin:/bin", "HOME": user]
             server.standardOutput = FileHandle.nullDevice
             server.standardError = FileHandle.nullDevice
-            try server.run()
+            try server.runAlone()
             defer { if server.isRunning { kill(server.processIdentifier, SIGKILL); try? server.waitForExit(timeout: 30, what: "kaiten serve") } }
             try await st.waitUntil("kaiten serve is up as an unprivileged user", timeout: 60) {
                 FileManager.default.fileExists(atPath: home + "/state/serve.json")

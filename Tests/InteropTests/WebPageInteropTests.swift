@@ -20,20 +20,16 @@ struct WebPageInteropTests {
 
     /// A WebDriver session with headless Chromium.
     final class Browser {
-        let driver: Process
+        let driver: OwnedChild
         let base: String
         let session: String
         static let elementKey = "element-6066-11e4-a52e-4f735466cecf"
 
         init(profile: String, log: String, arguments extra: [String] = []) throws {
             let port = try FreePort.next()
-            driver = Process()
-            driver.executableURL = URL(fileURLWithPath: try #require(WebPageInteropTests.chromedriver))
-            driver.arguments = ["--port=\(port)", "--allowed-ips=127.0.0.1"]
-            FileManager.default.createFile(atPath: log, contents: nil)
-            driver.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-            driver.standardError = driver.standardOutput
-            try driver.run()
+            driver = try OwnedChild(
+                executable: try #require(WebPageInteropTests.chromedriver),
+                arguments: ["--port=\(port)", "--allowed-ips=127.0.0.1"], logPath: log)
             base = "http://127.0.0.1:\(port)"
             var status: Int = 0
             for _ in 0..<100 where status != 200 {
@@ -131,15 +127,12 @@ struct WebPageInteropTests {
             try data.write(to: URL(fileURLWithPath: path))
         }
 
-        /// Ends the session (Chromium quits) and chromedriver, which ignores SIGTERM: asked to
-        /// shut down, then killed if it has not within five seconds.
+        /// Ends the session (Chromium quits) and chromedriver: asked to shut down, then killed
+        /// if it has not within five seconds.
         func close() {
             _ = try? Self.call(base + "/session/\(session)", "DELETE")
             _ = try? REST.curl(base + "/shutdown")
-            let deadline = Date().addingTimeInterval(5)
-            while driver.isRunning && Date() < deadline { usleep(50_000) }
-            if driver.isRunning { kill(driver.processIdentifier, SIGKILL) }
-            driver.waitUntilExit()
+            _ = try? driver.wait(timeout: 5, what: "chromedriver")
         }
     }
 

@@ -331,7 +331,7 @@ struct WrongResultsInteropTests {
         _ = FileManager.default.createFile(atPath: output, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try process.runAlone()
         return process
     }
 

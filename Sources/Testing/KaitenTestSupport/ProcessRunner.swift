@@ -8,6 +8,22 @@ public struct ProcessResult: Sendable {
 }
 
 extension Process {
+    /// Starts the process with no signal blocked.
+    ///
+    /// A child inherits the signal mask of the thread that starts it, and Swift's concurrency
+    /// and Dispatch threads block nearly every signal: `terminate()` (SIGTERM) then did nothing
+    /// to a program that does not unblock it (`sleep`, and any tool using the default action),
+    /// and a test's stop waited out its timeout. The mask is cleared on this thread only for
+    /// the start.
+    public func runAlone() throws {
+        var everything = sigset_t()
+        var kept = sigset_t()
+        sigemptyset(&everything)
+        pthread_sigmask(SIG_SETMASK, &everything, &kept)
+        defer { pthread_sigmask(SIG_SETMASK, &kept, nil) }
+        try run()
+    }
+
     /// Waits until the process ends, at most `timeout` seconds: then it is killed (SIGKILL) and
     /// the wait throws, so a hung child fails its test instead of hanging the suite.
     ///
@@ -67,38 +83,56 @@ public enum ProcessRunner {
         _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
         currentDirectory: String? = nil, stdin: String? = nil, timeout: TimeInterval = 900
     ) throws -> ProcessResult {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        if let currentDirectory { process.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
         let outFile = try TemporaryDirectory(prefix: "kaiten-proc")
         defer { outFile.remove() }
-        FileManager.default.createFile(atPath: outFile.file("out"), contents: nil)
-        FileManager.default.createFile(atPath: outFile.file("err"), contents: nil)
-        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outFile.file("out")))
-        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: outFile.file("err")))
-        process.standardOutput = out
-        process.standardError = err
-        if let stdin {
-            let pipe = Pipe()
-            process.standardInput = pipe
-            try process.run()
-            pipe.fileHandleForWriting.write(Data(stdin.utf8))
-            try pipe.fileHandleForWriting.close()
-        } else {
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
+        func create(_ name: String) throws -> Int32 {
+            let fd = open(outFile.file(name), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw HarnessError("cannot create \(outFile.file(name)): \(String(cString: strerror(errno)))") }
+            return fd
         }
-        try process.waitForExit(timeout: timeout, what: (executable as NSString).lastPathComponent + " " + arguments.prefix(2).joined(separator: " "))
-        try out.close()
-        try err.close()
+        let out = try create("out")
+        defer { close(out) }
+        let err = try create("err")
+        defer { close(err) }
+        var input: [Int32] = [-1, -1]
+        if stdin != nil {
+            // A socket, not a pipe: written with MSG_NOSIGNAL, a child that exits without reading
+            // its input cannot end the test run with SIGPIPE.
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &input) == 0 else {
+                throw HarnessError("socketpair: \(String(cString: strerror(errno)))")
+            }
+            shutdown(input[0], Int32(SHUT_WR))
+        } else {
+            input[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        }
+        let child: OwnedChild
+        do {
+            defer { close(input[0]) }
+            child = try OwnedChild(
+                executable: executable, arguments: arguments, environment: environment,
+                currentDirectory: currentDirectory, stdin: input[0], stdout: out, stderr: err)
+        } catch {
+            if input[1] >= 0 { close(input[1]) }
+            throw error
+        }
+        if let stdin {
+            var bytes = Array(stdin.utf8)[...]
+            while !bytes.isEmpty {
+                let sent = bytes.withUnsafeBytes { send(input[1], $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if sent < 0, errno == EINTR { continue }
+                guard sent > 0 else { break }
+                bytes = bytes.dropFirst(sent)
+            }
+            close(input[1])
+        }
+        let status = try child.wait(
+            timeout: timeout, what: (executable as NSString).lastPathComponent + " " + arguments.prefix(2).joined(separator: " "))
         // Decoded with replacement characters, never dropped: a negative `contains` check on
         // output that failed to decode must not pass on an empty string.
         func text(_ name: String) throws -> String {
             String(decoding: try Data(contentsOf: URL(fileURLWithPath: outFile.file(name))), as: UTF8.self)
         }
-        return ProcessResult(status: process.terminationStatus, stdout: try text("out"), stderr: try text("err"))
+        return ProcessResult(status: status, stdout: try text("out"), stderr: try text("err"))
     }
 
     /// Finds a program on $PATH.
@@ -145,7 +179,7 @@ public enum KaitenCLI {
         try log.seekToEnd()
         process.standardError = log
         process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        try process.runAlone()
         return process
     }
 

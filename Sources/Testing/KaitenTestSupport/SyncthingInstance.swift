@@ -160,7 +160,7 @@ public final class SyncthingInstance: @unchecked Sendable {
         process.standardOutput = logHandle
         process.standardError = logHandle
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        try process.runAlone()
         lock.withLock { self.process = process }
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
