@@ -44,7 +44,7 @@ public struct MountReport: Sendable {
 
 extension App {
     /// Opens the on-demand block cache of the home within `budget` (a size or a percentage).
-    public func blockCache(budget: String?) throws -> DiskBlockCache {
+    public func blockCache(budget: String?, log: @escaping @Sendable (String) -> Void = { _ in }) throws -> DiskBlockCache {
         let opened = try openForReading()
         let directory = opened.home.blockCacheDirectory
         let bytes: Int64
@@ -57,7 +57,7 @@ extension App {
             bytes = DiskBlockCache.defaultBudget(for: opened.home.path)
         }
         do {
-            return try DiskBlockCache(directory: directory, budget: bytes)
+            return try DiskBlockCache(directory: directory, budget: bytes, log: log)
         } catch {
             throw ArgumentError("\(directory): cannot open the block cache: \(error.localizedDescription)")
         }
@@ -79,7 +79,7 @@ extension App {
         // `kaiten serve` does, so apply, cat and get beside it go through it.
         let lock = ControlClient.running(opened.home) == nil ? try ServiceRecord.lock(opened.home, role: "mount") : nil
         defer { withExtendedLifetime(lock) {} }
-        let disk = try blockCache(budget: request.cacheBudget)
+        let disk = try blockCache(budget: request.cacheBudget, log: log)
         // Blocks are kept on disk: a small memory cache in front of it (the mount's RSS).
         let files = try await remoteFiles(
             opened, verb: "mount", folder: request.folder, disk: disk, readTimeout: request.readTimeout, memoryBytes: MountRequest.memoryCache)
@@ -117,6 +117,7 @@ public struct MountRecord: Codable, Sendable {
     public var cache_hits: Int
     public var cache_misses: Int
     public var cache_evictions: Int
+    public var cache_unkept: Int
     public var blocks_fetched: Int
 
     static func directory(_ home: Home) -> String { home.stateDirectory + "/mounts" }
@@ -155,7 +156,8 @@ extension App {
             let cache = disk.figures
             return MountRecord(
                 folder: folder, directory: directory, pid: getpid(), cache_bytes: cache.bytes, cache_budget: cache.budget, cache_hits: cache.hits,
-                cache_misses: cache.misses, cache_evictions: cache.evictions, blocks_fetched: files.blocksFetched)
+                cache_misses: cache.misses, cache_evictions: cache.evictions, cache_unkept: cache.unkept,
+                blocks_fetched: files.blocksFetched)
         }
         // What `kaiten status` shows, kept current while the mount lives.
         let recorder = Task {
@@ -210,7 +212,7 @@ extension App {
             for request in requests {
                 let log: @Sendable (String) -> Void = { events(ServiceEvent("mount", folder: request.folder, $0)) }
                 do {
-                    let disk = try blockCache(budget: request.cacheBudget)
+                    let disk = try blockCache(budget: request.cacheBudget, log: log)
                     let files = RemoteFiles(
                         home: opened, cacheBytes: MountRequest.memoryCache, logger: logger, relay: client.relay, disk: disk,
                         readTimeout: request.readTimeout)
@@ -231,7 +233,7 @@ extension App {
                 case .success:
                     events(ServiceEvent(
                         "mount", folder: request.folder,
-                        "unmounted \(request.directory): cache \(figures.bytes) B of \(figures.budget) B, \(figures.hits) hit(s), \(figures.evictions) eviction(s)"))
+                        "unmounted \(request.directory): cache \(figures.bytes) B of \(figures.budget) B, \(figures.hits) hit(s), \(figures.evictions) eviction(s), \(figures.unkept) not kept (disk refused)"))
                 case .failure(let error):
                     events(ServiceEvent("error", folder: request.folder, "mount at \(request.directory): \(error.reason ?? String(cString: strerror(error.code)))"))
                 }

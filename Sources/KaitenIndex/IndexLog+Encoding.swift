@@ -54,11 +54,27 @@ extension IndexLog {
     }
 
     static func appendRecord(_ kind: Kind, _ payload: [UInt8], to buffer: inout [UInt8]) {
-        var body = [kind.rawValue]
-        body += payload
-        buffer.appendBigEndian(UInt32(payload.count))
-        buffer.appendBigEndian(CRC32.checksum(body))
-        buffer += body
+        appendRecord(kind, payloadCount: payload.count, to: &buffer) { $0 += payload }
+    }
+
+    /// A record whose payload `write` appends to the buffer in place: its length and checksum
+    /// are filled in after, so the payload is never assembled apart and copied (a full index
+    /// appends one record per file).
+    static func appendRecord(_ kind: Kind, payloadCount: Int, to buffer: inout [UInt8], _ write: (inout [UInt8]) -> Void) {
+        let start = buffer.count
+        buffer.reserveCapacity(start + 9 + payloadCount)
+        buffer.appendBigEndian(UInt32(payloadCount))
+        buffer.appendBigEndian(UInt32(0))
+        buffer.append(kind.rawValue)
+        write(&buffer)
+        precondition(buffer.count == start + 9 + payloadCount, "a record's payload is the length it was announced with")
+        let checksum = buffer.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[(start + 8)...])) }
+        buffer.withUnsafeMutableBytes { bytes in
+            bytes[start + 4] = UInt8(truncatingIfNeeded: checksum >> 24)
+            bytes[start + 5] = UInt8(truncatingIfNeeded: checksum >> 16)
+            bytes[start + 6] = UInt8(truncatingIfNeeded: checksum >> 8)
+            bytes[start + 7] = UInt8(truncatingIfNeeded: checksum)
+        }
     }
 
     /// A whole FileInfo (meta and blocks) from a file record's bytes (header included).
@@ -85,11 +101,12 @@ extension IndexLog {
         var blocksOnly = BEPFileInfo()
         blocksOnly.blocks = file.blocks
         let blockBytes: [UInt8] = try blocksOnly.serializedBytes()
-        var payload = device.bytes
-        payload.reserveCapacity(36 + metaBytes.count + blockBytes.count)
-        payload.appendBigEndian(UInt32(metaBytes.count))
-        payload += metaBytes
-        payload += blockBytes
-        appendRecord(.file, payload, to: &buffer)
+        let deviceBytes = device.bytes
+        appendRecord(.file, payloadCount: deviceBytes.count + 4 + metaBytes.count + blockBytes.count, to: &buffer) { buffer in
+            buffer += deviceBytes
+            buffer.appendBigEndian(UInt32(metaBytes.count))
+            buffer += metaBytes
+            buffer += blockBytes
+        }
     }
 }

@@ -27,6 +27,9 @@ public final class DiskBlockCache: Sendable {
         public var evictions = 0
         /// Blocks found damaged on disk and dropped.
         public var dropped = 0
+        /// Blocks the disk refused to keep (full, read-only, out of quota): read from the peers
+        /// each time instead.
+        public var unkept = 0
     }
 
     private struct State {
@@ -37,17 +40,22 @@ public final class DiskBlockCache: Sendable {
         /// Blocks of open files, with how many open files hold each.
         var held: [ContentHash: Int] = [:]
         var figures = Figures()
+        /// Whether the last block written was refused: the log says so once per spell.
+        var refusing = false
     }
 
     public let directory: String
     public let budget: Int64
     private let state = Mutex(State())
+    private let log: @Sendable (String) -> Void
 
     /// Opens (creating) the cache in `directory`: what is there is taken in, oldest use first
     /// by modification time (a hit touches its file), leftovers of interrupted writes removed.
-    public init(directory: String, budget: Int64) throws {
+    /// `log` hears when the disk starts and stops refusing blocks (a full disk).
+    public init(directory: String, budget: Int64, log: @escaping @Sendable (String) -> Void = { _ in }) throws {
         self.directory = directory
         self.budget = budget
+        self.log = log
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var found: [(hash: ContentHash, size: Int32, mtime: Int64)] = []
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
@@ -189,7 +197,8 @@ public final class DiskBlockCache: Sendable {
     }
 
     /// Keeps a verified block (its hash is the name it is kept under), then evicts what is over
-    /// the budget.
+    /// the budget. A block the disk refuses is not kept (the read it came for has it already):
+    /// counted, said once per spell of refusals, and the partial file removed.
     public func put(_ hash: ContentHash, _ data: Data) {
         guard !data.isEmpty, Int64(data.count) <= budget, !contains(hash) else { return }
         let path = path(of: hash)
@@ -197,20 +206,47 @@ public final class DiskBlockCache: Sendable {
         mkdir(shard, 0o700)
         let temporary = shard + "/.tmp-" + hash.hex.prefix(16) + "-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        let written = data.withUnsafeBytes { write(fd, $0.baseAddress, data.count) }
-        close(fd)
-        guard written == data.count, rename(temporary, path) == 0 else {
-            unlink(temporary)
-            return
+        guard fd >= 0 else { return refused(errno) }
+        var written = 0
+        var failure: Int32 = 0
+        data.withUnsafeBytes { bytes in
+            while written < bytes.count {
+                let n = write(fd, bytes.baseAddress! + written, bytes.count - written)
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else {
+                    failure = n < 0 ? errno : ENOSPC
+                    return
+                }
+                written += n
+            }
         }
-        state.withLock { s in
+        close(fd)
+        guard failure == 0, rename(temporary, path) == 0 else {
+            let reason = failure != 0 ? failure : errno
+            unlink(temporary)
+            return refused(reason)
+        }
+        let recovered = state.withLock { s in
             s.tick += 1
             if s.sizes.updateValue(Int32(data.count), forKey: hash) == nil { s.figures.bytes += Int64(data.count) }
             s.lastUse[hash] = s.tick
             s.figures.blocks = s.sizes.count
+            defer { s.refusing = false }
+            return s.refusing
         }
+        if recovered { log("cache: blocks are kept in \(directory) again") }
         evict()
+    }
+
+    private func refused(_ code: Int32) {
+        let first = state.withLock { s in
+            s.figures.unkept += 1
+            defer { s.refusing = true }
+            return !s.refusing
+        }
+        if first {
+            log("cache: \(directory) cannot keep blocks (\(String(cString: strerror(code)))): reads go on from the peers, nothing more is kept until it can")
+        }
     }
 
     /// Blocks of a file being opened: not evicted until ``release(_:)``.

@@ -38,7 +38,7 @@ public enum StatusView {
             out.append("  log: \(Terminal.human(row.log_bytes)), \(Int(row.log_live_fraction * 100))% live")
             for mount in row.mounts {
                 out.append(
-                    "  mounted at \(mount.directory) (pid \(mount.pid)): cache \(Terminal.human(mount.cache_bytes)) of \(Terminal.human(mount.cache_budget)), \(mount.cache_hits) hits, \(mount.cache_misses) misses, \(mount.cache_evictions) evictions, \(mount.blocks_fetched) blocks fetched"
+                    "  mounted at \(mount.directory) (pid \(mount.pid)): cache \(Terminal.human(mount.cache_bytes)) of \(Terminal.human(mount.cache_budget)), \(mount.cache_hits) hits, \(mount.cache_misses) misses, \(mount.cache_evictions) evictions, \(mount.cache_unkept) not kept (disk refused), \(mount.blocks_fetched) blocks fetched"
                 )
             }
         }

@@ -504,4 +504,46 @@ struct MountInteropTests {
             try server.stop()
         }
     }
+
+    /// The disk under the cache fills up: every read goes on, byte for byte, from the peer; the
+    /// log says once that nothing more is kept; no partial block is left behind; `kaiten status`
+    /// counts the blocks the disk refused.
+    @Test(.enabled(if: fuse && getuid() == 0, "a full disk is a 1 MiB tmpfs mounted under the cache: run as root (CI does)"))
+    func aFullDiskUnderTheCacheFailsNoRead() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-mount-full")
+        defer { dir.remove() }
+        let world = try ApplyInteropTests.World(dir)
+        try TestFiles.random(world.peerData + "/films/movie.mkv", size: 6_000_000)
+        let original = FileManager.default.contents(atPath: world.peerData + "/films/movie.mkv")
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 1)
+            let blocks = world.home + "/cache/blocks"
+            try FileManager.default.createDirectory(atPath: blocks, withIntermediateDirectories: true)
+            let small = try ProcessRunner.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m,mode=0700", "kaiten-test-full", blocks])
+            try #require(small.status == 0, "\(small.stderr)")
+            defer { _ = try? ProcessRunner.run("/bin/umount", ["-l", blocks]) }
+            // A budget far over what the disk holds: the disk, not the budget, says no.
+            let mounted = try await Mounted.start(home: world.home, at: dir.file("mnt"), logPath: dir.file("mount.log"), extra: ["--cache-budget", "1G"])
+            defer { if mounted.process.isRunning { kill(mounted.process.processIdentifier, SIGKILL); _ = try? ProcessRunner.run("/bin/fusermount3", ["-u", "-z", mounted.point]) } }
+            #expect(FileManager.default.contents(atPath: mounted.file("films/movie.mkv")) == original)
+            // Read again: what the disk did not keep comes from the peer again, the same bytes.
+            let again = try ProcessRunner.run("/bin/sh", ["-c", "sha256sum < '\(mounted.file("films/movie.mkv"))'"])
+            let expected = try ProcessRunner.run("/bin/sh", ["-c", "sha256sum < '\(world.peerData)/films/movie.mkv'"])
+            #expect(again.status == 0 && again.stdout == expected.stdout, "\(again.stderr)")
+            try await st.waitUntil("kaiten status shows the refused blocks", timeout: 10) {
+                let status = try? world.kaiten("status", "--json")
+                guard let status, status.status == 0,
+                    let match = status.stdout.range(of: #""cache_unkept" *: *[0-9]+"#, options: .regularExpression)
+                else { return false }
+                return Int(status.stdout[match].split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) ?? 0 > 0
+            }
+            let left = try FileManager.default.subpathsOfDirectory(atPath: blocks).filter { ($0 as NSString).lastPathComponent.hasPrefix(".tmp-") }
+            #expect(left.isEmpty, "partial blocks left: \(left)")
+            #expect(try mounted.stop(signal: SIGINT) == 0, "\(mounted.log)")
+            let said = mounted.log.components(separatedBy: "cannot keep blocks (No space left on device)").count - 1
+            #expect(said == 1, "the refusal said once, not per block: \(mounted.log)")
+            #expect(mounted.log.contains("not kept (disk refused)") && !mounted.log.contains(" 0 not kept"), "\(mounted.log)")
+        }
+    }
 }

@@ -82,7 +82,7 @@ extension Kaiten {
                     onStop: { stop in SignalStop.install(stop) })
                 let cache = report.cache
                 log(
-                    "unmounted: \(report.blocksFetched) block(s) fetched; cache \(Terminal.human(cache.bytes)) of \(Terminal.human(cache.budget)), \(cache.hits) hit(s), \(cache.evictions) eviction(s)"
+                    "unmounted: \(report.blocksFetched) block(s) fetched; cache \(Terminal.human(cache.bytes)) of \(Terminal.human(cache.budget)), \(cache.hits) hit(s), \(cache.evictions) eviction(s), \(cache.unkept) not kept (disk refused)"
                 )
             }
         }
