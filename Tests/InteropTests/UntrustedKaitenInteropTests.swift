@@ -261,4 +261,97 @@ struct UntrustedKaitenInteropTests {
         #expect(select.status == 64 && select.stderr.contains("receiveencrypted"), "\(select.stderr)")
         #expect(!run.log.contains(Self.password))
     }
+
+    /// `kill -9` of an apply storing ciphertext, at random moments: every file under a real name
+    /// is a whole stored file that both decrypters verify (a partial one only ever under a
+    /// temporary name), and the next apply completes the store.
+    @Test func anApplyStoringCiphertextKilledAtAnyMomentLeavesOnlyWholeFiles() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-untrusted-kill")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let stored = world.local
+        let aData = dir.file("a-data")
+        var names: [String] = []
+        // Sizes far apart, so that the files are stored one after another, not all at the end.
+        for (n, size) in [300_000, 1_000_000, 3_000_000, 6_000_000, 10_000_000, 14_000_000].enumerated() {
+            let name = "d\(n % 2)/part\(n).bin"
+            try TestFiles.random(aData + "/" + name, size: size)
+            names.append(name)
+        }
+        try TestFiles.write(aData + "/small.txt", "a small secret 7c1e\n")
+        names.append("small.txt")
+        names.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        try FileManager.default.createDirectory(atPath: aData + "/.stfolder", withIntermediateDirectories: true)
+        let passwordFile = dir.file("password")
+        try (Self.password + "\n").write(toFile: passwordFile, atomically: true, encoding: .utf8)
+
+        let a = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try await withSyncthing(a) { a in
+            try await Self.trust(a, path: aData, kaiten: world.me)
+            try await ApplyInteropTests.waitScanned(a, files: names.count)
+            #expect(try world.kaiten("peer", "add", a.deviceID.description, "--name", "a", "--address", a.address).status == 0)
+            #expect(try world.kaiten("folder", "add", Self.folder, "--path", stored, "--type", "receiveencrypted", "--share", "a").status == 0)
+            let sync = try world.kaiten("index", "sync")
+            #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+
+            /// Whatever is under a real name verifies, with the password, as the trusted bytes.
+            var partialStores = 0
+            func checkInvariant(_ round: Int) throws {
+                let verified = try KaitenCLI.run(["decrypt", stored, "--password-file", passwordFile, "--verify-only"])
+                // "N verified, 0 failed", or "0 failed" when nothing is stored yet.
+                let noneFailed = verified.stdout.range(of: #"(^|[:,] )0 failed"#, options: .regularExpression) != nil
+                #expect(verified.status == 0 && noneFailed, "round \(round): \(verified.stdout)\(verified.stderr)")
+                let count = verified.stdout.range(of: #"[0-9]+ verified"#, options: .regularExpression)
+                    .flatMap { Int(verified.stdout[$0].split(separator: " ")[0]) } ?? 0
+                if count > 0 && count < names.count { partialStores += 1 }
+            }
+            func emptyStore() throws {
+                for name in try FileManager.default.contentsOfDirectory(atPath: stored) where name != ".stfolder" {
+                    try FileManager.default.removeItem(atPath: stored + "/" + name)
+                }
+            }
+
+            let start = Date()
+            let first = try world.kaiten("apply", "--yes")
+            #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
+            let full = max(0.5, Date().timeIntervalSince(start))
+            try checkInvariant(0)
+
+            var killedMidway = 0
+            var round = 0
+            var moments = SplitMix64.forTest("anApplyStoringCiphertextKilledAtAnyMoment")
+            while killedMidway < 8 && round < 40 {
+                round += 1
+                try emptyStore()
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+                process.arguments = ["apply", "--home", world.home, "--yes", "--max-delete", "100%"]
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.runAlone()
+                usleep(useconds_t(Double.random(in: (full * 0.2)...(full * 0.95), using: &moments) * 1_000_000))
+                if process.isRunning {
+                    kill(process.processIdentifier, SIGKILL)
+                    killedMidway += 1
+                }
+                try process.waitForExit(timeout: 300, what: "kaiten apply")
+                try checkInvariant(round)
+            }
+            #expect(killedMidway == 8)
+            // The kills landed inside the store, not only before or after it.
+            #expect(partialStores > 0)
+
+            // The next apply completes the store: syncthing's decrypter reads every file.
+            let last = try world.kaiten("apply", "--yes", "--max-delete", "100%")
+            #expect(last.status == 0, "\(last.stdout)\(last.stderr)")
+            let out = dir.file("out")
+            let decrypted = try EncryptedSharingInteropTests.syncthingDecrypt(stored, to: out, home: dir.path)
+            #expect(decrypted.status == 0, "\(decrypted.stdout)\(decrypted.stderr)")
+            #expect(EncryptedFolderInteropTests.plainFiles(out) == names, "\(EncryptedFolderInteropTests.plainFiles(out))")
+            for name in names { #expect(ApplyInteropTests.sha(out + "/" + name) == ApplyInteropTests.sha(aData + "/" + name), "\(name)") }
+            let leftovers = try FileManager.default.subpathsOfDirectory(atPath: stored).filter { $0.contains(".syncthing.") }
+            #expect(leftovers.isEmpty, "\(leftovers)")
+            #expect(try world.kaiten("plan", "--detailed-exitcode").status == 0)
+        }
+    }
 }
