@@ -14,14 +14,8 @@ func runUntrustedBench(mib: Int, runs: Int) async throws {
     let dir = try TemporaryDirectory(prefix: "kaiten-untrustedbench")
     defer { dir.remove() }
     log("work dir \(dir.path): \(mib) MiB as 4 random files held encrypted by an untrusted syncthing, \(runs) runs")
-    let data = dir.file("data")
-    try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
-    for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
-    let totalBytes = Double(directorySize(data))
-    let password = "bench password"
-    let passwordFile = dir.file("password")
-    try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
-    let folderID = "bench"
+    let made = try SealedBenchData(in: dir, mib: mib)
+    let (data, totalBytes, password, passwordFile, folderID) = (made.data, made.totalBytes, made.password, made.passwordFile, made.folderID)
     let stored = dir.file("stored")
     try FileManager.default.createDirectory(atPath: stored, withIntermediateDirectories: true)
 
@@ -92,6 +86,24 @@ func runUntrustedBench(mib: Int, runs: Int) async throws {
 }
 
 /// The SHA-256 of a file, hex (nil when unreadable).
+/// What both untrusted benches start from: M MiB as 4 random files, and the password in a file.
+private struct SealedBenchData {
+    let data: String
+    let totalBytes: Double
+    let password = "bench password"
+    let passwordFile: String
+    let folderID = "bench"
+
+    init(in dir: TemporaryDirectory, mib: Int) throws {
+        data = dir.file("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
+        totalBytes = Double(directorySize(data))
+        passwordFile = dir.file("password")
+        try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
+    }
+}
+
 private func sha256(file path: String) -> String? {
     let result = try? ProcessRunner.run("/usr/bin/sha256sum", [path])
     return result?.stdout.split(separator: " ").first.map(String.init)
@@ -105,14 +117,8 @@ func runUntrustedHoldingBench(mib: Int, runs: Int) async throws {
     let dir = try TemporaryDirectory(prefix: "kaiten-holdbench")
     defer { dir.remove() }
     log("work dir \(dir.path): \(mib) MiB as 4 random files, shared encrypted by a trusted syncthing, \(runs) runs")
-    let data = dir.file("data")
-    try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
-    for i in 0..<4 { try TestFiles.random("\(data)/big\(i).bin", size: (mib / 4) << 20) }
-    let totalBytes = Double(directorySize(data))
-    let password = "bench password"
-    let passwordFile = dir.file("password")
-    try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
-    let folderID = "bench"
+    let made = try SealedBenchData(in: dir, mib: mib)
+    let (data, totalBytes, password, passwordFile, folderID) = (made.data, made.totalBytes, made.password, made.passwordFile, made.folderID)
 
     let trusted = try SyncthingInstance.generate(in: dir.path, name: "trusted")
     let holders = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "holder-\($0)") }

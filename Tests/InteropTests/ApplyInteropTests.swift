@@ -33,6 +33,22 @@ struct ApplyInteropTests {
             try KaitenCLI.run(args + ["--home", home])
         }
 
+        /// Starts `kaiten apply --yes --max-delete 100%` of this home and kills it (SIGKILL)
+        /// `seconds` later unless it ended first; whether it was killed midway.
+        func applyKilled(after seconds: Double) throws -> Bool {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
+            process.arguments = ["apply", "--home", home, "--yes", "--max-delete", "100%"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.runAlone()
+            usleep(useconds_t(seconds * 1_000_000))
+            let killed = process.isRunning
+            if killed { kill(process.processIdentifier, SIGKILL) }
+            try process.waitForExit(timeout: 300, what: "kaiten apply")
+            return killed
+        }
+
         /// `kaiten` without holding a cooperative thread while it runs (for tests whose peer
         /// lives in this process: ``KaitenCLI/runDetached(_:environment:)``).
         @discardableResult
@@ -519,18 +535,7 @@ struct ApplyInteropTests {
                 round += 1
                 // Start from nothing local again so every round pulls.
                 for d in 0..<6 { try? FileManager.default.removeItem(atPath: world.local + "/d\(d)") }
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-                process.arguments = ["apply", "--home", world.home, "--yes", "--max-delete", "100%"]
-                process.standardOutput = FileHandle.nullDevice
-                process.standardError = FileHandle.nullDevice
-                try process.runAlone()
-                usleep(useconds_t(Double.random(in: 0.02...(full * 0.8), using: &moments) * 1_000_000))
-                if process.isRunning {
-                    kill(process.processIdentifier, SIGKILL)
-                    killedMidway += 1
-                }
-                try process.waitForExit(timeout: 300, what: "kaiten")
+                if try world.applyKilled(after: Double.random(in: 0.02...(full * 0.8), using: &moments)) { killedMidway += 1 }
                 try checkInvariant(round)
             }
             #expect(killedMidway == 20)

@@ -323,18 +323,7 @@ struct UntrustedKaitenInteropTests {
             while killedMidway < 8 && round < 40 {
                 round += 1
                 try emptyStore()
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
-                process.arguments = ["apply", "--home", world.home, "--yes", "--max-delete", "100%"]
-                process.standardOutput = FileHandle.nullDevice
-                process.standardError = FileHandle.nullDevice
-                try process.runAlone()
-                usleep(useconds_t(Double.random(in: (full * 0.2)...(full * 0.95), using: &moments) * 1_000_000))
-                if process.isRunning {
-                    kill(process.processIdentifier, SIGKILL)
-                    killedMidway += 1
-                }
-                try process.waitForExit(timeout: 300, what: "kaiten apply")
+                if try world.applyKilled(after: Double.random(in: (full * 0.2)...(full * 0.95), using: &moments)) { killedMidway += 1 }
                 try checkInvariant(round)
             }
             #expect(killedMidway == 8)
