@@ -36,13 +36,20 @@ struct ApplyInteropTests {
         /// Starts `kaiten apply --yes --max-delete 100%` of this home and kills it (SIGKILL)
         /// `seconds` later unless it ended first; whether it was killed midway.
         func applyKilled(after seconds: Double) throws -> Bool {
+            let began = Date()
+            return try applyKilled { Date().timeIntervalSince(began) >= seconds }
+        }
+
+        /// The same, killed as soon as `moment` says so (asked every 2 ms); false when the apply
+        /// ended first.
+        func applyKilled(when moment: () throws -> Bool) throws -> Bool {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: KaitenCLI.executable)
             process.arguments = ["apply", "--home", home, "--yes", "--max-delete", "100%"]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.runAlone()
-            usleep(useconds_t(seconds * 1_000_000))
+            while process.isRunning, try !moment() { usleep(2_000) }
             let killed = process.isRunning
             if killed { kill(process.processIdentifier, SIGKILL) }
             try process.waitForExit(timeout: 300, what: "kaiten apply")
