@@ -326,39 +326,51 @@ public enum IndexSync {
         nonisolated(unsafe) let sender = announcer
         var announcedEarly: Task<Void, Error>?
         var sentEarly: [String: RemoteIndexState] = [:]
-        defer { announcedEarly?.cancel() }
-        let receiver = try await connection.receiveIndexes(
-            wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
-            onClusterConfig: { clusterConfig in
-                // A folder held here as the untrusted device is listed once the first trusted
-                // peer gave its token: stored, and the ClusterConfig sent again listing it.
-                if try !HeldFolders.storeTokens(from: clusterConfig, connection: connection, peer: device.id, home: home).isEmpty {
-                    try await connection.sendClusterConfig(ourClusterConfig())
-                }
-                for folder in shared {
-                    if let ours = clusterConfig.device(me, in: folder.id) {
-                        theirViewOfUs[folder.id] = RemoteIndexState(indexID: ours.indexID, maxSequence: ours.maxSequence)
+        let receiver: IndexReceiver
+        do {
+            receiver = try await connection.receiveIndexes(
+                wanted: Set(shared.map(\.id)), me: me, since: since, timeout: timeout,
+                onClusterConfig: { clusterConfig in
+                    // A folder held here as the untrusted device is listed once the first trusted
+                    // peer gave its token: stored, and the ClusterConfig sent again listing it.
+                    if try !HeldFolders.storeTokens(from: clusterConfig, connection: connection, peer: device.id, home: home).isEmpty {
+                        try await connection.sendClusterConfig(ourClusterConfig())
                     }
-                    if let theirs = clusterConfig.device(device.id, in: folder.id) {
-                        peerIndexIDs[folder.id] = theirs.indexID
-                        IndexCompleteness.expect(
-                            home.home, folder: folder.id, device: device.id, indexID: theirs.indexID,
-                            maxSequence: theirs.maxSequence)
+                    for folder in shared {
+                        if let ours = clusterConfig.device(me, in: folder.id) {
+                            theirViewOfUs[folder.id] = RemoteIndexState(indexID: ours.indexID, maxSequence: ours.maxSequence)
+                        }
+                        if let theirs = clusterConfig.device(device.id, in: folder.id) {
+                            peerIndexIDs[folder.id] = theirs.indexID
+                            IndexCompleteness.expect(
+                                home.home, folder: folder.id, device: device.id, indexID: theirs.indexID,
+                                maxSequence: theirs.maxSequence)
+                        }
                     }
-                }
-                if announcedEarly == nil {
-                    let both = shared.map(\.id).filter { clusterConfig.device(device.id, in: $0) != nil && theirViewOfUs[$0] != nil }
-                    let view = theirViewOfUs
-                    sentEarly = sender.state.filter { both.contains($0.key) }
-                    announcedEarly = Task { try await sender.send(to: connection, folders: both, theirView: view) }
-                }
-            },
-            onBatch: { folder, files, isFull in
-                guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
-                try log.apply(device: device.id, indexID: indexID, files: files, isFullIndex: isFull)
-                received[folder]?.filesReceived += files.count
-                if isFull { received[folder]?.fullIndex = true }
-            })
+                    if announcedEarly == nil {
+                        let both = shared.map(\.id).filter { clusterConfig.device(device.id, in: $0) != nil && theirViewOfUs[$0] != nil }
+                        let view = theirViewOfUs
+                        sentEarly = sender.state.filter { both.contains($0.key) }
+                        announcedEarly = Task { try await sender.send(to: connection, folders: both, theirView: view) }
+                    }
+                },
+                onBatch: { folder, files, isFull in
+                    guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
+                    try log.apply(device: device.id, indexID: indexID, files: files, isFullIndex: isFull)
+                    received[folder]?.filesReceived += files.count
+                    if isFull { received[folder]?.fullIndex = true }
+                })
+        } catch {
+            // The early send reads the local index this function's callers close once it
+            // throws: it ends before they do. Closing the connection fails a write the peer
+            // no longer reads, so the wait is bounded.
+            if let announcedEarly {
+                announcedEarly.cancel()
+                await connection.close(reason: "\((error as? PeerError)?.reason ?? "\(error)")")
+                _ = await announcedEarly.result
+            }
+            throw error
+        }
         perFolder = received
         try await announcedEarly?.value
         // The peer holds now what was sent: only what the refresh below adds goes after it.
