@@ -61,13 +61,23 @@ extension IndexLog {
     /// are filled in after, so the payload is never assembled apart and copied (a full index
     /// appends one record per file).
     static func appendRecord(_ kind: Kind, payloadCount: Int, to buffer: inout [UInt8], _ write: (inout [UInt8]) -> Void) {
+        buffer.reserveCapacity(buffer.count + 9 + payloadCount)
         let start = buffer.count
-        buffer.reserveCapacity(start + 9 + payloadCount)
-        buffer.appendBigEndian(UInt32(payloadCount))
+        appendRecord(kind, to: &buffer, write)
+        precondition(buffer.count == start + 9 + payloadCount, "a record's payload is the length it was announced with")
+    }
+
+    /// The same for a payload whose length is known once written.
+    static func appendRecord(_ kind: Kind, to buffer: inout [UInt8], _ write: (inout [UInt8]) -> Void) {
+        let start = buffer.count
+        buffer.appendBigEndian(UInt32(0))
         buffer.appendBigEndian(UInt32(0))
         buffer.append(kind.rawValue)
         write(&buffer)
-        precondition(buffer.count == start + 9 + payloadCount, "a record's payload is the length it was announced with")
+        let payloadCount = UInt32(buffer.count - start - 9)
+        buffer.withUnsafeMutableBytes { bytes in
+            for i in 0..<4 { bytes[start + i] = UInt8(truncatingIfNeeded: payloadCount >> (24 - 8 * i)) }
+        }
         let checksum = buffer.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[(start + 8)...])) }
         buffer.withUnsafeMutableBytes { bytes in
             bytes[start + 4] = UInt8(truncatingIfNeeded: checksum >> 24)
@@ -90,23 +100,20 @@ extension IndexLog {
     }
 
     static func appendFileRecord(device: DeviceID, file: BEPFileInfo, to buffer: inout [UInt8]) throws {
-        var meta = file
         // The meta half is what replay reads: it carries Kaiten's content hash of the blocks,
         // whatever the peer put in blocks_hash (1.x and 2.x compute it differently).
-        if !file.blocks.isEmpty {
-            meta.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes)
-        }
-        meta.blocks = []
-        let metaBytes: [UInt8] = try meta.serializedBytes()
-        var blocksOnly = BEPFileInfo()
-        blocksOnly.blocks = file.blocks
-        let blockBytes: [UInt8] = try blocksOnly.serializedBytes()
-        let deviceBytes = device.bytes
-        appendRecord(.file, payloadCount: deviceBytes.count + 4 + metaBytes.count + blockBytes.count, to: &buffer) { buffer in
-            buffer += deviceBytes
-            buffer.appendBigEndian(UInt32(metaBytes.count))
-            buffer += metaBytes
-            buffer += blockBytes
+        let blocks = file.blocks
+        let blocksHash = blocks.isEmpty ? nil : Data(BEPFileInfo.blocksHash(of: blocks).bytes)
+        appendRecord(.file, to: &buffer) { buffer in
+            buffer += device.bytes
+            let lengthAt = buffer.count
+            buffer.appendBigEndian(UInt32(0))
+            file.appendWire(to: &buffer, blocksHash: blocksHash, withBlocks: false)
+            let metaLength = UInt32(buffer.count - lengthAt - 4)
+            buffer.withUnsafeMutableBytes { bytes in
+                for i in 0..<4 { bytes[lengthAt + i] = UInt8(truncatingIfNeeded: metaLength >> (24 - 8 * i)) }
+            }
+            BEPFileInfo.appendWire(blocks: blocks, to: &buffer)
         }
     }
 }

@@ -29,8 +29,8 @@ public enum BEPMessage: Sendable {
     public func serializedBody() throws -> [UInt8] {
         switch self {
         case .clusterConfig(let m): return try m.serializedBytes()
-        case .index(let m): return try m.serializedBytes()
-        case .indexUpdate(let m): return try m.serializedBytes()
+        case .index(let m): return m.wireBytes()
+        case .indexUpdate(let m): return m.wireBytes()
         case .request(let m): return try m.serializedBytes()
         case .response(let m): return try m.serializedBytes()
         case .downloadProgress(let m): return try m.serializedBytes()
