@@ -458,6 +458,14 @@ do {
         let mib = args.firstIndex(of: "--mib").flatMap { Int(args[$0 + 1]) } ?? 1024
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
         try await runUntrustedHoldingBench(mib: mib, runs: runs)
+    case "scale":
+        let sizes = args.firstIndex(of: "--paths").map { args[$0 + 1].split(separator: ",").compactMap { Int($0) } }
+            ?? [10_000, 100_000, 1_000_000, 10_000_000]
+        let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 3
+        let plot = args.firstIndex(of: "--plot").map { args[$0 + 1] } ?? "Docs/scale.png"
+        try await runScaleBench(sizes: sizes, runs: runs, plot: plot == "none" ? nil : plot)
+    case "scale-intake":
+        try runScaleIntake(homePath: args[1], files: Int(args[2])!)
     case "search":
         let paths = args.firstIndex(of: "--paths").flatMap { Int(args[$0 + 1]) } ?? 100_000
         let runs = args.firstIndex(of: "--runs").flatMap { Int(args[$0 + 1]) } ?? 5

@@ -119,6 +119,8 @@ missing_bench_deps() {
     command -v vipsthumbnail >/dev/null 2>&1 || missing+=(libvips-tools)
     # The mount bench runs rclone mount and rclone serve http beside kaiten mount.
     command -v rclone >/dev/null 2>&1 || missing+=(rclone)
+    # The scale bench plots its curves.
+    command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox)
     echo "${missing[@]:-}"
 }
 
