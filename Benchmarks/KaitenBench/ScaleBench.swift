@@ -65,6 +65,7 @@ func printScale(_ rows: [ScaleRow]) {
         print("intake time \(growth { $0.intake.seconds }), intake peak RSS \(growth { $0.intake.rssMiB }), plan time \(growth { $0.plan.seconds }), plan peak RSS \(growth { $0.plan.rssMiB })")
         print("bytes per path, ls, search, ready and idle RSS are per-size figures: see the table")
     }
+    defer { fflush(nil) }  // a row at a time: the largest size takes long
     if let largest = rows.last, largest.paths >= 10_000_000 {
         print("")
         print(String(format: "at %d paths: plan --offline %.2f s (goal ≤ 10 s), %.0f MiB (goal ≤ 1024); run idle %.0f MiB (goal ≤ 256), ready %.2f s (goal ≤ 5)", largest.paths, largest.plan.seconds, largest.plan.rssMiB, largest.idleMiB, largest.ready))

@@ -266,9 +266,14 @@ struct IndexInteropTests {
             try process.waitForExit(timeout: 300, what: "kaiten")
             #expect(killedAt > 0, "the sync finished before it could be killed")
 
-            // A kill lands between whole writes; a power cut can also leave the last write
-            // short. Make it so (the last 5 bytes gone): the log loads, says it cut a torn tail,
-            // and holds a prefix of the index.
+            // A kill can land inside a write (a fatal signal ends a long write short): the next
+            // open cuts what it left, if anything. A power cut can also leave the last write
+            // short: made so on top of whole records (the last 5 bytes gone, inside the last
+            // record wherever the kill landed), the log loads, says it cut a torn tail, and
+            // holds a prefix of the index.
+            var afterKill: [String] = []
+            try IndexLog.open(path: logPath, folderID: "big") { afterKill.append($0) }.close()
+            #expect(afterKill.allSatisfy { $0.contains("(an interrupted write); cutting the log back to its last whole record") }, "\(afterKill)")
             let killedSize = try #require(try FileManager.default.attributesOfItem(atPath: logPath)[.size] as? Int64)
             #expect(truncate(logPath, off_t(killedSize - 5)) == 0)
             let status = try kaiten(["status", "--home", home, "big", "--json"])
