@@ -133,7 +133,7 @@ func measureScale(files: Int, runs: Int) async throws -> ScaleRow {
             let config = (try? String(contentsOfFile: home + "/config.xml", encoding: .utf8)) ?? ""
             key = config.firstMatch(of: /<apikey>([^<]+)<\/apikey>/).map { String($0.1) } ?? ""
         }
-        if !base.isEmpty, let status = try? scaleGet(base + "/rest/db/status?folder=f", key: key).body as? [String: Any],
+        if !base.isEmpty, let status = try? restGet(base + "/rest/db/status?folder=f", key: key).body as? [String: Any],
             (status["globalFiles"] as? Int ?? 0) >= files
         {
             ready = now() - started
@@ -146,7 +146,7 @@ func measureScale(files: Int, runs: Int) async throws -> ScaleRow {
     let name = (SyntheticIndex.path(of: files * 7 / 9) as NSString).lastPathComponent
     var searches: [Double] = []
     for _ in 0..<runs {
-        let answer = try scaleGet(base + "/rest/kaiten/search?folder=f&q=" + name, key: key)
+        let answer = try restGet(base + "/rest/kaiten/search?folder=f&q=" + name, key: key)
         guard ((answer.body as? [String: Any])?["total"] as? Int ?? 0) >= 1 else { throw HarnessError("search for \(name): \(answer.body)") }
         searches.append(answer.seconds)
     }
@@ -159,8 +159,8 @@ func measureScale(files: Int, runs: Int) async throws -> ScaleRow {
 
 let scalePeer = try! DeviceID(bytes: Array(repeating: 0x5A, count: 32))
 
-/// A GET with the API key: curl's time for the request and the decoded JSON.
-func scaleGet(_ url: String, key: String) throws -> (seconds: Double, body: Any) {
+/// A GET of a Kaiten REST API with its key: curl's time for the request and the decoded JSON.
+func restGet(_ url: String, key: String) throws -> (seconds: Double, body: Any) {
     let result = try ProcessRunner.run("/usr/bin/curl", ["-sS", "-m", "120", "-H", "X-API-Key: \(key)", "-w", "\n%{time_total}", url])
     var lines = result.stdout.split(separator: "\n")
     let seconds = Double(lines.popLast() ?? "") ?? -1

@@ -210,10 +210,8 @@ func runPlanBench(paths: Int, localFiles: Int) throws {
     func timedRuns(_ arguments: [String], label: String, goal: String) throws {
         var runs: [(seconds: Double, rss: Double)] = []
         for _ in 0..<3 {
-            let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed", KaitenCLI.executable] + arguments)
-            guard timed.status == 0 else { throw HarnessError("\(label) failed: \(timed.stderr)") }
-            let fields = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            runs.append((fields[0], fields[2]))
+            let timed = try timedCommand([KaitenCLI.executable] + arguments, label: label)
+            runs.append((timed.seconds, timed.rssMiB))
         }
         let seconds = runs.map(\.seconds).sorted()
         let rss = runs.map(\.rss).sorted()

@@ -67,24 +67,16 @@ func runSearchBench(paths: Int, runs: Int) async throws {
     /// One search: curl's time for the request, and the total it answered.
     func search(_ query: String) throws -> (seconds: Double, total: Int) {
         let encoded = query.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? query
-        let result = try ProcessRunner.run(
-            "/usr/bin/curl", ["-sS", "-m", "60", "-H", "X-API-Key: \(key)", "-w", "\n%{time_total}", base + "/rest/kaiten/search?folder=f&q=" + encoded])
-        var lines = result.stdout.split(separator: "\n")
-        let seconds = Double(lines.popLast() ?? "") ?? -1
-        let body = try JSONSerialization.jsonObject(with: Data(lines.joined(separator: "\n").utf8)) as? [String: Any]
-        guard result.status == 0, let total = body?["total"] as? Int else { throw HarnessError("search \(query): \(result.stdout)\(result.stderr)") }
-        return (seconds, total)
+        let answer = try restGet(base + "/rest/kaiten/search?folder=f&q=" + encoded, key: String(key))
+        guard let total = (answer.body as? [String: Any])?["total"] as? Int else { throw HarnessError("search \(query): \(answer.body)") }
+        return (answer.seconds, total)
     }
     func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
     /// The page opening a directory of the folder (GET /rest/kaiten/ls), curl's time.
     func listing(_ directory: String) throws -> (seconds: Double, entries: Int) {
-        let result = try ProcessRunner.run(
-            "/usr/bin/curl", ["-sS", "-m", "60", "-H", "X-API-Key: \(key)", "-w", "\n%{time_total}", base + "/rest/kaiten/ls?folder=f&dir=" + directory])
-        var lines = result.stdout.split(separator: "\n")
-        let seconds = Double(lines.popLast() ?? "") ?? -1
-        let body = try JSONSerialization.jsonObject(with: Data(lines.joined(separator: "\n").utf8)) as? [String: Any]
-        guard result.status == 0, let entries = body?["entries"] as? [Any] else { throw HarnessError("ls: \(result.stdout)\(result.stderr)") }
-        return (seconds, entries.count)
+        let answer = try restGet(base + "/rest/kaiten/ls?folder=f&dir=" + directory, key: String(key))
+        guard let entries = (answer.body as? [String: Any])?["entries"] as? [Any] else { throw HarnessError("ls: \(answer.body)") }
+        return (answer.seconds, entries.count)
     }
     func find(_ arguments: [String]) throws -> Double {
         let start = now()

@@ -235,16 +235,14 @@ func timedIndexSync(
     try config.addDevice(DeviceConfiguration(id: source.deviceID, name: "source", addresses: ["tcp://127.0.0.1:\(source.listenPort)"]))
     try config.addFolder(FolderConfiguration(id: folderID, label: folderID, path: folder, devices: [device.deviceID, source.deviceID]))
     try config.write()
-    let timed = try ProcessRunner.run(CommandLine.arguments[0], ["timed", KaitenCLI.executable, "index", "sync", "--home", device.home.path, folderID])
-    guard timed.status == 0 else { throw HarnessError("kaiten index sync failed: \(timed.stderr)") }
-    let fields = timed.stdout.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    let timed = try timedCommand([KaitenCLI.executable, "index", "sync", "--home", device.home.path, folderID], label: "kaiten index sync")
     let index = (device.home.indexLogPath(folderID: folderID) as NSString).deletingLastPathComponent
     let names = ((try? FileManager.default.contentsOfDirectory(atPath: index)) ?? []).sorted()
     let written = names.map { name in
         let size = (try? FileManager.default.attributesOfItem(atPath: index + "/" + name)[.size] as? Int64) ?? 0
         return String(format: "%@ %.1f MB", name, Double(size) / 1e6)
     }.joined(separator: ", ")
-    return (fields[0], fields[1], fields[2], written)
+    return (timed.seconds, timed.cpu, timed.rssMiB, written)
 }
 
 func directorySize(_ path: String) -> Int64 {

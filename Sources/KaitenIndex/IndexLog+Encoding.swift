@@ -74,17 +74,9 @@ extension IndexLog {
         buffer.appendBigEndian(UInt32(0))
         buffer.append(kind.rawValue)
         write(&buffer)
-        let payloadCount = UInt32(buffer.count - start - 9)
-        buffer.withUnsafeMutableBytes { bytes in
-            for i in 0..<4 { bytes[start + i] = UInt8(truncatingIfNeeded: payloadCount >> (24 - 8 * i)) }
-        }
+        buffer.setBigEndian(UInt32(buffer.count - start - 9), at: start)
         let checksum = buffer.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[(start + 8)...])) }
-        buffer.withUnsafeMutableBytes { bytes in
-            bytes[start + 4] = UInt8(truncatingIfNeeded: checksum >> 24)
-            bytes[start + 5] = UInt8(truncatingIfNeeded: checksum >> 16)
-            bytes[start + 6] = UInt8(truncatingIfNeeded: checksum >> 8)
-            bytes[start + 7] = UInt8(truncatingIfNeeded: checksum)
-        }
+        buffer.setBigEndian(checksum, at: start + 4)
     }
 
     /// A whole FileInfo (meta and blocks) from a file record's bytes (header included).
@@ -109,10 +101,7 @@ extension IndexLog {
             let lengthAt = buffer.count
             buffer.appendBigEndian(UInt32(0))
             file.appendWire(to: &buffer, blocksHash: blocksHash, withBlocks: false)
-            let metaLength = UInt32(buffer.count - lengthAt - 4)
-            buffer.withUnsafeMutableBytes { bytes in
-                for i in 0..<4 { bytes[lengthAt + i] = UInt8(truncatingIfNeeded: metaLength >> (24 - 8 * i)) }
-            }
+            buffer.setBigEndian(UInt32(buffer.count - lengthAt - 4), at: lengthAt)
             BEPFileInfo.appendWire(blocks: blocks, to: &buffer)
         }
     }

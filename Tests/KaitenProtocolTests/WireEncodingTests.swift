@@ -1,4 +1,5 @@
 import Foundation
+import KaitenTestSupport
 import SwiftProtobuf
 import Testing
 
@@ -55,7 +56,7 @@ struct WireEncodingTests {
     }
 
     @Test func aFileInfoIsWrittenAsProtobufWritesIt() throws {
-        var generator = SeededGenerator(seed: 43)
+        var generator = SplitMix64(seed: 43)
         for _ in 0..<2000 {
             let file = Self.randomFile(&generator)
             var written: [UInt8] = []
@@ -92,7 +93,7 @@ struct WireEncodingTests {
     }
 
     @Test func theBlocksHashCanBeReplacedAndTheBlocksLeftOut() throws {
-        var generator = SeededGenerator(seed: 7)
+        var generator = SplitMix64(seed: 7)
         for _ in 0..<300 {
             let file = Self.randomFile(&generator)
             let hash = Data(repeating: 0xAB, count: 32)
@@ -111,7 +112,7 @@ struct WireEncodingTests {
     }
 
     @Test func anIndexAndAnUpdateAreWrittenAsProtobufWritesThem() throws {
-        var generator = SeededGenerator(seed: 11)
+        var generator = SplitMix64(seed: 11)
         for count in [0, 1, 5, 200] {
             var index = BEPIndex()
             index.folder = count == 5 ? "" : "folder-ü"
@@ -123,18 +124,5 @@ struct WireEncodingTests {
             try update.merge(serializedBytes: [0xA0, 0x06, 1] as [UInt8])  // field 100, varint 1
             #expect(update.wireBytes() == (try update.serializedBytes() as [UInt8]))
         }
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so a failure names a reproducible case.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

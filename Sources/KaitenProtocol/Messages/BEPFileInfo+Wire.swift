@@ -23,6 +23,15 @@ extension Array where Element == UInt8 {
         appendVarint(UInt64(field << 3) | UInt64(wireType))
     }
 
+    /// A varint field, left out at zero as proto3 leaves it out (an int64 or a sign-extended
+    /// int32 is zero exactly when its value is).
+    @inline(__always)
+    mutating func appendVarintField(_ field: Int, _ value: UInt64) {
+        guard value != 0 else { return }
+        appendTag(field, Wire.varint)
+        appendVarint(value)
+    }
+
     @inline(__always)
     mutating func appendLengthDelimited(_ field: Int, _ bytes: Data) {
         appendTag(field, 2)
@@ -62,14 +71,8 @@ extension BEPCounter {
     }
 
     func appendWire(to buffer: inout [UInt8]) {
-        if id != 0 {
-            buffer.appendTag(1, Wire.varint)
-            buffer.appendVarint(id)
-        }
-        if value != 0 {
-            buffer.appendTag(2, Wire.varint)
-            buffer.appendVarint(value)
-        }
+        buffer.appendVarintField(1, id)
+        buffer.appendVarintField(2, value)
         buffer.append(contentsOf: unknownFields.data)
     }
 }
@@ -100,19 +103,10 @@ extension BEPBlockInfo {
     }
 
     func appendWire(to buffer: inout [UInt8]) {
-        if offset != 0 {
-            buffer.appendTag(1, Wire.varint)
-            buffer.appendVarint(UInt64(bitPattern: offset))
-        }
-        if size != 0 {
-            buffer.appendTag(2, Wire.varint)
-            buffer.appendVarint(Wire.signExtended(size))
-        }
+        buffer.appendVarintField(1, UInt64(bitPattern: offset))
+        buffer.appendVarintField(2, Wire.signExtended(size))
         if !hash.isEmpty { buffer.appendLengthDelimited(3, hash) }
-        if weakHash != 0 {
-            buffer.appendTag(4, Wire.varint)
-            buffer.appendVarint(UInt64(weakHash))
-        }
+        buffer.appendVarintField(4, UInt64(weakHash))
         buffer.append(contentsOf: unknownFields.data)
     }
 }
@@ -124,48 +118,23 @@ extension BEPFileInfo {
     ///   - withBlocks: false leaves the blocks out (field 16), as if the list were empty.
     public func appendWire(to buffer: inout [UInt8], blocksHash replacement: Data? = nil, withBlocks: Bool = true) {
         if !name.isEmpty { buffer.appendString(1, name) }
-        let type = Int32(truncatingIfNeeded: self.type.rawValue)
-        if type != 0 {
-            buffer.appendTag(2, Wire.varint)
-            buffer.appendVarint(Wire.signExtended(type))
-        }
-        if size != 0 {
-            buffer.appendTag(3, Wire.varint)
-            buffer.appendVarint(UInt64(bitPattern: size))
-        }
-        if permissions != 0 {
-            buffer.appendTag(4, Wire.varint)
-            buffer.appendVarint(UInt64(permissions))
-        }
-        if modifiedS != 0 {
-            buffer.appendTag(5, Wire.varint)
-            buffer.appendVarint(UInt64(bitPattern: modifiedS))
-        }
-        if deleted { buffer += [6 << 3, 1] }
-        if invalid { buffer += [7 << 3, 1] }
-        if noPermissions { buffer += [8 << 3, 1] }
+        buffer.appendVarintField(2, Wire.signExtended(Int32(truncatingIfNeeded: type.rawValue)))
+        buffer.appendVarintField(3, UInt64(bitPattern: size))
+        buffer.appendVarintField(4, UInt64(permissions))
+        buffer.appendVarintField(5, UInt64(bitPattern: modifiedS))
+        buffer.appendVarintField(6, deleted ? 1 : 0)
+        buffer.appendVarintField(7, invalid ? 1 : 0)
+        buffer.appendVarintField(8, noPermissions ? 1 : 0)
         if hasVersion {
             let version = self.version
             buffer.appendTag(9, Wire.lengthDelimited)
             buffer.appendVarint(UInt64(version.wireSize))
             version.appendWire(to: &buffer)
         }
-        if sequence != 0 {
-            buffer.appendTag(10, Wire.varint)
-            buffer.appendVarint(UInt64(bitPattern: sequence))
-        }
-        if modifiedNs != 0 {
-            buffer.appendTag(11, Wire.varint)
-            buffer.appendVarint(Wire.signExtended(modifiedNs))
-        }
-        if modifiedBy != 0 {
-            buffer.appendTag(12, Wire.varint)
-            buffer.appendVarint(modifiedBy)
-        }
-        if blockSize != 0 {
-            buffer.appendTag(13, Wire.varint)
-            buffer.appendVarint(Wire.signExtended(blockSize))
-        }
+        buffer.appendVarintField(10, UInt64(bitPattern: sequence))
+        buffer.appendVarintField(11, Wire.signExtended(modifiedNs))
+        buffer.appendVarintField(12, modifiedBy)
+        buffer.appendVarintField(13, Wire.signExtended(blockSize))
         if withBlocks { Self.appendWire(blocks: blocks, to: &buffer) }
         if !symlinkTarget.isEmpty { buffer.appendString(17, symlinkTarget) }
         let blocksHash = replacement ?? self.blocksHash
