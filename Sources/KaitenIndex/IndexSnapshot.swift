@@ -38,6 +38,8 @@ public final class IndexSnapshot: @unchecked Sendable {
     public static let formatVersion: UInt32 = 1
     static let headerSize = 74
     static let announcementFixedSize = 105
+    /// How much of a snapshot is encoded before it goes to the file.
+    static let chunkSize = 1 << 20
 
     public let path: String
     /// Which log this is a snapshot of, and how much of it.
@@ -361,58 +363,82 @@ public final class IndexSnapshot: @unchecked Sendable {
         let table = head.count
         head.replaceLE(UInt64(table), at: 64)
 
-        // Records first (into memory, in chunks to the file after the table), offsets with them.
-        var offsets: [UInt64] = []
-        offsets.reserveCapacity(paths.count)
-        var records: [UInt8] = []
-        records.reserveCapacity(min(paths.count, 1 << 20) * 140)
-        var at = UInt64(table + 8 * paths.count)
-        for (name, list) in paths {
-            offsets.append(at + UInt64(records.count))
-            let nameBytes = Array(name.utf8)
-            records.appendLE(UInt32(nameBytes.count))
-            records.appendLE(UInt16(list.count))
-            records += nameBytes
-            for (device, entry) in list {
-                records.appendLE(device)
-                records.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
-                records.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
-                records.appendLE(entry.permissions)
-                records.appendLE(UInt32(bitPattern: entry.modifiedNs))
-                records.appendLE(UInt32(bitPattern: entry.blockSize))
-                records.appendLE(UInt32(bitPattern: entry.blockCount))
-                records.appendLE(UInt32(bitPattern: entry.recordLength))
-                records.appendLE(UInt64(bitPattern: entry.size))
-                records.appendLE(UInt64(bitPattern: entry.modifiedS))
-                records.appendLE(entry.modifiedBy)
-                records.appendLE(UInt64(bitPattern: entry.sequence))
-                records.appendLE(UInt64(bitPattern: entry.recordOffset))
-                records.appendLE(entry.contentHash.a)
-                records.appendLE(entry.contentHash.b)
-                records.appendLE(entry.contentHash.c)
-                records.appendLE(entry.contentHash.d)
-                let symlink = Array(entry.symlinkTarget.utf8)
-                records.appendLE(UInt16(entry.version.counters.count))
-                records.appendLE(UInt32(symlink.count))
-                for counter in entry.version.counters {
-                    records.appendLE(counter.id)
-                    records.appendLE(counter.value)
-                }
-                records += symlink
-            }
-        }
-        at += UInt64(records.count)
-        head.replaceLE(at, at: 16)
-        var tableBytes: [UInt8] = []
-        tableBytes.reserveCapacity(8 * offsets.count)
-        for offset in offsets { tableBytes.appendLE(offset) }
+        // Streamed through a bounded buffer: the path table (each record's offset, from the
+        // records' sizes) then the records, the CRC carried along and put in the header last.
+        // A snapshot of ten million paths is a gigabyte; it is never held in memory whole.
+        let recordsStart = UInt64(table + 8 * paths.count)
+        var recordsSize: UInt64 = 0
+        for (name, list) in paths { recordsSize += UInt64(recordSize(name, list)) }
+        let size = recordsStart + recordsSize
+        head.replaceLE(size, at: 16)
         var crc: UInt32 = 0
         head.withUnsafeBytes { crc = CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[16...])) }
-        crc = tableBytes.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
-        crc = records.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
-        head.replaceLE(crc, at: 12)
-        for part in [head, tableBytes, records] { try file.write(part) }
+        try file.write(head)
+        var chunk: [UInt8] = []
+        chunk.reserveCapacity(Self.chunkSize + 4096)
+        func flush() throws(IndexLogError) {
+            crc = chunk.withUnsafeBytes { CRC32.checksum($0, seed: crc) }
+            try file.write(chunk)
+            chunk.removeAll(keepingCapacity: true)
+        }
+        var at = recordsStart
+        for (name, list) in paths {
+            chunk.appendLE(at)
+            at += UInt64(recordSize(name, list))
+            if chunk.count >= Self.chunkSize { try flush() }
+        }
+        for (name, list) in paths {
+            chunk.appendLE(UInt32(name.utf8.count))
+            chunk.appendLE(UInt16(list.count))
+            chunk.append(contentsOf: name.utf8)
+            for (device, entry) in list {
+                chunk.appendLE(device)
+                chunk.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
+                chunk.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
+                chunk.appendLE(entry.permissions)
+                chunk.appendLE(UInt32(bitPattern: entry.modifiedNs))
+                chunk.appendLE(UInt32(bitPattern: entry.blockSize))
+                chunk.appendLE(UInt32(bitPattern: entry.blockCount))
+                chunk.appendLE(UInt32(bitPattern: entry.recordLength))
+                chunk.appendLE(UInt64(bitPattern: entry.size))
+                chunk.appendLE(UInt64(bitPattern: entry.modifiedS))
+                chunk.appendLE(entry.modifiedBy)
+                chunk.appendLE(UInt64(bitPattern: entry.sequence))
+                chunk.appendLE(UInt64(bitPattern: entry.recordOffset))
+                chunk.appendLE(entry.contentHash.a)
+                chunk.appendLE(entry.contentHash.b)
+                chunk.appendLE(entry.contentHash.c)
+                chunk.appendLE(entry.contentHash.d)
+                chunk.appendLE(UInt16(entry.version.counters.count))
+                chunk.appendLE(UInt32(entry.symlinkTarget.utf8.count))
+                for counter in entry.version.counters {
+                    chunk.appendLE(counter.id)
+                    chunk.appendLE(counter.value)
+                }
+                chunk.append(contentsOf: entry.symlinkTarget.utf8)
+            }
+            if chunk.count >= Self.chunkSize { try flush() }
+        }
+        try flush()
+        // The header promised the size the table's offsets were counted from.
+        guard file.written == Int64(size) else {
+            throw IndexLogError(.io, file: file.temp, "snapshot written with \(file.written) bytes, \(size) expected")
+        }
+        var stored: [UInt8] = []
+        stored.appendLE(crc)
+        try file.write(stored, at: 12)
         try file.commit()
+    }
+}
+
+extension IndexSnapshot {
+    /// The bytes of one path's record: what ``write(_:checkpoints:to:folderID:generation:covered:live:)`` encodes.
+    static func recordSize(_ name: String, _ list: [(device: UInt16, entry: FileEntry)]) -> Int {
+        var size = 6 + name.utf8.count
+        for (_, entry) in list {
+            size += announcementFixedSize + 16 * entry.version.counters.count + entry.symlinkTarget.utf8.count
+        }
+        return size
     }
 }
 

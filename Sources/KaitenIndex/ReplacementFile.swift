@@ -14,6 +14,8 @@ final class ReplacementFile {
     let temp: String
     private var fd: Int32
     private var committed = false
+    /// Bytes appended by ``write(_:)`` so far.
+    private(set) var written: Int64 = 0
 
     init(replacing path: String, temp: String) throws(IndexLogError) {
         self.path = path
@@ -25,12 +27,25 @@ final class ReplacementFile {
     deinit { abandon() }
 
     func write(_ bytes: [UInt8]) throws(IndexLogError) {
-        var written = 0
-        while written < bytes.count {
-            let n = bytes[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        var done = 0
+        while done < bytes.count {
+            let n = bytes[done...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
-            written += n
+            done += n
+        }
+        written += Int64(bytes.count)
+    }
+
+    /// Overwrites bytes already written, at `offset` (a header filled in last).
+    func write(_ bytes: [UInt8], at offset: Int64) throws(IndexLogError) {
+        precondition(offset + Int64(bytes.count) <= written, "only bytes already written are overwritten")
+        var done = 0
+        while done < bytes.count {
+            let n = bytes[done...].withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress, $0.count, off_t(offset) + off_t(done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw IndexLogError(.io, file: temp, "write failed: \(String(cString: strerror(errno)))") }
+            done += n
         }
     }
 

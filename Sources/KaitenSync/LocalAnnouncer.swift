@@ -176,7 +176,8 @@ public final class LocalAnnouncer {
             let full = view == nil || view!.indexID != index.indexID || view!.maxSequence > index.maxSequence
             let after = full ? 0 : view!.maxSequence
             var entries = try index.entries(after: after)
-            if clearBlocksHash { for i in entries.indices { entries[i].blocksHash = Data() } }
+            // Only where there is one: setting a field copies the entry's storage.
+            if clearBlocksHash { for i in entries.indices where !entries[i].blocksHash.isEmpty { entries[i].blocksHash = Data() } }
             if !full && entries.isEmpty { continue }
             var first = full
             // Batches of at most 1000 entries or about 2 MB, as syncthing sends its own.

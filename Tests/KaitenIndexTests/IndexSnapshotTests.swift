@@ -128,6 +128,31 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// A snapshot of several times the writer's buffer (it goes to the file in chunks, the CRC
+    /// and the path table's offsets carried across them) is used on open, whole, and is the
+    /// view of a full replay.
+    @Test func aSnapshotLargerThanTheWritersBufferIsWholeAndUsed() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            for first in stride(from: 0, to: 30_000, by: 1000) {
+                try Self.fill(log, from: first, count: 1000, full: first == 0)
+            }
+            try Self.fill(log, from: 0, count: 500, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            let size = try #require(FileManager.default.attributesOfItem(atPath: log.snapshotPath)[.size] as? Int)
+            #expect(size > 3 * IndexSnapshot.chunkSize)
+            let writer = View(log)
+            log.close()
+            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { again.close() }
+            #expect(again.snapshotRejection == nil)
+            #expect(again.index.hasSnapshot && again.recordsReplayed == 0)
+            #expect(View(again) == writer, "\(View(again).difference(from: writer))")
+            let full = try Self.fullReplay(path)
+            #expect(writer == full, "\(writer.difference(from: full))")
+        }
+    }
+
     /// The same with a tail long enough for its paths to be searched for in the snapshot in two
     /// halves, on two cores: the reopened view is the writer's own and that of a full replay,
     /// live bytes included.
