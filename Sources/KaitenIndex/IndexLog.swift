@@ -333,14 +333,16 @@ public final class IndexLog {
         precondition(!isReadOnly, "apply on a read-only index log")
         let took = try lockForBatch()
         defer { if took { unlockAfterBatch() } }
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(files.count * 256)
+        // The batch goes to the end of the log in chunks as it is encoded, fsynced once at the
+        // end (a full index's 50,000 entries are never one buffer in memory); a failure takes
+        // every chunk back.
+        var batch = PendingAppend(base: fileSize, reserving: files.count * 256)
         var recordStarts: [(offset: Int, length: Int)] = []
         var keptTombstones: [(entry: FileEntry, offset: Int, length: Int)] = []
         if isFullIndex {
             var payload = device.bytes
             payload.appendBigEndian(indexID)
-            Self.appendRecord(.replaced, payload, to: &buffer)
+            Self.appendRecord(.replaced, payload, to: &batch.buffer)
             // Syncthing 2.x forgets deletions after ~15 months, so a full index may no longer
             // list a file it once announced deleted. Kaiten keeps such a tombstone (written again
             // after the "replaced" record): otherwise an older live copy on a peer that was away
@@ -355,8 +357,9 @@ public final class IndexLog {
                 var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
                 let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
                 guard n == record.count, entry.recordLength > 0 else { continue }
-                keptTombstones.append((entry, buffer.count, record.count))
-                buffer += record
+                keptTombstones.append((entry, batch.offset, record.count))
+                batch.buffer += record
+                try spillIfLarge(&batch)
             }
         }
         // Names were checked when they arrived; the log checks again so that nothing that
@@ -366,22 +369,25 @@ public final class IndexLog {
         }
         var maxSequence = isFullIndex ? 0 : (checkpoints[device]?.indexID == indexID ? checkpoints[device]?.maxSequence ?? 0 : 0)
         for file in files {
-            let start = buffer.count
+            let start = batch.offset
             do {
-                try Self.appendFileRecord(device: device, file: file, to: &buffer)
+                try Self.appendFileRecord(device: device, file: file, to: &batch.buffer)
             } catch {
+                _ = ftruncate(fd, off_t(batch.base))
                 throw IndexLogError(.io, file: path, "cannot encode \(file.name): \(error)")
             }
-            recordStarts.append((start, buffer.count - start))
+            recordStarts.append((start, batch.offset - start))
             maxSequence = max(maxSequence, file.sequence)
+            try spillIfLarge(&batch)
         }
-        let checkpointStart = buffer.count
+        let checkpointStart = batch.offset
         var checkpointPayload = device.bytes
         checkpointPayload.appendBigEndian(indexID)
         checkpointPayload.appendBigEndian(UInt64(bitPattern: maxSequence))
-        Self.appendRecord(.checkpoint, checkpointPayload, to: &buffer)
+        Self.appendRecord(.checkpoint, checkpointPayload, to: &batch.buffer)
+        let checkpointLength = batch.offset - checkpointStart
 
-        let base = try appendDurably(buffer)
+        let base = try appendDurably(batch)
 
         // The batch is on disk; now the view.
         if isFullIndex { forget(device) }
@@ -393,7 +399,7 @@ public final class IndexLog {
         for (file, (offset, length)) in zip(files, recordStarts) {
             record(FileEntry(file, recordOffset: base + Int64(offset), recordLength: Int32(length)), from: device)
         }
-        setCheckpoint(device, Checkpoint(indexID: indexID, maxSequence: maxSequence), length: Int64(buffer.count - checkpointStart))
+        setCheckpoint(device, Checkpoint(indexID: indexID, maxSequence: maxSequence), length: Int64(checkpointLength))
     }
 
     /// Drops everything a device announced (it no longer shares the folder): its entries stop
@@ -416,14 +422,59 @@ public final class IndexLog {
     /// was. Returns the offset it was written at.
     @discardableResult
     func appendDurably(_ buffer: [UInt8]) throws(IndexLogError) -> Int64 {
-        let base = fileSize
-        try writeAll(buffer, at: base)
+        try appendDurably(PendingAppend(base: fileSize, buffer: buffer))
+    }
+
+    /// A batch being appended: the bytes already written after `base`, and the rest.
+    struct PendingAppend {
+        /// How much of a batch is encoded before it is written (a test makes it small).
+        @TaskLocal static var chunk = 1 << 20
+        let base: Int64
+        var written = 0
+        var buffer: [UInt8]
+
+        init(base: Int64, buffer: [UInt8]) {
+            self.base = base
+            self.buffer = buffer
+        }
+
+        init(base: Int64, reserving bytes: Int) {
+            self.base = base
+            buffer = []
+            buffer.reserveCapacity(min(bytes, Self.chunk + (64 << 10)))
+        }
+
+        /// Where the next byte appended to `buffer` lands, from `base`.
+        var offset: Int { written + buffer.count }
+    }
+
+    /// Writes what a pending batch holds once it passes a chunk (at its place, not yet fsynced).
+    func spillIfLarge(_ batch: inout PendingAppend) throws(IndexLogError) {
+        guard batch.buffer.count >= PendingAppend.chunk else { return }
+        do {
+            try writeAll(batch.buffer, at: batch.base + Int64(batch.written))
+        } catch {
+            _ = ftruncate(fd, off_t(batch.base))
+            throw error
+        }
+        batch.written += batch.buffer.count
+        batch.buffer.removeAll(keepingCapacity: true)
+    }
+
+    /// Writes the rest of a batch and fsyncs it; on failure the log ends where it did before.
+    func appendDurably(_ batch: PendingAppend) throws(IndexLogError) -> Int64 {
+        do {
+            try writeAll(batch.buffer, at: batch.base + Int64(batch.written))
+        } catch {
+            _ = ftruncate(fd, off_t(batch.base))
+            throw error
+        }
         guard fsync(fd) == 0 else {
-            _ = ftruncate(fd, off_t(base))
+            _ = ftruncate(fd, off_t(batch.base))
             throw IndexLogError(.io, file: path, "fsync failed: \(String(cString: strerror(errno)))")
         }
-        fileSize = base + Int64(buffer.count)
-        return base
+        fileSize = batch.base + Int64(batch.offset)
+        return batch.base
     }
 
     /// The block list of an entry, read from the log.

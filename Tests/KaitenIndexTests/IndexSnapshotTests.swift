@@ -363,6 +363,42 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// A batch of more than one chunk is written as it is encoded: when the disk fills up
+    /// part-way through it, the batch is refused and the log ends where it ended before (no
+    /// half of it left for a reader or the next open), and it takes the next batch once there
+    /// is room.
+    @Test func aBatchThatDoesNotFitPartWayLeavesTheLogAsItWas() throws {
+        let parent = try TemporaryDirectory(prefix: "kaiten-full")
+        defer { parent.remove() }
+        guard geteuid() == 0, let dir = try UnwritableDirectory.make(in: parent, logSize: 0) else {
+            try Test.cancel("needs a full filesystem: a 1 MiB tmpfs, which only root may mount (root in CI can)")
+        }
+        defer { dir.remove() }
+        let path = dir.path + "/photos.log"
+        let log = try IndexLog.open(path: path, folderID: "photos")
+        try Self.fill(log, from: 0, count: 100, full: true)
+        let before = View(log)
+        let size = log.fileSize
+        dir.fill(leaving: 256 << 10)
+        // In chunks of 64 KiB: several are written before the disk is full.
+        IndexLog.PendingAppend.$chunk.withValue(64 << 10) {
+            #expect(throws: IndexLogError.self) { try Self.fill(log, from: 100, count: 12_000) }
+        }
+        var info = stat()
+        stat(path, &info)
+        #expect(Int64(info.st_size) == size && log.fileSize == size, "the log ends where it did")
+        #expect(View(log) == before)
+        dir.makeRoom()
+        try Self.fill(log, from: 100, count: 50)
+        let writer = View(log)
+        log.close()
+        var warnings: [String] = []
+        let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true, warn: { warnings.append($0) })
+        defer { again.close() }
+        #expect(warnings.isEmpty, "\(warnings)")
+        #expect(View(again) == writer)
+    }
+
     /// A snapshot that cannot be written (a full disk) is a warning, not an error: the batch
     /// before it is durable in the log, the old snapshot and the log stay whole, nothing is
     /// left half-written, and it is tried again only after another threshold's worth of
