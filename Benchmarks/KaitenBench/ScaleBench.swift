@@ -204,7 +204,7 @@ func runScaleIntake(homePath: String, files: Int) throws {
     if !batch.isEmpty || first { try flush() }
     let announcer = try LocalAnnouncer(home: home, folders: ["f"])
     try announcer.refresh(logs: ["f": log])
-    announcer.close()
+    announcer.close(maintaining: { print("warning: \($0)") })
     log.maintain(warn: { print("warning: \($0)") })
     log.close()
 }

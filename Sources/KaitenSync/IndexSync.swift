@@ -274,7 +274,7 @@ public enum IndexSync {
         }
         // What the local index kept for sending (a fresh home's: an entry per path) is let go
         // before the snapshots are written, the run's peak otherwise.
-        announcer.close()
+        announcer.close(maintaining: warn)
         for (_, log) in logs { log.maintain(warn: warn) }
         for (_, log) in logs { log.close() }
         return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports), announced: announced))

@@ -32,6 +32,18 @@ public final class LocalAnnouncer {
         indexes = [:]
     }
 
+    /// Ends a one-shot run: what was kept for sending is let go first (a fresh home's entry
+    /// per path), then each local index gets its snapshot when enough was recorded since the
+    /// last one, so that `plan` and `kaiten run` read it in place instead of replaying every
+    /// entry into memory.
+    public func close(maintaining warn: (String) -> Void) {
+        for index in indexes.values {
+            index.forgetRecent()
+            index.log.maintain(warn: warn)
+        }
+        close()
+    }
+
     /// A service between rounds: each local index gets its snapshot when enough was recorded
     /// since the last one, and the pages read of the snapshots go back to the system.
     public func betweenRounds(warn: (String) -> Void) {
