@@ -34,8 +34,7 @@ extension GlobalIndex {
     func sortedLists() -> [(String, [(device: UInt16, entry: FileEntry)])] {
         var all: [(String, [(device: UInt16, entry: FileEntry)])] = []
         forEachList { all.append(($0, $1)) }
-        all.sort { $0.0.utf8Precedes($1.0) }
-        return all
+        return ByteOrder.order(of: all.lazy.map(\.0)).map { all[$0] }
     }
 
     mutating func number(of device: DeviceID) -> UInt16 {

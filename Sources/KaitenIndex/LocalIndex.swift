@@ -92,8 +92,7 @@ public final class LocalIndex {
         // full index's 50,000 "not held" entries cost a million comparisons.
         let names = changed.map(\.name)
         if !zip(names, names.dropFirst()).allSatisfy({ $0.utf8Precedes($1) }) {
-            let order = names.indices.sorted { names[$0].utf8Precedes(names[$1]) }
-            changed = order.map { changed[$0] }
+            changed = ByteOrder.order(of: names).map { changed[$0] }
         }
         var next = maxSequence
         for i in changed.indices {

@@ -37,6 +37,32 @@ package enum ByteOrder {
         return a.count - b.count
     }
 
+    /// The positions of `names` in UTF-8 byte order (``String/utf8Precedes(_:)``), through one
+    /// buffer holding every name: a sort that compares the strings themselves retains and
+    /// releases them at every step, a quarter of writing a big index snapshot.
+    package static func order(of names: some Collection<String>) -> [Int] {
+        var bytes: [UInt8] = []
+        var spans: [(start: Int, count: Int)] = []
+        spans.reserveCapacity(names.count)
+        for name in names {
+            spans.append((bytes.count, name.utf8.count))
+            bytes.append(contentsOf: name.utf8)
+        }
+        var order = Array(spans.indices)
+        bytes.withUnsafeBytes { all in
+            spans.withUnsafeBufferPointer { spans in
+                order.sort { a, b in
+                    let x = spans[a]
+                    let y = spans[b]
+                    return compare(
+                        UnsafeRawBufferPointer(rebasing: all[x.start..<(x.start + x.count)]),
+                        UnsafeRawBufferPointer(rebasing: all[y.start..<(y.start + y.count)])) < 0
+                }
+            }
+        }
+        return order
+    }
+
     /// The first of `count` sorted keys (`keyAt(i)`) not ordered before `key`.
     package static func lowerBound(of key: UnsafeRawBufferPointer, count: Int, keyAt: (Int) -> UnsafeRawBufferPointer) -> Int {
         lowerBound(of: key, in: 0, count, keyAt: keyAt)
