@@ -34,7 +34,7 @@ extension GlobalIndex {
     func sortedLists() -> [(String, [(device: UInt16, entry: FileEntry)])] {
         var all: [(String, [(device: UInt16, entry: FileEntry)])] = []
         forEachList { all.append(($0, $1)) }
-        return ByteOrder.order(of: all.lazy.map(\.0)).map { all[$0] }
+        return ByteOrder.order(of: all.map(\.0)).map { all[$0] }
     }
 
     mutating func number(of device: DeviceID) -> UInt16 {

@@ -40,7 +40,7 @@ package enum ByteOrder {
     /// The positions of `names` in UTF-8 byte order (``String/utf8Precedes(_:)``), through one
     /// buffer holding every name: a sort that compares the strings themselves retains and
     /// releases them at every step, a quarter of writing a big index snapshot.
-    package static func order(of names: some Collection<String>) -> [Int] {
+    package static func order(of names: [String]) -> [Int] {
         var bytes: [UInt8] = []
         var spans: [(start: Int, count: Int)] = []
         spans.reserveCapacity(names.count)
