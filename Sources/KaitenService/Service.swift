@@ -3,6 +3,7 @@ import KaitenApply
 import KaitenConfig
 import KaitenHTTPAPI
 import KaitenDiscovery
+import KaitenFiles
 import KaitenPeer
 import KaitenProtocol
 import KaitenReconcile
@@ -386,7 +387,7 @@ public final class Service: Sendable {
             sessions.settleIntake()
             for (folder, view) in live { view.betweenRounds(warn: { emit(ServiceEvent("warning", folder: folder, $0)) }) }
             FrameMemory.releaseKept()
-            _ = releaseFreedHeap(0)
+            FreedHeap.giveBack()
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.
             woken = await trigger.wait()
@@ -441,10 +442,6 @@ public final class Service: Sendable {
         watch.cancel()
     }
 }
-
-/// glibc's `malloc_trim` (declared in malloc.h, which the Glibc module does not export).
-@_silgen_name("malloc_trim")
-private func releaseFreedHeap(_ keep: Int) -> Int32
 
 /// What says that a file was replaced or changed: its inode, size and modification time (a
 /// crash-safe write renames a new inode into place).

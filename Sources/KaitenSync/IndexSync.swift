@@ -1,6 +1,7 @@
 import Foundation
 import KaitenConfig
 import KaitenDiscovery
+import KaitenFiles
 import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
@@ -272,11 +273,16 @@ public enum IndexSync {
             }
             if !yielded { reports += shared.compactMap { perFolder[$0.id] } }
         }
-        // What the local index kept for sending (a fresh home's: an entry per path) is let go
-        // before the snapshots are written, the run's peak otherwise.
-        announcer.close(maintaining: warn)
+        // The snapshots one after the other, each taking its index out of the heap, and after
+        // what the local index kept for sending (a fresh home's: an entry per path) is let go:
+        // together they were the run's peak.
+        announcer.forgetRecent()
         for (_, log) in logs { log.maintain(warn: warn) }
         for (_, log) in logs { log.close() }
+        // The global index left the heap in small pieces: given back before the local one's
+        // snapshot allocates again.
+        FreedHeap.giveBack()
+        announcer.close(maintaining: warn)
         return (reports, PeerSession(connections: kept, refreshed: refreshedPeers(reports), announced: announced))
     }
 

@@ -32,6 +32,12 @@ public final class LocalAnnouncer {
         indexes = [:]
     }
 
+    /// Lets go of what each local index kept for sending (``send(to:folders:theirView:)`` reads
+    /// the log instead from then on).
+    public func forgetRecent() {
+        for index in indexes.values { index.forgetRecent() }
+    }
+
     /// Ends a one-shot run: what was kept for sending is let go first (a fresh home's entry
     /// per path), then each local index gets its snapshot when enough was recorded since the
     /// last one, so that `plan` and `kaiten run` read it in place instead of replaying every
