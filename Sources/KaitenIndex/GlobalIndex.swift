@@ -180,7 +180,10 @@ public struct GlobalIndex: Sendable {
     /// Every path and its announcements (none empty), in no particular order.
     func forEachList(_ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void) rethrows {
         if let base {
+            // What the walk passed is given back as it goes (``IndexSnapshot/releaseWalked(before:)``).
+            defer { base.releaseWalked(before: base.pathCount) }
             for i in 0..<base.pathCount {
+                if i & Self.releaseStride == 0 { base.releaseWalked(before: i) }
                 let name = base.name(i)
                 let list = merged(i, name, isTouched(i) ? overlay[name] : nil)
                 if !list.isEmpty { try body(name, list) }
@@ -188,6 +191,10 @@ public struct GlobalIndex: Sendable {
         }
         for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { try body(path, changes.entries) }
     }
+
+    /// Every this many paths (a power of two, less one), a whole walk gives back the pages of
+    /// the snapshot it passed.
+    static let releaseStride = (1 << 16) - 1
 
     /// Base path `i`, if it has announcements that count.
     func visitBase(_ i: Int, _ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void) rethrows {

@@ -322,6 +322,17 @@ public final class IndexSnapshot: @unchecked Sendable {
         madvise(UnsafeMutableRawPointer(mutating: base), byteCount, MADV_DONTNEED)
     }
 
+    /// Gives back the pages of paths `0..<end` (their slots in the path table and their
+    /// records), which a walk in path order has passed: a walk of every path (a plan, a
+    /// refresh) otherwise leaves the whole snapshot resident, gigabytes at ten million paths.
+    /// The pages stay in the page cache; reading them again maps them again.
+    func releaseWalked(before end: Int) {
+        guard end > 0 else { return }
+        let recordsStart = pathTable + 8 * pathCount
+        Self.release(bytes, from: pathTable, to: pathTable + 8 * end)
+        Self.release(bytes, from: recordsStart, to: end < pathCount ? recordStart(end) : byteCount)
+    }
+
     // MARK: - Writing
 
     /// Writes a snapshot of `index` (the view of the log's first `covered` bytes) to `path`:

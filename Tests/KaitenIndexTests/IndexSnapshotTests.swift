@@ -363,6 +363,45 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// A walk of every path gives back the snapshot's pages it passed: what stays resident of
+    /// the mapping afterwards is a page or two, not the file (a plan of ten million paths held
+    /// gigabytes of it).
+    @Test func aWalkOfEveryPathLeavesTheSnapshotNotResident() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            for first in stride(from: 0, to: 30_000, by: 1000) {
+                try Self.fill(log, from: first, count: 1000, full: first == 0)
+            }
+            try log.writeSnapshot()
+            log.close()
+            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { again.close() }
+            #expect(again.index.hasSnapshot)
+            var entries = 0
+            again.index.forEachEntry { _, _, _ in entries += 1 }
+            #expect(entries > 30_000)
+            let resident = try #require(Self.residentKiB(ofMapping: again.snapshotPath))
+            #expect(resident <= 16, "\(resident) KiB of the snapshot still resident after the walk")
+        }
+    }
+
+    /// The `Rss:` of this process's mapping of `path`, in KiB, from /proc/self/smaps.
+    static func residentKiB(ofMapping path: String) -> Int? {
+        // Read to its end: procfs files say they are empty, and Foundation believes them.
+        guard let handle = FileHandle(forReadingAtPath: "/proc/self/smaps"), let data = try? handle.readToEnd() else { return nil }
+        let smaps = String(decoding: data, as: UTF8.self)
+        var inside = false
+        var total: Int?
+        for line in smaps.split(separator: "\n") {
+            if let first = line.first, first.isHexDigit, line.contains("-") {
+                inside = line.hasSuffix(" " + path)
+            } else if inside, line.hasPrefix("Rss:") {
+                total = (total ?? 0) + (Int(line.split(separator: " ")[1]) ?? 0)
+            }
+        }
+        return total
+    }
+
     /// A batch of more than one chunk is written as it is encoded: when the disk fills up
     /// part-way through it, the batch is refused and the log ends where it ended before (no
     /// half of it left for a reader or the next open), and it takes the next batch once there
