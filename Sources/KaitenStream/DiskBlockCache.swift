@@ -42,6 +42,10 @@ public final class DiskBlockCache: Sendable {
         var figures = Figures()
         /// Whether the last block written was refused: the log says so once per spell.
         var refusing = false
+        /// The smallest block refused in the spell: only one at least as big that fits ends it
+        /// (a file's short last block fits in what a full disk has left, and then the next
+        /// block is refused again).
+        var smallestRefused = Int.max
     }
 
     public let directory: String
@@ -206,7 +210,7 @@ public final class DiskBlockCache: Sendable {
         mkdir(shard, 0o700)
         let temporary = shard + "/.tmp-" + hash.hex.prefix(16) + "-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return refused(errno) }
+        guard fd >= 0 else { return refused(errno, size: data.count) }
         var written = 0
         var failure: Int32 = 0
         data.withUnsafeBytes { bytes in
@@ -224,23 +228,26 @@ public final class DiskBlockCache: Sendable {
         guard failure == 0, rename(temporary, path) == 0 else {
             let reason = failure != 0 ? failure : errno
             unlink(temporary)
-            return refused(reason)
+            return refused(reason, size: data.count)
         }
         let recovered = state.withLock { s in
             s.tick += 1
             if s.sizes.updateValue(Int32(data.count), forKey: hash) == nil { s.figures.bytes += Int64(data.count) }
             s.lastUse[hash] = s.tick
             s.figures.blocks = s.sizes.count
-            defer { s.refusing = false }
-            return s.refusing
+            guard s.refusing, data.count >= s.smallestRefused else { return false }
+            s.refusing = false
+            s.smallestRefused = Int.max
+            return true
         }
         if recovered { log("cache: blocks are kept in \(directory) again") }
         evict()
     }
 
-    private func refused(_ code: Int32) {
+    private func refused(_ code: Int32, size: Int) {
         let first = state.withLock { s in
             s.figures.unkept += 1
+            s.smallestRefused = min(s.smallestRefused, size)
             defer { s.refusing = true }
             return !s.refusing
         }

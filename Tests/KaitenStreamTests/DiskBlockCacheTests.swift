@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import KaitenProtocol
 import KaitenTestSupport
+import Synchronization
 import Testing
 
 @testable import KaitenStream
@@ -30,6 +31,44 @@ struct DiskBlockCacheTests {
         #expect(!FileManager.default.fileExists(atPath: cache.path(of: b)))
         let figures = cache.figures
         #expect(figures.bytes == 3000 && figures.blocks == 3 && figures.evictions == 1 && figures.hits == 1)
+    }
+
+    /// A full disk is said once per spell: a file's short last block that fits in what is left
+    /// does not end the spell (the next full block is refused again, and said again, in CI's
+    /// mount test); a block as big as the refused ones that fits again does.
+    @Test func aFullDiskIsSaidOnceUntilABlockAsBigAsTheRefusedOnesFits() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-cache")
+        defer { dir.remove() }
+        let blocks = dir.file("blocks")
+        try FileManager.default.createDirectory(atPath: blocks, withIntermediateDirectories: true)
+        guard getuid() == 0, mount("kaiten-test-full", blocks, "tmpfs", 0, "size=512k,mode=0700") == 0 else {
+            try Test.cancel("a full disk is a small tmpfs, which only root may mount (CI runs as root)")
+        }
+        defer { umount2(blocks, Int32(MNT_DETACH)) }
+        let said = Mutex<[String]>([])
+        let cache = try DiskBlockCache(directory: blocks, budget: 1 << 30, log: { line in said.withLock { $0.append(line) } })
+        // A filler leaves room for about two full blocks.
+        let filler = blocks + "/filler"
+        FileManager.default.createFile(atPath: filler, contents: Data(count: 250 << 10))
+        for seed in UInt8(1)...4 {
+            let (hash, data) = Self.block(seed, size: 100 << 10)
+            cache.put(hash, data)
+        }
+        let (tail, tailData) = Self.block(9, size: 2000)
+        cache.put(tail, tailData)
+        #expect(cache.contains(tail), "a short block still fits")
+        let (next, nextData) = Self.block(5, size: 100 << 10)
+        cache.put(next, nextData)
+        #expect(!cache.contains(next))
+        var lines = said.withLock { $0 }
+        #expect(lines.count == 1 && lines[0].contains("cannot keep blocks"), "\(lines)")
+        try FileManager.default.removeItem(atPath: filler)
+        let (room, roomData) = Self.block(6, size: 100 << 10)
+        cache.put(room, roomData)
+        #expect(cache.contains(room))
+        lines = said.withLock { $0 }
+        #expect(lines.count == 2 && lines[1].contains("again"), "\(lines)")
+        #expect(cache.figures.unkept >= 2)
     }
 
     @Test func theBlocksOfAnOpenFileAreNeverEvictedUnderIt() throws {
