@@ -333,6 +333,11 @@ public final class IndexLog {
         precondition(!isReadOnly, "apply on a read-only index log")
         let took = try lockForBatch()
         defer { if took { unlockAfterBatch() } }
+        // Names were checked when they arrived; the log checks again so that nothing that
+        // escapes the folder is ever stored, whoever calls it, before any of the batch is written.
+        if let bad = files.first(where: { !WireName.staysInsideFolder($0.name) }) {
+            throw IndexLogError(.io, file: path, "refusing an entry from \(device.shortDescription) whose name escapes the folder: \(bad.name)")
+        }
         // The batch goes to the end of the log in chunks as it is encoded, fsynced once at the
         // end (a full index's 50,000 entries are never one buffer in memory); a failure takes
         // every chunk back.
@@ -361,11 +366,6 @@ public final class IndexLog {
                 batch.buffer += record
                 try spillIfLarge(&batch)
             }
-        }
-        // Names were checked when they arrived; the log checks again so that nothing that
-        // escapes the folder is ever stored, whoever calls it.
-        if let bad = files.first(where: { !WireName.staysInsideFolder($0.name) }) {
-            throw IndexLogError(.io, file: path, "refusing an entry from \(device.shortDescription) whose name escapes the folder: \(bad.name)")
         }
         var maxSequence = isFullIndex ? 0 : (checkpoints[device]?.indexID == indexID ? checkpoints[device]?.maxSequence ?? 0 : 0)
         for file in files {
