@@ -310,7 +310,11 @@ extension GlobalIndex {
         if let base {
             let key = Array(prefix.utf8)
             var i = base.lowerBound(prefix)
+            var passed = PassedPages(base)
+            passed.start(at: i)
+            defer { passed.finish() }
             while i < base.pathCount {
+                passed.reached(i)
                 let name = base.nameBytes(i)
                 guard name.count >= key.count, key.isEmpty || memcmp(name.baseAddress!, key, key.count) == 0 else { break }
                 if !recursive, let slash = name[key.count...].firstIndex(of: UInt8(ascii: "/")) {

@@ -180,10 +180,10 @@ public struct GlobalIndex: Sendable {
     /// Every path and its announcements (none empty), in no particular order.
     func forEachList(_ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void) rethrows {
         if let base {
-            // What the walk passed is given back as it goes (``IndexSnapshot/releaseWalked(before:)``).
-            defer { base.releaseWalked(before: base.pathCount) }
+            var passed = PassedPages(base)
+            defer { passed.finish() }
             for i in 0..<base.pathCount {
-                if i & Self.releaseStride == 0 { base.releaseWalked(before: i) }
+                passed.reached(i)
                 let name = base.name(i)
                 let list = merged(i, name, isTouched(i) ? overlay[name] : nil)
                 if !list.isEmpty { try body(name, list) }
@@ -192,9 +192,35 @@ public struct GlobalIndex: Sendable {
         for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { try body(path, changes.entries) }
     }
 
-    /// Every this many paths (a power of two, less one), a whole walk gives back the pages of
-    /// the snapshot it passed.
-    static let releaseStride = (1 << 16) - 1
+    /// Walks of the snapshot in path order, which give back the pages they passed every
+    /// ``stride`` paths (``IndexSnapshot/releaseWalked(from:before:)``) and, at their end, every
+    /// page they mapped when they passed many paths: a walk of every path, or of a directory
+    /// holding most of them, would otherwise leave gigabytes resident at ten million paths. The
+    /// end gives back the whole mapping, not only the ranges walked: the binary searches that
+    /// found where each range starts touched pages elsewhere, and the kernel maps a large
+    /// folio of the page cache (up to 2 MiB) at a single touch.
+    struct PassedPages {
+        static let stride = 1 << 16
+        /// Fewer paths than this and a walk leaves its pages (an `ls` of one directory): the
+        /// next round's release takes them.
+        static let releasedAfter = 1 << 12
+        let base: IndexSnapshot
+        private var from: Int
+        private var passed = 0
+        init(_ base: IndexSnapshot) {
+            self.base = base
+            from = 0
+        }
+        /// A range starts at `i`.
+        mutating func start(at i: Int) { from = i }
+        mutating func reached(_ i: Int) {
+            passed += 1
+            guard i - from >= Self.stride else { return }
+            base.releaseWalked(from: from, before: i)
+            from = i
+        }
+        func finish() { if passed >= Self.releasedAfter { base.releasePages() } }
+    }
 
     /// Base path `i`, if it has announcements that count.
     func visitBase(_ i: Int, _ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void) rethrows {
@@ -209,13 +235,20 @@ public struct GlobalIndex: Sendable {
         exact: [String], prefixes: [String], _ body: (String, [(device: UInt16, entry: FileEntry)]) throws -> Void
     ) rethrows {
         if let base {
+            var passed = PassedPages(base)
+            defer { passed.finish() }
             for path in exact {
-                if let i = base.find(path) { try visitBase(i, body) }
+                if let i = base.find(path) {
+                    passed.reached(i)
+                    try visitBase(i, body)
+                }
             }
             for prefix in prefixes {
                 var i = base.lowerBound(prefix)
+                passed.start(at: i)
                 let key = Array(prefix.utf8)
                 while i < base.pathCount {
+                    passed.reached(i)
                     let name = base.nameBytes(i)
                     guard name.count >= key.count, memcmp(name.baseAddress!, key, key.count) == 0 else { break }
                     try visitBase(i, body)

@@ -1,5 +1,6 @@
 import Foundation
 import KaitenProtocol
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -42,6 +43,7 @@ public final class IndexSnapshot: @unchecked Sendable {
     static let chunkSize = 1 << 20
 
     public let path: String
+    public let folderID: String
     /// Which log this is a snapshot of, and how much of it.
     public let generation: UInt64
     public let coveredLogBytes: Int64
@@ -56,11 +58,12 @@ public final class IndexSnapshot: @unchecked Sendable {
     private let pathTable: Int
 
     private init(
-        path: String, base: UnsafeRawPointer, size: Int, generation: UInt64, covered: Int64, live: Int64, pathCount: Int,
-        devices: [DeviceID], checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)],
+        path: String, folderID: String, base: UnsafeRawPointer, size: Int, generation: UInt64, covered: Int64, live: Int64,
+        pathCount: Int, devices: [DeviceID], checkpoints: [(device: DeviceID, checkpoint: IndexLog.Checkpoint, recordLength: Int64)],
         pathTable: Int
     ) {
         self.path = path
+        self.folderID = folderID
         self.base = base
         self.byteCount = size
         self.generation = generation
@@ -74,6 +77,35 @@ public final class IndexSnapshot: @unchecked Sendable {
 
     deinit {
         munmap(UnsafeMutableRawPointer(mutating: base), byteCount)
+    }
+
+    /// The snapshots this process has mapped and checked, by file: a snapshot file never
+    /// changes once renamed into place (a new snapshot is a new file), so a second reader of the
+    /// same log (a service's peer sessions, its rounds, its REST API) shares the first one's
+    /// mapping instead of reading and checking it again, gigabytes at ten million paths.
+    private static let checked = Mutex<[FileIdentity: SharedSnapshot]>([:])
+
+    /// Which file a snapshot was mapped from: a replaced or rewritten file is another one.
+    struct FileIdentity: Hashable {
+        let device: UInt64
+        let inode: UInt64
+        let size: Int64
+        let modifiedS: Int
+        let modifiedNs: Int
+
+        init(_ info: stat) {
+            device = UInt64(info.st_dev)
+            inode = UInt64(info.st_ino)
+            size = Int64(info.st_size)
+            modifiedS = info.st_mtim.tv_sec
+            modifiedNs = info.st_mtim.tv_nsec
+        }
+    }
+
+    /// Held weakly: the last reader to let a snapshot go unmaps it.
+    final class SharedSnapshot: @unchecked Sendable {
+        weak var snapshot: IndexSnapshot?
+        init(snapshot: IndexSnapshot) { self.snapshot = snapshot }
     }
 
     /// Why a snapshot was not used.
@@ -96,6 +128,17 @@ public final class IndexSnapshot: @unchecked Sendable {
         guard fstat(fd, &info) == 0, info.st_size >= headerSize else {
             throw Rejection(description: "\(path): shorter than a snapshot header")
         }
+        let identity = FileIdentity(info)
+        if let shared = checked.withLock({ $0[identity]?.snapshot }) {
+            guard shared.folderID == folderID else { throw Rejection(description: "\(path): belongs to another folder") }
+            guard shared.generation == generation, generation != 0 else {
+                throw Rejection(description: "\(path): made from another log (generation differs)")
+            }
+            guard shared.coveredLogBytes <= logSize else {
+                throw Rejection(description: "\(path): covers \(shared.coveredLogBytes) bytes of a log that has \(logSize)")
+            }
+            return shared
+        }
         let size = Int(info.st_size)
         guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
             throw Rejection(description: "\(path): cannot map: \(String(cString: strerror(errno)))")
@@ -109,6 +152,10 @@ public final class IndexSnapshot: @unchecked Sendable {
             let snapshot = try check(raw, path: path, folderID: folderID, generation: generation, logSize: logSize)
             // Checking read every page; the plan reads only what it visits.
             madvise(mapped, size, MADV_DONTNEED)
+            checked.withLock { kept in
+                kept = kept.filter { $0.value.snapshot != nil }
+                kept[identity] = SharedSnapshot(snapshot: snapshot)
+            }
             return snapshot
         } catch {
             munmap(mapped, size)
@@ -194,7 +241,7 @@ public final class IndexSnapshot: @unchecked Sendable {
         }
         guard previousEnd == raw.count else { throw reject("bytes after the last record") }
         return IndexSnapshot(
-            path: path, base: raw.baseAddress!, size: raw.count, generation: generation, covered: Int64(covered),
+            path: path, folderID: folderID, base: raw.baseAddress!, size: raw.count, generation: generation, covered: Int64(covered),
             live: Int64(bitPattern: raw.u64(40)), pathCount: count, devices: devices, checkpoints: checkpoints, pathTable: at)
     }
 
@@ -322,14 +369,14 @@ public final class IndexSnapshot: @unchecked Sendable {
         madvise(UnsafeMutableRawPointer(mutating: base), byteCount, MADV_DONTNEED)
     }
 
-    /// Gives back the pages of paths `0..<end` (their slots in the path table and their
+    /// Gives back the pages of paths `start..<end` (their slots in the path table and their
     /// records), which a walk in path order has passed: a walk of every path (a plan, a
     /// refresh) otherwise leaves the whole snapshot resident, gigabytes at ten million paths.
     /// The pages stay in the page cache; reading them again maps them again.
-    func releaseWalked(before end: Int) {
-        guard end > 0 else { return }
-        let recordsStart = pathTable + 8 * pathCount
-        Self.release(bytes, from: pathTable, to: pathTable + 8 * end)
+    func releaseWalked(from start: Int = 0, before end: Int) {
+        guard end > start else { return }
+        let recordsStart = start == 0 ? pathTable + 8 * pathCount : recordStart(start)
+        Self.release(bytes, from: pathTable + 8 * start, to: pathTable + 8 * end)
         Self.release(bytes, from: recordsStart, to: end < pathCount ? recordStart(end) : byteCount)
     }
 

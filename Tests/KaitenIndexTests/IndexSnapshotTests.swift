@@ -385,6 +385,73 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// A search (every descendant of the root) and a listing below one directory holding most
+    /// paths walk ranges of the snapshot, not the whole: each gives back what it passed too.
+    @Test func aWalkBelowADirectoryLeavesTheSnapshotNotResident() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            for first in stride(from: 0, to: 30_000, by: 1000) {
+                try Self.fill(log, from: first, count: 1000, full: first == 0)
+            }
+            try log.writeSnapshot()
+            log.close()
+            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { again.close() }
+            #expect(again.index.hasSnapshot)
+            var everything = 0
+            again.index.forEachGlobal(below: "", recursive: true) { _ in everything += 1 }
+            #expect(everything > 20_000)
+            var resident = try #require(Self.residentKiB(ofMapping: again.snapshotPath))
+            #expect(resident <= 16, "\(resident) KiB of the snapshot still resident after a walk of every descendant of the root")
+            var below = 0
+            again.index.forEachGlobal(exact: [], prefixes: ["dir1/"]) { _ in below += 1 }
+            #expect(below > 4_000)
+            resident = try #require(Self.residentKiB(ofMapping: again.snapshotPath))
+            #expect(resident <= 16, "\(resident) KiB of the snapshot still resident after a walk of dir1/")
+        }
+    }
+
+    /// A second reader of the same snapshot file in one process shares the first one's mapping
+    /// (no second check of every byte); a new snapshot (another file) is mapped and checked
+    /// anew, and the shared one still answers only for its own log.
+    @Test func readersOfOneSnapshotFileShareItsMapping() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(log, from: 0, count: 500, full: true)
+            try log.writeSnapshot()
+            log.close()
+            let first = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { first.close() }
+            let second = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+            defer { second.close() }
+            let snapshotPath = first.snapshotPath
+            let generation = first.generation
+            let a = try #require(try IndexSnapshot.open(path: snapshotPath, folderID: "photos", generation: generation, logSize: Int64.max))
+            let b = try #require(try IndexSnapshot.open(path: snapshotPath, folderID: "photos", generation: generation, logSize: Int64.max))
+            #expect(a === b)
+            #expect(Self.mappings(of: snapshotPath) == 1)
+            // Shared, and still refused for another log, another folder, or a shorter log.
+            #expect(throws: IndexSnapshot.Rejection.self) { try IndexSnapshot.open(path: snapshotPath, folderID: "photos", generation: generation &+ 1, logSize: Int64.max) }
+            #expect(throws: IndexSnapshot.Rejection.self) { try IndexSnapshot.open(path: snapshotPath, folderID: "music", generation: generation, logSize: Int64.max) }
+            #expect(throws: IndexSnapshot.Rejection.self) { try IndexSnapshot.open(path: snapshotPath, folderID: "photos", generation: generation, logSize: 10) }
+
+            // A new snapshot is another file: mapped and checked on its own.
+            let writer = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(writer, from: 500, count: 100)
+            try writer.writeSnapshot()
+            writer.close()
+            let c = try #require(try IndexSnapshot.open(path: snapshotPath, folderID: "photos", generation: generation, logSize: Int64.max))
+            #expect(c !== a)
+            #expect(c.pathCount > a.pathCount)
+        }
+    }
+
+    /// How many times this process maps `path`, from /proc/self/maps.
+    static func mappings(of path: String) -> Int {
+        guard let handle = FileHandle(forReadingAtPath: "/proc/self/maps"), let data = try? handle.readToEnd() else { return -1 }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").filter { $0.hasSuffix(" " + path) }.count
+    }
+
     /// The `Rss:` of this process's mapping of `path`, in KiB, from /proc/self/smaps.
     static func residentKiB(ofMapping path: String) -> Int? {
         // Read to its end: procfs files say they are empty, and Foundation believes them.
