@@ -30,6 +30,7 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     private let bound = Mutex("")
     /// What the last round found of each folder, for /metrics (a scrape reads no index).
     private let figures = Mutex<[String: Figures]>([:])
+    private let memo = FolderFiguresMemo()
 
     struct Figures {
         var summary: APIFolderSummary?
@@ -100,17 +101,20 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
     }
 
     /// Read from the folder's log and scan cache as `kaiten status` reads them beside the
-    /// service (read-only; the service's rounds keep both current).
+    /// service (read-only; the service's rounds keep both current), or the figures kept from the
+    /// last time when none of those files changed since.
     func folderSummary(_ folderID: String, device: DeviceID?) throws -> APIFolderSummary? {
         guard let folder = home.config.folder(id: folderID) else { return nil }
-        let log = try PeerGenerations.openLog(home: home, folder: folderID, readOnly: true, warn: { _ in })
-        defer { log.close() }
-        return try summary(folder, device: device, log: log, tree: nil)
+        let counted = try memo.summary(folder, device: device, home: home) {
+            let log = try PeerGenerations.openLog(home: home, folder: folderID, readOnly: true, warn: { _ in })
+            defer { log.close() }
+            return try counts(folder, device: device, log: log, tree: nil)
+        }
+        return withState(counted, folder: folderID)
     }
 
-    /// A folder's summary from its open log (and its last scan, when read already).
-    private func summary(_ folder: FolderConfiguration, device: DeviceID?, log: IndexLog, tree: LocalTree?) throws -> APIFolderSummary {
-        let folderID = folder.id
+    /// A folder's counts and completion from its open log (and its last scan, when read already).
+    private func counts(_ folder: FolderConfiguration, device: DeviceID?, log: IndexLog, tree: LocalTree?) throws -> APIFolderSummary {
         let completion = try device.map { FolderCompletion.remote(global: log.index, device: $0) }
             ?? Planner.completion(folder, home: home, log: log, tree: tree)
         func counts(_ c: FolderCompletion.Counts) -> APIFolderSummary.Counts {
@@ -122,12 +126,18 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         summary.need = counts(completion.need)
         summary.completion = completion.percent
         if device == nil { summary.selectedBytes = completion.wanted.bytes }
-        if let (state, since) = apiEvents.state(of: folderID) {
+        summary.sequences = log.checkpoints.mapValues { Int64($0.maxSequence) }
+        if let device { summary.remoteState = log.checkpoints[device] == nil ? "unknown" : "valid" }
+        return summary
+    }
+
+    /// The counts with what the folder is doing now.
+    private func withState(_ counted: APIFolderSummary, folder: String) -> APIFolderSummary {
+        var summary = counted
+        if let (state, since) = apiEvents.state(of: folder) {
             summary.state = state
             summary.stateChanged = since
         }
-        summary.sequences = log.checkpoints.mapValues { Int64($0.maxSequence) }
-        if let device { summary.remoteState = log.checkpoints[device] == nil ? "unknown" : "valid" }
         return summary
     }
 
@@ -172,18 +182,34 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         for id in folders {
             guard let folder = home.config.folder(id: id) else { continue }
             defer { localIndexChanges(folder) }
-            // The log opened and the last scan read once for all of the folder's figures.
-            guard let log = try? PeerGenerations.openLog(home: home, folder: id, readOnly: true, warn: { _ in }) else { continue }
-            defer { log.close() }
-            let tree = Planner.lastScan(id, home: home)
-            if let summary = try? summary(folder, device: nil, log: log, tree: tree) {
+            // The log opened and the last scan read once for all of the folder's figures, and
+            // only when one of them must be computed again (a round that changed nothing reads
+            // neither).
+            var opened: (log: IndexLog, tree: LocalTree)?
+            defer { opened?.log.close() }
+            func open() throws -> (log: IndexLog, tree: LocalTree) {
+                if let opened { return opened }
+                let log = try PeerGenerations.openLog(home: home, folder: id, readOnly: true, warn: { _ in })
+                opened = (log, Planner.lastScan(id, home: home))
+                return opened!
+            }
+            let me = myID
+            if let counted = try? memo.summary(folder, device: nil, home: home, compute: {
+                let (log, tree) = try open()
+                let copies = LastCopies.find(global: log.index, tree: tree, me: me).count
+                figures.withLock { $0[id, default: Figures()].lastCopies = copies }
+                return try counts(folder, device: nil, log: log, tree: tree)
+            }) {
+                let summary = withState(counted, folder: id)
                 apiEvents.folderSummary(id, APIRouter.statusJSON(summary, myID: myID))
                 figures.withLock { $0[id, default: Figures()].summary = summary }
             }
-            let copies = LastCopies.find(global: log.index, tree: tree, me: myID).count
-            figures.withLock { $0[id, default: Figures()].lastCopies = copies }
             for device in folder.devices where device != myID {
-                if let summary = try? summary(folder, device: device, log: log, tree: tree) {
+                if let counted = try? memo.summary(folder, device: device, home: home, compute: {
+                    let (log, tree) = try open()
+                    return try counts(folder, device: device, log: log, tree: tree)
+                }) {
+                    let summary = withState(counted, folder: id)
                     apiEvents.folderCompletion(id, device: device, APIRouter.completionJSON([summary], remote: true, device: device))
                 }
             }

@@ -89,6 +89,18 @@ public enum Planner {
         return FolderCompletion.local(global: log.index, selection: selection, tree: tree ?? lastScan(folder.id, home: home), needed: needed)
     }
 
+    /// The files ``completion(_:home:log:tree:needed:)`` and a peer's completion are computed
+    /// from: while none of them changed (same inode, size and modification time), neither did
+    /// the completion.
+    public static func completionInputs(_ folder: FolderConfiguration, home: KaitenHome) -> [String] {
+        let logPath = home.home.indexLogPath(folderID: folder.id)
+        let cachePath = home.home.scanCachePath(folderID: folder.id)
+        return [
+            logPath, IndexLog.snapshotPath(of: logPath), home.home.selectionPath(folderID: folder.id), cachePath,
+            SyncedJournal.path(forCache: cachePath), PeerGenerations.path(home.home),
+        ]
+    }
+
     /// A folder's tree as its last scan saw it, with what was synced since: the scan cache's
     /// view, no disk read (empty when the folder was never scanned).
     public static func lastScan(_ folderID: String, home: KaitenHome) -> LocalTree {
