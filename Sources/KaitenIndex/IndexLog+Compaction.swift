@@ -67,7 +67,7 @@ extension IndexLog {
         // progress takes the new one's and reads what another writer appended in between.
         Glibc.close(fd)
         fd = -1
-        unlink(snapshotPath)
+        IndexSnapshot.remove(path: snapshotPath)
         adopt(try IndexLog.open(path: path, folderID: folderID, warn: warn))
         if lockDepth > 0 {
             guard Self.lockExclusively(fd) else {

@@ -138,7 +138,7 @@ extension IndexLog {
                 warn("\(error.description); the next open reads the whole log")
             }
         } else {
-            unlink(snapshotPath)
+            IndexSnapshot.remove(path: snapshotPath)
             snapshotCovers = 0
         }
     }
@@ -146,7 +146,7 @@ extension IndexLog {
     /// Removes a log and its snapshot (`index rebuild`, a folder forgotten).
     public static func remove(path: String) {
         unlink(path)
-        unlink(snapshotPath(of: path))
+        IndexSnapshot.remove(path: snapshotPath(of: path))
         unlink(snapshotPath(of: path) + ".tmp")
     }
 }

@@ -79,11 +79,21 @@ public final class IndexSnapshot: @unchecked Sendable {
         munmap(UnsafeMutableRawPointer(mutating: base), byteCount)
     }
 
-    /// The snapshots this process has mapped and checked, by file: a snapshot file never
-    /// changes once renamed into place (a new snapshot is a new file), so a second reader of the
-    /// same log (a service's peer sessions, its rounds, its REST API) shares the first one's
-    /// mapping instead of reading and checking it again, gigabytes at ten million paths.
-    private static let checked = Mutex<[FileIdentity: SharedSnapshot]>([:])
+    /// The snapshot this process last mapped and checked at each path: a snapshot file never
+    /// changes once renamed into place (a new snapshot is a new file), so a later reader of the
+    /// same log (a service's peer sessions, its rounds, its REST API, one after another) shares
+    /// that mapping instead of reading and checking it again, gigabytes at ten million paths.
+    /// Held until a newer snapshot at the same path is opened: a mapping costs address space,
+    /// not memory (its pages are given back), and a replaced file's blocks only until then.
+    private static let checked = Mutex<[String: (identity: FileIdentity, snapshot: IndexSnapshot)]>([:])
+    /// At most this many paths are held (folders × the global log and the local index).
+    static let checkedKept = 64
+
+    /// Removes the snapshot at `path` and lets go of this process's hold on its mapping.
+    static func remove(path: String) {
+        unlink(path)
+        _ = checked.withLock { $0.removeValue(forKey: path) }
+    }
 
     /// Which file a snapshot was mapped from: a replaced or rewritten file is another one.
     struct FileIdentity: Hashable {
@@ -100,12 +110,6 @@ public final class IndexSnapshot: @unchecked Sendable {
             modifiedS = info.st_mtim.tv_sec
             modifiedNs = info.st_mtim.tv_nsec
         }
-    }
-
-    /// Held weakly: the last reader to let a snapshot go unmaps it.
-    final class SharedSnapshot: @unchecked Sendable {
-        weak var snapshot: IndexSnapshot?
-        init(snapshot: IndexSnapshot) { self.snapshot = snapshot }
     }
 
     /// Why a snapshot was not used.
@@ -129,7 +133,7 @@ public final class IndexSnapshot: @unchecked Sendable {
             throw Rejection(description: "\(path): shorter than a snapshot header")
         }
         let identity = FileIdentity(info)
-        if let shared = checked.withLock({ $0[identity]?.snapshot }) {
+        if let shared = checked.withLock({ $0[path].flatMap { $0.identity == identity ? $0.snapshot : nil } }) {
             guard shared.folderID == folderID else { throw Rejection(description: "\(path): belongs to another folder") }
             guard shared.generation == generation, generation != 0 else {
                 throw Rejection(description: "\(path): made from another log (generation differs)")
@@ -153,8 +157,8 @@ public final class IndexSnapshot: @unchecked Sendable {
             // Checking read every page; the plan reads only what it visits.
             madvise(mapped, size, MADV_DONTNEED)
             checked.withLock { kept in
-                kept = kept.filter { $0.value.snapshot != nil }
-                kept[identity] = SharedSnapshot(snapshot: snapshot)
+                if kept.count >= Self.checkedKept && kept[path] == nil { kept.removeAll() }
+                kept[path] = (identity, snapshot)
             }
             return snapshot
         } catch {

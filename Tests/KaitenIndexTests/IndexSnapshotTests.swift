@@ -411,7 +411,7 @@ struct IndexSnapshotTests {
         }
     }
 
-    /// A second reader of the same snapshot file in one process shares the first one's mapping
+    /// A later reader of the same snapshot file in one process shares the mapping checked first
     /// (no second check of every byte); a new snapshot (another file) is mapped and checked
     /// anew, and the shared one still answers only for its own log.
     @Test func readersOfOneSnapshotFileShareItsMapping() throws {
@@ -443,6 +443,34 @@ struct IndexSnapshotTests {
             let c = try #require(try IndexSnapshot.open(path: snapshotPath, folderID: "photos", generation: generation, logSize: Int64.max))
             #expect(c !== a)
             #expect(c.pathCount > a.pathCount)
+        }
+    }
+
+    /// A reader that comes after every other one closed (the service's rounds after its first
+    /// exchange) still finds the mapping checked: it is held until a newer snapshot replaces it.
+    @Test func aSnapshotStaysCheckedAfterItsReadersCloseUntilANewerOne() throws {
+        try withLog { path in
+            // Each reader and writer in a scope of its own: a closed log still holds its view.
+            do {
+                let log = try IndexLog.open(path: path, folderID: "photos")
+                try Self.fill(log, from: 0, count: 500, full: true)
+                try log.writeSnapshot()
+                log.close()
+            }
+            weak var held: IndexSnapshot?
+            do {
+                let reader = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
+                held = try IndexSnapshot.open(path: reader.snapshotPath, folderID: "photos", generation: reader.generation, logSize: Int64.max)
+                reader.close()
+            }
+            #expect(held != nil, "let go with its last reader: the next reader checks every byte again")
+            do {
+                let writer = try IndexLog.open(path: path, folderID: "photos")
+                try Self.fill(writer, from: 500, count: 100)
+                try writer.writeSnapshot()
+                writer.close()
+            }
+            #expect(held == nil, "a replaced snapshot stays mapped (its blocks stay allocated)")
         }
     }
 
