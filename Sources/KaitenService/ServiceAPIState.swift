@@ -182,9 +182,8 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
         for id in folders {
             guard let folder = home.config.folder(id: id) else { continue }
             defer { localIndexChanges(folder) }
-            // The log opened and the last scan read once for all of the folder's figures, and
-            // only when one of them must be computed again (a round that changed nothing reads
-            // neither).
+            // The log opened and the last scan read once for all of the folder's figures; the
+            // counts are walked again only when a file they come from changed.
             var opened: (log: IndexLog, tree: LocalTree)?
             defer { opened?.log.close() }
             func open() throws -> (log: IndexLog, tree: LocalTree) {
@@ -193,16 +192,19 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
                 opened = (log, Planner.lastScan(id, home: home))
                 return opened!
             }
-            let me = myID
             if let counted = try? memo.summary(folder, device: nil, home: home, compute: {
                 let (log, tree) = try open()
-                let copies = LastCopies.find(global: log.index, tree: tree, me: me).count
-                figures.withLock { $0[id, default: Figures()].lastCopies = copies }
                 return try counts(folder, device: nil, log: log, tree: tree)
             }) {
                 let summary = withState(counted, folder: id)
                 apiEvents.folderSummary(id, APIRouter.statusJSON(summary, myID: myID))
                 figures.withLock { $0[id, default: Figures()].summary = summary }
+            }
+            // Every round: a lookup per local file, not a walk of the index (the kept figures
+            // may come from a status request, which does not count them).
+            if let (log, tree) = try? open() {
+                let copies = LastCopies.find(global: log.index, tree: tree, me: myID).count
+                figures.withLock { $0[id, default: Figures()].lastCopies = copies }
             }
             for device in folder.devices where device != myID {
                 if let counted = try? memo.summary(folder, device: device, home: home, compute: {
