@@ -363,10 +363,9 @@ struct IndexSnapshotTests {
         }
     }
 
-    /// A walk of every path gives back the snapshot's pages it passed: what stays resident of
-    /// the mapping afterwards is a page or two, not the file (a plan of ten million paths held
-    /// gigabytes of it).
-    @Test func aWalkOfEveryPathLeavesTheSnapshotNotResident() throws {
+    /// A log of 30,000 paths with its snapshot, opened again for reading (its view is the
+    /// snapshot's, nothing of it resident yet).
+    func withSnapshotOfThirtyThousandPaths(_ body: (IndexLog) throws -> Void) throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
             for first in stride(from: 0, to: 30_000, by: 1000) {
@@ -377,6 +376,15 @@ struct IndexSnapshotTests {
             let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
             defer { again.close() }
             #expect(again.index.hasSnapshot)
+            try body(again)
+        }
+    }
+
+    /// A walk of every path gives back the snapshot's pages it passed: what stays resident of
+    /// the mapping afterwards is a page or two, not the file (a plan of ten million paths held
+    /// gigabytes of it).
+    @Test func aWalkOfEveryPathLeavesTheSnapshotNotResident() throws {
+        try withSnapshotOfThirtyThousandPaths { again in
             var entries = 0
             again.index.forEachEntry { _, _, _ in entries += 1 }
             #expect(entries > 30_000)
@@ -388,16 +396,7 @@ struct IndexSnapshotTests {
     /// A search (every descendant of the root) and a listing below one directory holding most
     /// paths walk ranges of the snapshot, not the whole: each gives back what it passed too.
     @Test func aWalkBelowADirectoryLeavesTheSnapshotNotResident() throws {
-        try withLog { path in
-            let log = try IndexLog.open(path: path, folderID: "photos")
-            for first in stride(from: 0, to: 30_000, by: 1000) {
-                try Self.fill(log, from: first, count: 1000, full: first == 0)
-            }
-            try log.writeSnapshot()
-            log.close()
-            let again = try IndexLog.open(path: path, folderID: "photos", readOnly: true)
-            defer { again.close() }
-            #expect(again.index.hasSnapshot)
+        try withSnapshotOfThirtyThousandPaths { again in
             var everything = 0
             again.index.forEachGlobal(below: "", recursive: true) { _ in everything += 1 }
             #expect(everything > 20_000)
