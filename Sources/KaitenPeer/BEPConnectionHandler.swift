@@ -411,9 +411,11 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     // MARK: - Closing
 
     /// Closes the connection, telling the peer why first when `sendClose` is true.
-    func close(_ reason: PeerCloseReason, sendClose: Bool) {
+    /// - Parameter grace: how long to wait for the peer to hang up after our Close, when not
+    ///   the settings' ``PeerSettings/closeGrace``.
+    func close(_ reason: PeerCloseReason, sendClose: Bool, grace: TimeAmountSeconds? = nil) {
         guard context != nil else { return }
-        carryOut(state.close(reason, sendClose: sendClose))
+        carryOut(state.close(reason, sendClose: sendClose, grace: grace.map(Self.amount)))
     }
 
     private func carryOut(_ action: BEPSessionState.CloseAction?) {

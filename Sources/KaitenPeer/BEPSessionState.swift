@@ -87,7 +87,7 @@ struct BEPSessionState {
     }
 
     /// This side closes; nil when the session is already closing.
-    mutating func close(_ reason: PeerCloseReason, sendClose: Bool) -> CloseAction? {
+    mutating func close(_ reason: PeerCloseReason, sendClose: Bool, grace: TimeAmount? = nil) -> CloseAction? {
         guard closeReason == nil else { return nil }
         closeReason = reason
         guard sendClose else { return .hangUp }
@@ -95,7 +95,7 @@ struct BEPSessionState {
         switch reason {
         case .byUs(let t), .protocolError(let t), .byPeer(let t), .disconnected(let t): text = t
         }
-        if case .byUs = reason { return .sendClose(reason: text, thenHangUpAfter: closeGrace) }
+        if case .byUs = reason { return .sendClose(reason: text, thenHangUpAfter: grace ?? closeGrace) }
         return .sendClose(reason: text, thenHangUpAfter: .zero)
     }
 

@@ -256,8 +256,15 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    /// Sends a Close with `reason` and waits until the connection is gone.
-    public func close(reason: String) async {
+    /// Sends a Close with `reason` and waits until the connection is gone: until the peer hangs
+    /// up, or `grace` (the settings' ``PeerSettings/closeGrace`` when nil) has passed.
+    ///
+    /// A one-shot verb waits longer (``oneShotCloseGrace``): syncthing reads our Close only
+    /// after it has taken in every message before it (it stores an index batch before it reads
+    /// the next message), and until then it counts this connection as alive and turns away a
+    /// new one from this device right after the TLS handshake. Hanging up sooner does not make
+    /// it read faster; it only got the next `kaiten` command turned away.
+    public func close(reason: String, hangUpAfter grace: TimeAmountSeconds? = nil) async {
         let opening = lanes.withLockedValue { lanes in
             lanes.ended = true
             return lanes.opening
@@ -268,9 +275,9 @@ public final class PeerConnection: Sendable {
             defer { lanes.open = [] }
             return lanes.open
         }
-        for lane in open { await lane.close(reason: reason) }
+        await open.closeAll(reason: reason)
         let handler = self.handler
-        try? await channel.eventLoop.submit { handler.value.close(.byUs(reason), sendClose: true) }.get()
+        try? await channel.eventLoop.submit { handler.value.close(.byUs(reason), sendClose: true, grace: grace) }.get()
         _ = try? await closedFuture.get()
     }
 
@@ -374,5 +381,21 @@ final class ByteCounter: ChannelDuplexHandler, RemovableChannelHandler {
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         totals.sent.add(unwrapOutboundIn(data).readableBytes, ordering: .relaxed)
         context.write(data, promise: promise)
+    }
+}
+
+extension PeerConnection {
+    /// How long a one-shot verb's session waits for the peer to hang up after its Close
+    /// (``close(reason:hangUpAfter:)``).
+    public static let oneShotCloseGrace: TimeAmountSeconds = 10
+}
+
+extension Sequence where Element == PeerConnection {
+    /// Closes every connection at once: each waits for its peer to hang up (up to its grace),
+    /// and one slow peer must not hold up the others' goodbyes.
+    public func closeAll(reason: String, hangUpAfter grace: TimeAmountSeconds? = nil) async {
+        await withTaskGroup(of: Void.self) { group in
+            for connection in self { group.addTask { await connection.close(reason: reason, hangUpAfter: grace) } }
+        }
     }
 }

@@ -37,7 +37,9 @@ public struct PeerSettings: Sendable {
     public var readTimeout: TimeAmountSeconds = 300
     /// The TLS handshake plus Hello exchange must finish within this (syncthing: 10 s + 20 s).
     public var helloTimeout: TimeAmountSeconds = 30
-    /// After sending our Close, how long to wait for the peer's before hanging up.
+    /// After sending our Close, how long to wait for the peer to hang up before hanging up
+    /// ourselves (a stopping service does not wait on a peer that reads nothing). A one-shot
+    /// verb's session waits longer: ``PeerConnection/close(reason:hangUpAfter:)``.
     public var closeGrace: TimeAmountSeconds = 1
     /// At most this many bytes of block requests outstanding (syncthing stalls above 32 MiB).
     public var maxOutstandingRequestBytes = 32 << 20

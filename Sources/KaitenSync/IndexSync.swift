@@ -90,8 +90,10 @@ public final class PeerSession: Sendable {
         connections.filter { $0.value.isOpen }
     }
 
+    /// Closes the session's connections, each peer given time to hang up first
+    /// (``PeerConnection/oneShotCloseGrace``): the next command's connection is not turned away.
     public func close(reason: String = "done") async {
-        for connection in connections.values { await connection.close(reason: reason) }
+        await connections.values.closeAll(reason: reason, hangUpAfter: PeerConnection.oneShotCloseGrace)
     }
 
     /// Ends the session: closes its connections, unless they are lent (a service keeps them).
@@ -261,7 +263,7 @@ public enum IndexSync {
                                 settings: settings, serve: serve, logger: logger)
                         }
                     } else {
-                        await connection.close(reason: "index sync done")
+                        await connection.close(reason: "index sync done", hangUpAfter: PeerConnection.oneShotCloseGrace)
                     }
                 } catch let error as PeerError where error.code == .closedBeforeClusterConfig && delay < 3000 && metBefore {
                     continue
@@ -538,7 +540,7 @@ public final class DialsInProgress: Sendable {
             for peer in devices.keys { devices[peer]?.state = .yielded }
             return devices.values.compactMap(\.connection)
         }
-        for connection in connections { await connection.close(reason: "stopping") }
+        await connections.closeAll(reason: "stopping")
     }
 
     /// `peers` are to be dialled: from now until ``unplan(_:)``, even while the dial waits its

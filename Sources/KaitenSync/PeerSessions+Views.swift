@@ -105,7 +105,7 @@ extension PeerSessions {
         }
         for watcher in watchers { watcher.finish() }
         for task in intakes { task.cancel() }
-        for connection in connections { await connection.close(reason: reason) }
+        await connections.closeAll(reason: reason)
         for continuation in subscribers { continuation.finish() }
         intake.closeAll()
     }

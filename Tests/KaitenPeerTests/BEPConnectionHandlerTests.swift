@@ -138,6 +138,32 @@ struct BEPConnectionHandlerTests {
         #expect(close.reason == "bye now")
     }
 
+    /// Syncthing hangs up on our Close only once it has taken in everything sent before it, and
+    /// turns away a new connection from this device until then: a one-shot verb's session waits
+    /// for that (the next `kaiten` command was turned away when it hung up after one second),
+    /// and ends as soon as the peer hangs up. A stopping service waits one second only.
+    @Test func aOneShotCloseWaitsForThePeerToHangUp() throws {
+        let grace = PeerConnection.oneShotCloseGrace
+        let h = try Harness()
+        h.handler.close(.byUs("index sync done"), sendClose: true, grace: grace)
+        h.loop.advanceTime(by: .seconds(Int64(grace) - 1))
+        #expect(h.channel.isActive, "hung up before the peer had read the Close")
+        h.channel.pipeline.fireChannelInactive()
+        #expect(h.closeReason == .byUs("index sync done"))
+
+        let silent = try Harness()
+        silent.handler.close(.byUs("index sync done"), sendClose: true, grace: grace)
+        silent.loop.advanceTime(by: .seconds(Int64(grace) - 1))
+        #expect(silent.channel.isActive)
+        silent.loop.advanceTime(by: .seconds(1))
+        #expect(!silent.channel.isActive, "a peer that never hangs up is left after the grace")
+
+        let service = try Harness()
+        service.handler.close(.byUs("stopping"), sendClose: true)
+        service.loop.advanceTime(by: .seconds(1))
+        #expect(!service.channel.isActive, "a stopping service waits on a silent peer")
+    }
+
     @Test func responsesAreMatchedOutOfOrder() throws {
         let h = try Harness()
         let futures = (0..<3).map { i in h.handler.request(Self.request(size: Int32(i + 1))) }
