@@ -29,7 +29,8 @@ import Glibc
 ///
 /// Trust: a snapshot decides nothing a log could not. It is used only when its CRC matches,
 /// its folder and generation are the log's, and it covers no more of the log than there is;
-/// every offset it holds is checked against its size before it is read. Anything else and the
+/// every offset it holds is checked against its size before it is read (once per file: a
+/// later process takes a file it finds unchanged since, see ``CheckStamp``). Anything else and the
 /// log is replayed in full (a writer then writes a new snapshot). Written to a temporary file,
 /// fsynced and renamed, so a crash leaves the old snapshot or the new one, whole; the
 /// generation (a random number in the log's header, new at every compaction) tells a snapshot
@@ -89,19 +90,31 @@ public final class IndexSnapshot: @unchecked Sendable {
     /// At most this many paths are held (folders × the global log and the local index).
     static let checkedKept = 64
 
-    /// Removes the snapshot at `path` and lets go of this process's hold on its mapping.
+    /// Removes the snapshot at `path` and its check stamp, and lets go of this process's hold
+    /// on its mapping.
     static func remove(path: String) {
         unlink(path)
+        unlink(CheckStamp.path(of: path))
+        unlink(CheckStamp.path(of: path) + ".tmp")
         _ = checked.withLock { $0.removeValue(forKey: path) }
     }
 
-    /// Which file a snapshot was mapped from: a replaced or rewritten file is another one.
+    /// Lets go of this process's hold on the snapshot at `path`, as a new process would find it.
+    static func forgetChecked(path: String) {
+        _ = checked.withLock { $0.removeValue(forKey: path) }
+    }
+
+    /// Which file a snapshot was mapped from: a replaced or rewritten file is another one. The
+    /// change time is the kernel's: no program can set it back, so a file whose identity is
+    /// unchanged has not been written to, renamed over or truncated since.
     struct FileIdentity: Hashable {
         let device: UInt64
         let inode: UInt64
         let size: Int64
         let modifiedS: Int
         let modifiedNs: Int
+        let changedS: Int
+        let changedNs: Int
 
         init(_ info: stat) {
             device = UInt64(info.st_dev)
@@ -109,6 +122,18 @@ public final class IndexSnapshot: @unchecked Sendable {
             size = Int64(info.st_size)
             modifiedS = info.st_mtim.tv_sec
             modifiedNs = info.st_mtim.tv_nsec
+            changedS = info.st_ctim.tv_sec
+            changedNs = info.st_ctim.tv_nsec
+        }
+
+        init(device: UInt64, inode: UInt64, size: Int64, modifiedS: Int, modifiedNs: Int, changedS: Int, changedNs: Int) {
+            self.device = device
+            self.inode = inode
+            self.size = size
+            self.modifiedS = modifiedS
+            self.modifiedNs = modifiedNs
+            self.changedS = changedS
+            self.changedNs = changedNs
         }
     }
 
@@ -153,9 +178,14 @@ public final class IndexSnapshot: @unchecked Sendable {
         madvise(mapped, size, MADV_RANDOM)
         madvise(mapped, size, 15 /* MADV_NOHUGEPAGE */)
         do {
-            let snapshot = try check(raw, path: path, folderID: folderID, generation: generation, logSize: logSize)
-            // Checking read every page; the plan reads only what it visits.
-            madvise(mapped, size, MADV_DONTNEED)
+            let stamped = CheckStamp.read(of: path) == CheckStamp(identity: identity, checksum: raw.u32(12))
+            let snapshot = try check(
+                raw, path: path, folderID: folderID, generation: generation, logSize: logSize, contents: !stamped)
+            if !stamped {
+                // Checking read every page; the plan reads only what it visits.
+                madvise(mapped, size, MADV_DONTNEED)
+                CheckStamp(identity: identity, checksum: raw.u32(12)).write(of: path)
+            }
             checked.withLock { kept in
                 if kept.count >= Self.checkedKept && kept[path] == nil { kept.removeAll() }
                 kept[path] = (identity, snapshot)
@@ -167,25 +197,30 @@ public final class IndexSnapshot: @unchecked Sendable {
         }
     }
 
+    /// Checks the header and tables; with `contents`, also the CRC of every byte and every
+    /// record's bounds, order and name (without, the file is one checked before: see
+    /// ``CheckStamp``).
     private static func check(
-        _ raw: UnsafeRawBufferPointer, path: String, folderID: String, generation wanted: UInt64, logSize: Int64
+        _ raw: UnsafeRawBufferPointer, path: String, folderID: String, generation wanted: UInt64, logSize: Int64, contents: Bool
     ) throws(Rejection) -> IndexSnapshot {
         func reject(_ why: String) -> Rejection { Rejection(description: "\(path): \(why)") }
         guard Array(raw[0..<8]) == magic else { throw reject("not a Kaiten index snapshot") }
         guard raw.u32(8) == formatVersion else { throw reject("snapshot format \(raw.u32(8)) is not supported") }
         guard raw.u64(16) == UInt64(raw.count) else { throw reject("torn: the header says \(raw.u64(16)) bytes, the file has \(raw.count)") }
-        // Checking reads every byte; each window read is given back at once, so that opening
-        // a 150 MB snapshot does not make it resident (the plan then reads only what it visits).
-        let window = 8 << 20
-        var crc: UInt32 = 0
-        var at16 = 16
-        while at16 < raw.count {
-            let end = min(raw.count, (at16 / window + 1) * window)
-            crc = CRC32.checksum(UnsafeRawBufferPointer(rebasing: raw[at16..<end]), seed: crc)
-            release(raw, from: at16 == 16 ? 0 : at16, to: end)
-            at16 = end
+        if contents {
+            // Checking reads every byte; each window read is given back at once, so that opening
+            // a 150 MB snapshot does not make it resident (the plan then reads only what it visits).
+            let window = 8 << 20
+            var crc: UInt32 = 0
+            var at16 = 16
+            while at16 < raw.count {
+                let end = min(raw.count, (at16 / window + 1) * window)
+                crc = CRC32.checksum(UnsafeRawBufferPointer(rebasing: raw[at16..<end]), seed: crc)
+                release(raw, from: at16 == 16 ? 0 : at16, to: end)
+                at16 = end
+            }
+            guard crc == raw.u32(12) else { throw reject("checksum mismatch") }
         }
-        guard crc == raw.u32(12) else { throw reject("checksum mismatch") }
         let generation = raw.u64(24)
         guard generation == wanted, generation != 0 else { throw reject("made from another log (generation differs)") }
         let covered = raw.u64(32)
@@ -223,6 +258,11 @@ public final class IndexSnapshot: @unchecked Sendable {
         // Every record must lie inside the file, in order, and hold what it says: checked once
         // here, so that reading one later needs no check that could fail.
         let count = Int(pathCount)
+        guard contents else {
+            return IndexSnapshot(
+                path: path, folderID: folderID, base: raw.baseAddress!, size: raw.count, generation: generation, covered: Int64(covered),
+                live: Int64(bitPattern: raw.u64(40)), pathCount: count, devices: devices, checkpoints: checkpoints, pathTable: at)
+        }
         var previousEnd = at + 8 * count
         var previousName = UnsafeRawBufferPointer(start: nil, count: 0)
         var releasedTable = at
