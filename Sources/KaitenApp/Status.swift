@@ -68,11 +68,19 @@ extension App {
                 let local = try? IndexLog.open(path: localPath, folderID: id, readOnly: true),
                 let checkpoint = local.checkpoints[opened.identity.deviceID]
             {
-                let mine = local.index.entries(from: opened.identity.deviceID)
+                var (held, notHeld, deleted) = (0, 0, 0)
+                local.index.forEachEntry(from: opened.identity.deviceID) { entry in
+                    if entry.isInvalid {
+                        notHeld += 1
+                    } else if entry.isDeleted {
+                        deleted += 1
+                    } else {
+                        held += 1
+                    }
+                }
                 announced = StatusReport.Announced(
                     index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence,
-                    held: mine.filter { !$0.isInvalid && !$0.isDeleted }.count, not_held: mine.filter(\.isInvalid).count,
-                    deleted: mine.filter { $0.isDeleted && !$0.isInvalid }.count)
+                    held: held, not_held: notHeld, deleted: deleted)
                 local.close()
             }
             rows.append(

@@ -98,21 +98,48 @@ final class APIEvents: Sendable {
         var isNew: Bool
     }
 
+    /// How many changes there are, and the first ``APIEvents/changesPerUpdate`` of them in
+    /// sequence order: what the events say, in memory bounded whatever the count (the first
+    /// announcement of a folder of ten million paths is ten million changes).
+    struct LocalChanges {
+        private(set) var count = 0
+        private var kept: [LocalChange] = []
+
+        mutating func add(_ change: LocalChange) {
+            count += 1
+            kept.append(change)
+            if kept.count >= 2 * APIEvents.changesPerUpdate { trim() }
+        }
+
+        /// The first changes, in sequence order.
+        var earliest: [LocalChange] {
+            var copy = self
+            copy.trim()
+            return copy.kept
+        }
+
+        private mutating func trim() {
+            kept.sort { $0.entry.sequence < $1.entry.sequence }
+            if kept.count > APIEvents.changesPerUpdate { kept.removeLast(kept.count - APIEvents.changesPerUpdate) }
+        }
+    }
+
     /// This device's index of a folder changed: what it announced after the sequence last said
     /// (`changes`, in sequence order); the ones made here (not pulls) are local changes detected.
     /// The first call for a folder only notes where its index is.
-    func localIndex(_ folder: String, label: String, sequence: Int64, changes: (_ since: Int64) -> [LocalChange]) {
+    func localIndex(_ folder: String, label: String, sequence: Int64, changes: (_ since: Int64) -> LocalChanges) {
         let since = activity.withLock { activity -> Int64? in
             defer { activity.localSequence[folder] = sequence }
             return activity.localSequence[folder]
         }
         guard let since, sequence > since else { return }
-        let changed = changes(since)
-        guard !changed.isEmpty else { return }
+        let changes = changes(since)
+        guard changes.count > 0 else { return }
+        let changed = changes.earliest
         log.append(
             "LocalIndexUpdated",
-            ["folder": folder, "items": changed.count, "filenames": changed.prefix(Self.namesPerUpdate).map(\.entry.name), "sequence": sequence, "version": sequence])
-        for change in changed.prefix(Self.changesPerUpdate) where change.madeHere {
+            ["folder": folder, "items": changes.count, "filenames": changed.prefix(Self.namesPerUpdate).map(\.entry.name), "sequence": sequence, "version": sequence])
+        for change in changed where change.madeHere {
             let entry = change.entry
             log.append(
                 "LocalChangeDetected",

@@ -229,10 +229,13 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
             // New: only this device has ever written it (its version has no other device's
             // counter). The peers may hold it by the time the round ends, so what they announced
             // cannot say; a file made here and edited here again is said added again.
-            return log.index.entries(from: me).filter { $0.sequence > since }.sorted { $0.sequence < $1.sequence }.map { entry in
+            var changes = APIEvents.LocalChanges()
+            log.index.forEachEntry(from: me) { entry in
+                guard entry.sequence > since else { return }
                 let isNew = entry.version.counters.allSatisfy { $0.id == mine }
-                return APIEvents.LocalChange(entry: entry, madeHere: entry.modifiedBy == mine, isNew: isNew)
+                changes.add(APIEvents.LocalChange(entry: entry, madeHere: entry.modifiedBy == mine, isNew: isNew))
             }
+            return changes
         }
     }
 

@@ -279,7 +279,7 @@ struct FullDeviceInteropTests {
             let log = try IndexLog.open(path: localPath, folderID: Self.folder, readOnly: true)
             defer { log.close() }
             let checkpoint = try #require(log.checkpoints[world.me])
-            return (checkpoint.indexID, checkpoint.maxSequence, log.index.entries(from: world.me).map(\.sequence))
+            return (checkpoint.indexID, checkpoint.maxSequence, Self.sequences(in: log, from: world.me))
         }
         try await withSyncthing(st) { st in
             try await world.share(st, files: 10_000)
@@ -358,7 +358,7 @@ struct FullDeviceInteropTests {
         func sequences() throws -> (max: Int64, all: [Int64]) {
             let log = try IndexLog.open(path: localPath, folderID: Self.folder, readOnly: true)
             defer { log.close() }
-            return (log.checkpoints[world.me]?.maxSequence ?? 0, log.index.entries(from: world.me).map(\.sequence))
+            return (log.checkpoints[world.me]?.maxSequence ?? 0, Self.sequences(in: log, from: world.me))
         }
         try await withSyncthing(a) { a in
             try await world.share(a, files: 2)
@@ -606,5 +606,12 @@ struct FullDeviceInteropTests {
             }
             try both.stop()
         }
+    }
+
+    /// The sequences of every entry `device` announced in `log`.
+    static func sequences(in log: IndexLog, from device: DeviceID) -> [Int64] {
+        var sequences: [Int64] = []
+        log.index.forEachEntry(from: device) { sequences.append($0.sequence) }
+        return sequences
     }
 }
