@@ -38,7 +38,7 @@ extension App {
         let log = try kept?.log(folder, in: opened) { try openLog(folder, in: opened) } ?? openLog(folder, in: opened)
         var matched: [GlobalEntry] = []
         var total = 0
-        log.index.forEachGlobal(below: "", recursive: true) { entry in
+        log.index.forEachGlobal(below: "", recursive: true, named: matcher.mayMatch(name:)) { entry in
             guard !entry.holders.isEmpty, !entry.file.isDeleted, matcher.matches(entry) else { return }
             total += 1
             matched.append(entry)
@@ -87,6 +87,20 @@ struct SearchMatcher {
         }
     }
 
+    /// Whether a path named `name` (UTF-8) can match, from its name alone: a search passes over
+    /// the rest of every other path without reading it.
+    func mayMatch(name: UnsafeRawBufferPointer) -> Bool {
+        switch self.name {
+        case .any: return true
+        case .glob(let glob, let wholePath):
+            let path = String(decoding: name, as: UTF8.self)
+            return glob.matches(wholePath ? path : String(SafePath.lastComponent(path)))
+        case .substring(let text, let ascii):
+            if let ascii { return Self.contains(name, ascii: ascii) }
+            return String(decoding: name, as: UTF8.self).lowercased().contains(text)
+        }
+    }
+
     func matches(_ entry: GlobalEntry) -> Bool {
         matches(path: entry.path, type: Listing.typeName(entry.file), size: entry.file.size, modifiedS: entry.file.modifiedS)
     }
@@ -107,28 +121,31 @@ struct SearchMatcher {
     /// Case-insensitive containment; ASCII names (most) compared byte by byte, without a copy.
     static func contains(_ path: String, lowercased text: String, ascii needle: [UInt8]?) -> Bool {
         if let needle {
-            let found: Bool? = path.utf8.withContiguousStorageIfAvailable { bytes in
-                guard needle.count <= bytes.count else { return false }
-                var start = 0
-                while start + needle.count <= bytes.count {
-                    var at = 0
-                    while at < needle.count {
-                        var byte = bytes[start + at]
-                        if byte >= 0x41 && byte <= 0x5A { byte += 0x20 }
-                        if byte != needle[at] { break }
-                        at += 1
-                    }
-                    if at == needle.count { return true }
-                    start += 1
-                }
-                return false
-            }
             // A non-ASCII path may still contain an ASCII needle: only ASCII bytes were folded,
             // which is exact for an ASCII needle (UTF-8 never puts ASCII bytes inside a
             // multi-byte character).
+            let found = path.utf8.withContiguousStorageIfAvailable { contains(UnsafeRawBufferPointer($0), ascii: needle) }
             if let found { return found }
         }
         return path.lowercased().contains(text)
+    }
+
+    /// Whether `bytes`, ASCII letters folded to lower case, contain the lower-case ASCII `needle`.
+    static func contains(_ bytes: UnsafeRawBufferPointer, ascii needle: [UInt8]) -> Bool {
+        guard needle.count <= bytes.count else { return false }
+        var start = 0
+        while start + needle.count <= bytes.count {
+            var at = 0
+            while at < needle.count {
+                var byte = bytes[start + at]
+                if byte >= 0x41 && byte <= 0x5A { byte += 0x20 }
+                if byte != needle[at] { break }
+                at += 1
+            }
+            if at == needle.count { return true }
+            start += 1
+        }
+        return false
     }
 }
 

@@ -299,7 +299,12 @@ extension GlobalIndex {
     /// The global versions below `directory` (everything when empty): its direct children,
     /// or every descendant when `recursive`. With a snapshot, only those paths are read (a
     /// direct listing skips each subdirectory's contents by binary search).
-    public func forEachGlobal(below directory: String, recursive: Bool, _ body: (GlobalEntry) throws -> Void) rethrows {
+    /// - Parameter named: when given, only paths whose name (UTF-8) it accepts are read past
+    ///   their name: a search by name at ten million paths decoded every announcement first.
+    public func forEachGlobal(
+        below directory: String, recursive: Bool, named: ((UnsafeRawBufferPointer) -> Bool)? = nil,
+        _ body: (GlobalEntry) throws -> Void
+    ) rethrows {
         let prefix = directory.isEmpty ? "" : directory + "/"
         let prefixLength = prefix.utf8.count
         func isWanted(_ path: String) -> Bool {
@@ -323,6 +328,10 @@ extension GlobalIndex {
                     i = next.withUnsafeBytes { base.lowerBound($0) }
                     continue
                 }
+                if let named, !named(name) {
+                    i += 1
+                    continue
+                }
                 try visitBase(i) { path, list in
                     if let entry = select(path: path, list) { try body(entry) }
                 }
@@ -330,6 +339,8 @@ extension GlobalIndex {
             }
         }
         for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty && isWanted(path) {
+            var path = path
+            if let named, !path.withUTF8({ named(UnsafeRawBufferPointer($0)) }) { continue }
             if let entry = select(path: path, changes.entries) { try body(entry) }
         }
     }

@@ -48,6 +48,21 @@ struct SearchMatcherTests {
         #expect(matches(recent, "a", modifiedS: 1000) && !matches(recent, "a", modifiedS: 2000) && !matches(recent, "a", modifiedS: 999))
     }
 
+    /// The name-only check a search makes before reading a path's announcements says yes for
+    /// every name the whole match accepts (and no where the name alone rules it out).
+    @Test func theNameAloneDecidesAsTheWholeMatchDoes() throws {
+        let names = ["photos/Holiday 2024/a.jpg", "HOLIDAY.txt", "photos/hol-iday.jpg", "docs/Café/menu.pdf", "Ärger/été",
+                     "a/b/IMG_1.JPG", "a.JPG/readme", "photos/2024/IMG_1.jpg", "photos/2024/x/IMG_1.jpg", "x"]
+        for text in ["holiday", "café", "e", "", "*.JPG", "photos/*/IMG_?.jpg", "photos/**", "IMG"] {
+            let m = try matcher(text)
+            for name in names {
+                var bytes = name
+                let early = bytes.withUTF8 { m.mayMatch(name: UnsafeRawBufferPointer($0)) }
+                #expect(early == matches(m, name), "\(text) against \(name)")
+            }
+        }
+    }
+
     @Test func aBadGlobOrTypeIsRefusedAndNamed() {
         #expect(throws: ArgumentError.self) { try matcher("[unclosed") }
         #expect(throws: ArgumentError.self) { try matcher("x") { $0.type = "fifo" } }
