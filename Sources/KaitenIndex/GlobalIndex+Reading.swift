@@ -360,13 +360,13 @@ extension GlobalIndex {
     /// The number of live (not deleted, not invalid) files, directories and bytes.
     public func totals() -> (files: Int, directories: Int, symlinks: Int, bytes: Int64) {
         var result = (files: 0, directories: 0, symlinks: 0, bytes: Int64(0))
-        forEachGlobal { g in
-            guard !g.file.isDeleted, !g.file.isInvalid else { return }
-            switch g.file.type {
+        forEachGlobalSummary { g in
+            guard !g.isDeleted, !g.isInvalid else { return }
+            switch g.type {
             case .directory: result.directories += 1
             case .file:
                 result.files += 1
-                result.bytes += g.file.size
+                result.bytes += g.size
             default: result.symlinks += 1
             }
         }

@@ -367,6 +367,21 @@ public final class IndexSnapshot: @unchecked Sendable {
         }
     }
 
+    /// Path `i`'s only announcement, when it has one and it is not a symlink, in the parts a
+    /// count needs: read in place, nothing decoded or allocated.
+    func soleAnnouncement(_ i: Int) -> (device: UInt16, type: BEPFileInfoType, flags: UInt8, size: Int64, contentHash: ContentHash)? {
+        let start = recordStart(i)
+        guard bytes.u16(start + 4) == 1 else { return nil }
+        let at = start + 6 + Int(bytes.u32(start))
+        guard bytes.u32(at + 101) == 0, let type = BEPFileInfoType(rawValue: Int(Int32(bitPattern: bytes.u32(at + 2)))),
+            type != .symlink, type != .symlinkFile, type != .symlinkDirectory
+        else { return nil }
+        return (
+            bytes.u16(at), type, bytes[at + 6], Int64(bitPattern: bytes.u64(at + 27)),
+            ContentHash(a: bytes.u64(at + 67), b: bytes.u64(at + 75), c: bytes.u64(at + 83), d: bytes.u64(at + 91))
+        )
+    }
+
     /// Path `i`'s announcements, each by device number, named `name`.
     func announcements(_ i: Int, name: String, skipping voided: Set<UInt16>) -> [(device: UInt16, entry: FileEntry)] {
         let start = recordStart(i)

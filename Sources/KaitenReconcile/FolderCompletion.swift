@@ -50,7 +50,7 @@ public struct FolderCompletion: Sendable, Equatable {
     /// This device: the selection's paths against the local tree (the scan cache's view: no
     /// disk is read). `needed` is given each global entry counted in `need`.
     public static func local(
-        global: GlobalIndex, selection: Selection, tree: LocalTree, needed: (GlobalEntry) -> Void = { _ in }
+        global: GlobalIndex, selection: Selection, tree: LocalTree, needed: ((GlobalEntry) -> Void)? = nil
     ) -> FolderCompletion {
         var result = FolderCompletion()
         for file in tree.files {
@@ -62,51 +62,62 @@ public struct FolderCompletion: Sendable, Equatable {
             case .symlink: result.local.symlinks += 1
             }
         }
-        global.forEachGlobal { entry in
-            guard !entry.file.isInvalid else { return }
-            let selected = selection.isSelected(entry.path)
-            if entry.file.isDeleted {
+        global.forEachGlobalSummary { summary in
+            guard !summary.isInvalid else { return }
+            let selected = selection.isSelected(summary.path)
+            if summary.isDeleted {
                 // A selected path the peers deleted that is still here: a deletion to carry out.
-                if selected, tree[entry.path] != nil {
+                if selected, tree[summary.path] != nil {
                     result.need.deleted += 1
-                    needed(entry)
+                    hand(summary, in: global, to: needed)
                 }
                 return
             }
-            result.global.add(entry.file.type, size: entry.file.size)
+            result.global.add(summary.type, size: summary.size)
             guard selected else { return }
-            result.wanted.add(entry.file.type, size: entry.file.size)
-            if let mine = tree[entry.path] {
-                let same = entry.file.type == .directory
-                    ? mine.kind == .directory : Reconciler.contentHash(of: mine) == Reconciler.contentHash(of: entry.file)
+            result.wanted.add(summary.type, size: summary.size)
+            if let mine = tree[summary.path] {
+                let same: Bool
+                if summary.type == .directory {
+                    same = mine.kind == .directory
+                } else if let entry = summary.entry {
+                    same = Reconciler.contentHash(of: mine) == Reconciler.contentHash(of: entry.file)
+                } else {
+                    same = Reconciler.contentHash(of: mine) == summary.fileHash
+                }
                 if same { return }
             }
-            result.need.add(entry.file.type, size: entry.file.size)
-            needed(entry)
+            result.need.add(summary.type, size: summary.size)
+            hand(summary, in: global, to: needed)
         }
         return result
     }
 
+    /// Hands `summary`'s whole global entry to `needed` (read again when it was summarised in place).
+    private static func hand(_ summary: GlobalSummary, in global: GlobalIndex, to needed: ((GlobalEntry) -> Void)?) {
+        guard let needed else { return }
+        if let entry = summary.entry ?? global.global(summary.path) { needed(entry) }
+    }
+
     /// A peer: every live path whose global version it does not hold.
-    public static func remote(global: GlobalIndex, device: DeviceID, needed: (GlobalEntry) -> Void = { _ in }) -> FolderCompletion {
+    public static func remote(global: GlobalIndex, device: DeviceID, needed: ((GlobalEntry) -> Void)? = nil) -> FolderCompletion {
         var result = FolderCompletion()
-        global.forEachGlobal { entry in
-            guard !entry.file.isInvalid else { return }
-            let holds = entry.holders.contains(device)
-            if entry.file.isDeleted {
-                if let theirs = entry.versions[device], !theirs.isDeleted, !theirs.isInvalid {
+        global.forEachGlobalSummary { summary in
+            guard !summary.isInvalid else { return }
+            if summary.isDeleted {
+                if summary.announcesLive(device) {
                     result.need.deleted += 1
-                    needed(entry)
+                    hand(summary, in: global, to: needed)
                 }
                 return
             }
-            result.global.add(entry.file.type, size: entry.file.size)
-            result.wanted.add(entry.file.type, size: entry.file.size)
-            if holds {
-                result.local.add(entry.file.type, size: entry.file.size)
+            result.global.add(summary.type, size: summary.size)
+            result.wanted.add(summary.type, size: summary.size)
+            if summary.holds(device) {
+                result.local.add(summary.type, size: summary.size)
             } else {
-                result.need.add(entry.file.type, size: entry.file.size)
-                needed(entry)
+                result.need.add(summary.type, size: summary.size)
+                hand(summary, in: global, to: needed)
             }
         }
         return result

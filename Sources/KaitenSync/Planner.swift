@@ -82,7 +82,7 @@ public enum Planner {
     /// from the scan cache and the journal of what applies wrote: no disk is scanned.
     /// - Parameter tree: the folder's last scan when the caller has read it already.
     public static func completion(
-        _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, tree: LocalTree? = nil, needed: (GlobalEntry) -> Void = { _ in }
+        _ folder: FolderConfiguration, home: KaitenHome, log: IndexLog, tree: LocalTree? = nil, needed: ((GlobalEntry) -> Void)? = nil
     ) throws -> FolderCompletion {
         let (file, _) = try readSelection(home.home.selectionPath(folderID: folder.id))
         let selection = folder.type == .receiveencrypted ? Selection(everythingIn: log.index) : Selection(file, global: log.index)

@@ -473,6 +473,42 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// The summaries the folder figures walk are the global versions forEachGlobal decodes,
+    /// whether read in place (one announcement, untouched by the tail) or decoded: with two
+    /// peers, deletions, invalid entries, symlinks, a tail that changes snapshotted paths and a
+    /// peer's full index that voids what the snapshot holds of it.
+    @Test func summariesAreTheGlobalVersionsWhetherReadInPlaceOrDecoded() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(log, from: 0, count: 300, full: true)
+            try Self.fill(log, from: 0, count: 100, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            try Self.fill(log, from: 250, count: 100)
+            try Self.fill(log, from: 40, count: 10, peer: Self.peerB, indexID: 23, full: true)
+            func row(_ path: String, _ type: BEPFileInfoType, _ size: Int64, _ deleted: Bool, _ invalid: Bool, _ hash: ContentHash?, _ holds: [Bool], _ live: [Bool]) -> String {
+                "\(path) \(type) \(size) d\(deleted) i\(invalid) \(hash.map { "\($0)" } ?? "-") holds \(holds) live \(live)"
+            }
+            let peers = [Self.peerA, Self.peerB]
+            var decoded: [String] = []
+            log.index.forEachGlobal { e in
+                decoded.append(row(
+                    e.path, e.file.type, e.file.size, e.file.isDeleted, e.file.isInvalid, e.file.type == .file ? e.file.contentHash : nil,
+                    peers.map { e.holders.contains($0) },
+                    peers.map { p in e.versions[p].map { !$0.isDeleted && !$0.isInvalid } ?? false }))
+            }
+            var summarised: [String] = []
+            var inPlace = 0
+            log.index.forEachGlobalSummary { s in
+                if s.entry == nil { inPlace += 1 }
+                summarised.append(row(s.path, s.type, s.size, s.isDeleted, s.isInvalid, s.fileHash, peers.map(s.holds), peers.map(s.announcesLive)))
+            }
+            #expect(inPlace > 100, "read in place: \(inPlace)")
+            #expect(decoded.count > 300)
+            #expect(summarised.sorted() == decoded.sorted())
+            log.close()
+        }
+    }
+
     /// A snapshot checked once (by its writer reading it back) is taken by a later process
     /// with its header and tables checked only: opening it reads next to none of it (every
     /// `kaiten` command at ten million paths read 1.7 GB first). Any change to the file since
