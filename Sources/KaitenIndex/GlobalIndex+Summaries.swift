@@ -81,4 +81,25 @@ extension GlobalIndex {
             if let entry = select(path: path, changes.entries) { try body(GlobalSummary(entry)) }
         }
     }
+
+    /// Every entry `device` announced that is not invalid, in no particular order. A path whose
+    /// only announcement is an invalid one is passed over in place: a device that holds 1 % of
+    /// a folder announces the rest as "not held", ten million such entries at scale, and the
+    /// plan decoded every one to keep none.
+    public func forEachValidEntry(from device: DeviceID, _ body: (String, FileEntry) throws -> Void) rethrows {
+        guard let n = deviceNumbers[device] else { return }
+        func visit(_ path: String, _ list: [(device: UInt16, entry: FileEntry)]) throws {
+            if let item = list.first(where: { $0.device == n }), !item.entry.isInvalid { try body(path, item.entry) }
+        }
+        if let base {
+            var passed = PassedPages(base)
+            defer { passed.finish() }
+            for i in 0..<base.pathCount {
+                passed.reached(i)
+                if !isTouched(i), let sole = base.soleAnnouncement(i), sole.device != n || sole.flags & 2 != 0 { continue }
+                try visitBase(i, visit)
+            }
+        }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { try visit(path, changes.entries) }
+    }
 }

@@ -161,9 +161,7 @@ public enum Planner {
         defer { log.close() }
         let me = home.identity.deviceID
         var announced: [String: FileEntry] = [:]
-        log.index.forEachEntry { name, owner, entry in
-            if owner == me && !entry.isInvalid { announced[name] = entry }
-        }
+        log.index.forEachValidEntry(from: me) { name, entry in announced[name] = entry }
         return announced
     }
 

@@ -505,6 +505,17 @@ struct IndexSnapshotTests {
             #expect(inPlace > 100, "read in place: \(inPlace)")
             #expect(decoded.count > 300)
             #expect(summarised.sorted() == decoded.sorted())
+            // A device's valid announcements, the invalid ones passed over in place.
+            for peer in peers {
+                var all: [String] = []
+                log.index.forEachEntry { path, owner, entry in
+                    if owner == peer && !entry.isInvalid { all.append("\(path) \(entry.sequence)") }
+                }
+                var valid: [String] = []
+                log.index.forEachValidEntry(from: peer) { path, entry in valid.append("\(path) \(entry.sequence)") }
+                #expect(!all.isEmpty)
+                #expect(valid.sorted() == all.sorted())
+            }
             log.close()
         }
     }
