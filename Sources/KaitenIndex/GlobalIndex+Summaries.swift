@@ -13,8 +13,9 @@ public struct GlobalSummary {
     public let fileHash: ContentHash?
     /// The whole global version: present when the path was not summarised in place.
     public let entry: GlobalEntry?
-    /// The one device that announced the path, when summarised in place.
-    let soleDevice: DeviceID?
+    /// The number of the one device that announced the path, when summarised in place (a
+    /// number, not an ID: copying and comparing IDs cost more than the rest of a summary).
+    let soleDevice: UInt16?
 
     init(_ entry: GlobalEntry) {
         path = entry.path
@@ -27,7 +28,7 @@ public struct GlobalSummary {
         soleDevice = nil
     }
 
-    init(path: String, device: DeviceID, type: BEPFileInfoType, flags: UInt8, size: Int64, contentHash: ContentHash) {
+    init(path: String, device: UInt16, type: BEPFileInfoType, flags: UInt8, size: Int64, contentHash: ContentHash) {
         self.path = path
         self.type = type
         self.size = size
@@ -39,22 +40,31 @@ public struct GlobalSummary {
     }
 
     /// Whether `device` holds the global version validly.
-    public func holds(_ device: DeviceID) -> Bool {
-        if let entry { return entry.holders.contains(device) }
-        return !isInvalid && soleDevice == device
+    public func holds(_ device: GlobalIndex.Device) -> Bool {
+        if let entry { return entry.holders.contains(device.id) }
+        return !isInvalid && soleDevice != nil && soleDevice == device.number
     }
 
     /// Whether `device`'s own announcement of the path is live (neither deleted nor invalid).
-    public func announcesLive(_ device: DeviceID) -> Bool {
+    public func announcesLive(_ device: GlobalIndex.Device) -> Bool {
         if let entry {
-            guard let theirs = entry.versions[device] else { return false }
+            guard let theirs = entry.versions[device.id] else { return false }
             return !theirs.isDeleted && !theirs.isInvalid
         }
-        return soleDevice == device && !isDeleted && !isInvalid
+        return soleDevice != nil && soleDevice == device.number && !isDeleted && !isInvalid
     }
 }
 
 extension GlobalIndex {
+    /// A device as this index numbers it, for ``GlobalSummary/holds(_:)``.
+    public struct Device {
+        public let id: DeviceID
+        /// Nil when the device announced nothing here.
+        let number: UInt16?
+    }
+
+    public func device(_ id: DeviceID) -> Device { Device(id: id, number: deviceNumbers[id]) }
+
     /// Every path's global version as a ``GlobalSummary``, in no particular order: what the
     /// folder figures and totals walk. At ten million paths decoding every announcement into a
     /// ``GlobalEntry`` (its arrays, its version vector) was most of a status request's 11 s.
@@ -68,7 +78,7 @@ extension GlobalIndex {
                     guard !voidedInBase.contains(sole.device) else { continue }
                     try body(
                         GlobalSummary(
-                            path: base.name(i), device: devices[Int(sole.device)], type: sole.type, flags: sole.flags, size: sole.size,
+                            path: base.name(i), device: sole.device, type: sole.type, flags: sole.flags, size: sole.size,
                             contentHash: sole.contentHash))
                     continue
                 }

@@ -102,6 +102,7 @@ public struct FolderCompletion: Sendable, Equatable {
     /// A peer: every live path whose global version it does not hold.
     public static func remote(global: GlobalIndex, device: DeviceID, needed: ((GlobalEntry) -> Void)? = nil) -> FolderCompletion {
         var result = FolderCompletion()
+        let device = global.device(device)
         global.forEachGlobalSummary { summary in
             guard !summary.isInvalid else { return }
             if summary.isDeleted {

@@ -291,20 +291,8 @@ public struct Selection: Sendable {
     /// Selected paths: literal lines and the paths glob lines matched.
     public private(set) var roots: Set<String>
     let ignores: [Glob]
-    /// Which UTF-8 lengths the roots have: a path or ancestor of another length is not looked
-    /// up (the figures ask about every path of the index, ten million at scale, each with its
-    /// ancestors).
-    private var rootLengths: [Bool] = []
-
-    private static func lengths(of roots: Set<String>) -> [Bool] {
-        var lengths = [Bool](repeating: false, count: (roots.lazy.map(\.utf8.count).max() ?? 0) + 1)
-        for root in roots { lengths[root.utf8.count] = true }
-        return lengths
-    }
-
-    private func isRoot(_ path: Substring, length: Int) -> Bool {
-        length < rootLengths.count && rootLengths[length] && roots.contains(String(path))
-    }
+    /// The roots as a table over their bytes, when all are ASCII: ``isSelected(_:)``'s fast path.
+    private var asciiRoots: ASCIIRootTable?
 
     /// Resolves a selection file's lines against the global index and, in a folder that sends,
     /// against the files on disk (`local`): a pattern selects a new local file there as
@@ -333,7 +321,7 @@ public struct Selection: Sendable {
         }
         self.roots = roots
         ignores = []
-        rootLengths = Self.lengths(of: roots)
+        asciiRoots = ASCIIRootTable(roots)
     }
 
     init(_ file: SelectionFile, global: GlobalIndex, local: LocalTree? = nil, warnings: inout [String]) {
@@ -376,7 +364,7 @@ public struct Selection: Sendable {
                 warnings.append("selection pattern \"\(pattern.pattern)\" matches nothing in \(place)")
             }
         }
-        rootLengths = Self.lengths(of: roots)
+        asciiRoots = ASCIIRootTable(roots)
     }
 
     /// Whether a `(?d)` line names this path or one of its parents (syncthing matches an
@@ -444,13 +432,17 @@ public struct Selection: Sendable {
     /// Selected itself or through a selected parent, and not globally ignored.
     public func isSelected(_ path: String) -> Bool {
         guard !roots.isEmpty else { return false }
-        let utf8 = path.utf8
-        var found = isRoot(path[...], length: utf8.count)
+        if let asciiRoots {
+            var bytes = path
+            if let found = bytes.withUTF8({ asciiRoots.selects($0) }) { return found && !isGloballyIgnored(path) }
+        }
+        var found = roots.contains(path)
         if !found {
             // Byte-wise: '/' is ASCII, so every match is a character boundary.
+            let utf8 = path.utf8
             var end = utf8.endIndex
             while let slash = utf8[..<end].lastIndex(of: UInt8(ascii: "/")) {
-                if isRoot(path[..<slash], length: utf8.distance(from: utf8.startIndex, to: slash)) {
+                if roots.contains(String(path[..<slash])) {
                     found = true
                     break
                 }

@@ -500,7 +500,9 @@ struct IndexSnapshotTests {
             var inPlace = 0
             log.index.forEachGlobalSummary { s in
                 if s.entry == nil { inPlace += 1 }
-                summarised.append(row(s.path, s.type, s.size, s.isDeleted, s.isInvalid, s.fileHash, peers.map(s.holds), peers.map(s.announcesLive)))
+                summarised.append(row(
+                    s.path, s.type, s.size, s.isDeleted, s.isInvalid, s.fileHash, peers.map { s.holds(log.index.device($0)) },
+                    peers.map { s.announcesLive(log.index.device($0)) }))
             }
             #expect(inPlace > 100, "read in place: \(inPlace)")
             #expect(decoded.count > 300)
