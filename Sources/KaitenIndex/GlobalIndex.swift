@@ -199,14 +199,28 @@ public struct GlobalIndex: Sendable {
     /// end gives back the whole mapping, not only the ranges walked: the binary searches that
     /// found where each range starts touched pages elsewhere, and the kernel maps a large
     /// folio of the page cache (up to 2 MiB) at a single touch.
+    ///
+    /// A walk also asks the kernel to read ahead of it once it has passed ``readAheadAfter``
+    /// paths in a row: the mapping is advised random (lookups jump around), so from a cold page
+    /// cache each page a walk touched was a read of its own, 4 KiB at a time: 81 s for a
+    /// status at ten million paths that a sequential read of the same file does in 2 s.
     struct PassedPages {
         static let stride = 1 << 16
         /// Fewer paths than this and a walk leaves its pages (an `ls` of one directory): the
         /// next round's release takes them.
         static let releasedAfter = 1 << 12
+        /// Paths passed in a row before a walk reads ahead, and how many it reads ahead at a
+        /// time (about 5 MB of records): an `ls` of one directory reads nothing it does not list.
+        static let readAheadAfter = 1 << 10
+        static let readAhead = 1 << 15
         let base: IndexSnapshot
         private var from: Int
         private var passed = 0
+        /// Where the current run of consecutive paths began, the path expected next, and how far
+        /// the kernel was asked to read.
+        private var runStart = 0
+        private var next = -1
+        private var readUpTo = 0
         init(_ base: IndexSnapshot) {
             self.base = base
             from = 0
@@ -215,6 +229,16 @@ public struct GlobalIndex: Sendable {
         mutating func start(at i: Int) { from = i }
         mutating func reached(_ i: Int) {
             passed += 1
+            if i != next {
+                runStart = i
+                readUpTo = i
+            }
+            next = i + 1
+            if i - runStart >= Self.readAheadAfter, i + Self.readAhead >= readUpTo {
+                let start = Swift.max(readUpTo, i)
+                readUpTo = Swift.min(base.pathCount, start + 2 * Self.readAhead)
+                base.readAhead(from: start, before: readUpTo)
+            }
             guard i - from >= Self.stride else { return }
             base.releaseWalked(from: from, before: i)
             from = i

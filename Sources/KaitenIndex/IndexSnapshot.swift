@@ -213,8 +213,11 @@ public final class IndexSnapshot: @unchecked Sendable {
             let window = 8 << 20
             var crc: UInt32 = 0
             var at16 = 16
+            willNeed(raw, from: 0, to: min(raw.count, window))
             while at16 < raw.count {
                 let end = min(raw.count, (at16 / window + 1) * window)
+                // The next window is read while this one is summed (the mapping is advised random).
+                willNeed(raw, from: end, to: min(raw.count, end + window))
                 crc = CRC32.checksum(UnsafeRawBufferPointer(rebasing: raw[at16..<end]), seed: crc)
                 release(raw, from: at16 == 16 ? 0 : at16, to: end)
                 at16 = end
@@ -426,6 +429,27 @@ public final class IndexSnapshot: @unchecked Sendable {
     /// between rounds.
     public func releasePages() {
         madvise(UnsafeMutableRawPointer(mutating: base), byteCount, MADV_DONTNEED)
+    }
+
+    /// Asks the kernel to read the slots and records of paths `start..<end` into the page cache
+    /// (MADV_WILLNEED: the reads are queued, nothing waits for them), for a walk about to pass them.
+    func readAhead(from start: Int, before end: Int) {
+        guard start < end, end <= pathCount else { return }
+        Self.willNeed(bytes, from: pathTable + 8 * start, to: pathTable + 8 * end)
+        Self.willNeed(bytes, from: recordStart(start), to: end < pathCount ? recordStart(end) : byteCount)
+    }
+
+    /// In pieces of 128 KiB: the kernel reads at most the device's read-ahead window of what
+    /// one call asks (128 KiB by default) and drops the rest.
+    private static func willNeed(_ raw: UnsafeRawBufferPointer, from: Int, to: Int) {
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let piece = 128 << 10
+        var start = from / page * page
+        while start < to {
+            let length = Swift.min(piece, to - start)
+            madvise(UnsafeMutableRawPointer(mutating: raw.baseAddress! + start), length, MADV_WILLNEED)
+            start += length
+        }
     }
 
     /// Gives back the pages of paths `start..<end` (their slots in the path table and their
