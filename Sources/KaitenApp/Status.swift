@@ -68,16 +68,8 @@ extension App {
                 let local = try? IndexLog.open(path: localPath, folderID: id, readOnly: true),
                 let checkpoint = local.checkpoints[opened.identity.deviceID]
             {
-                var (held, notHeld, deleted) = (0, 0, 0)
-                local.index.forEachEntry(from: opened.identity.deviceID) { entry in
-                    if entry.isInvalid {
-                        notHeld += 1
-                    } else if entry.isDeleted {
-                        deleted += 1
-                    } else {
-                        held += 1
-                    }
-                }
+                let mine = local.index.tally().figures(of: opened.identity.deviceID)
+                let (held, notHeld, deleted) = (mine.live, mine.notHeld, mine.deleted)
                 announced = StatusReport.Announced(
                     index_id: String(checkpoint.indexID, radix: 16), sequence: checkpoint.maxSequence,
                     held: held, not_held: notHeld, deleted: deleted)

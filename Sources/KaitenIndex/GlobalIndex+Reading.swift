@@ -359,18 +359,8 @@ extension GlobalIndex {
 
     /// The number of live (not deleted, not invalid) files, directories and bytes.
     public func totals() -> (files: Int, directories: Int, symlinks: Int, bytes: Int64) {
-        var result = (files: 0, directories: 0, symlinks: 0, bytes: Int64(0))
-        forEachGlobalSummary { g in
-            guard !g.isDeleted, !g.isInvalid else { return }
-            switch g.type {
-            case .directory: result.directories += 1
-            case .file:
-                result.files += 1
-                result.bytes += g.size
-            default: result.symlinks += 1
-            }
-        }
-        return result
+        let global = tally().global
+        return (global.files, global.directories, global.symlinks, global.bytes)
     }
 
     /// The global version among some announcements of one path, by syncthing's rule.

@@ -92,6 +92,14 @@ extension GlobalIndex {
         }
     }
 
+    /// The global versions of the paths named in `exact` and of those under the byte prefixes
+    /// in `prefixes` (a selection's coverage), as summaries.
+    public func forEachGlobalSummary(exact: [String], prefixes: [String], _ body: (GlobalSummary) throws -> Void) rethrows {
+        try forEachList(exact: exact, prefixes: prefixes) { path, list in
+            if let entry = select(path: path, list) { try body(GlobalSummary(entry)) }
+        }
+    }
+
     /// Every entry `device` announced that is not invalid, in no particular order. A path whose
     /// only announcement is an invalid one is passed over in place: a device that holds 1 % of
     /// a folder announces the rest as "not held", ten million such entries at scale, and the

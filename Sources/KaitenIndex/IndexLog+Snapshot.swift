@@ -121,6 +121,9 @@ extension IndexLog {
                 index.conflictRule = rule
                 snapshotCovers = covered
                 snapshotRejection = nil
+                // Counted now, while the pages just checked are in the page cache, and kept beside
+                // it: the first status request after an intake then reads none of it.
+                _ = index.tally()
             }
         } catch {
             throw IndexLogError(.io, file: snapshotPath, "the snapshot just written does not read back: \(error)")

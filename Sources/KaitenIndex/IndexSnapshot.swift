@@ -57,6 +57,10 @@ public final class IndexSnapshot: @unchecked Sendable {
 
     private let base: UnsafeRawPointer
     private let pathTable: Int
+    /// The file this was mapped from (set before the snapshot is shared).
+    private(set) var identity: FileIdentity?
+    /// The figures of this snapshot's paths, once counted or read (``tally(rule:compute:)``).
+    let keptTally = Mutex<(rule: ConflictRule, tally: IndexTally)?>(nil)
 
     private init(
         path: String, folderID: String, base: UnsafeRawPointer, size: Int, generation: UInt64, covered: Int64, live: Int64,
@@ -94,6 +98,7 @@ public final class IndexSnapshot: @unchecked Sendable {
     /// on its mapping.
     static func remove(path: String) {
         unlink(path)
+        unlink(Tally.path(of: path))
         unlink(CheckStamp.path(of: path))
         unlink(CheckStamp.path(of: path) + ".tmp")
         _ = checked.withLock { $0.removeValue(forKey: path) }
@@ -186,6 +191,7 @@ public final class IndexSnapshot: @unchecked Sendable {
                 madvise(mapped, size, MADV_DONTNEED)
                 CheckStamp(identity: identity, checksum: raw.u32(12)).write(of: path)
             }
+            snapshot.identity = identity
             checked.withLock { kept in
                 if kept.count >= Self.checkedKept && kept[path] == nil { kept.removeAll() }
                 kept[path] = (identity, snapshot)
@@ -430,6 +436,9 @@ public final class IndexSnapshot: @unchecked Sendable {
     public func releasePages() {
         madvise(UnsafeMutableRawPointer(mutating: base), byteCount, MADV_DONTNEED)
     }
+
+    /// The header's CRC of every byte.
+    var checksum: UInt32 { bytes.u32(12) }
 
     /// Asks the kernel to read the slots and records of paths `start..<end` into the page cache
     /// (MADV_WILLNEED: the reads are queued, nothing waits for them), for a walk about to pass them.

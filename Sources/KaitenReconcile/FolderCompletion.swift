@@ -15,6 +15,13 @@ public struct FolderCompletion: Sendable, Equatable {
 
         public init() {}
 
+        init(_ totals: IndexTally.Totals) {
+            files = totals.files
+            directories = totals.directories
+            symlinks = totals.symlinks
+            bytes = totals.bytes
+        }
+
         public var items: Int { files + directories + symlinks + deleted }
 
         mutating func add(_ type: BEPFileInfoType, size: Int64) {
@@ -48,7 +55,9 @@ public struct FolderCompletion: Sendable, Equatable {
     }
 
     /// This device: the selection's paths against the local tree (the scan cache's view: no
-    /// disk is read). `needed` is given each global entry counted in `need`.
+    /// disk is read). `needed` is given each global entry counted in `need`. The folder's
+    /// figures come from the index's tally and only the selection's coverage is walked, unless
+    /// a root's name keeps its coverage from being a byte range (then every path is).
     public static func local(
         global: GlobalIndex, selection: Selection, tree: LocalTree, needed: ((GlobalEntry) -> Void)? = nil
     ) -> FolderCompletion {
@@ -62,7 +71,7 @@ public struct FolderCompletion: Sendable, Equatable {
             case .symlink: result.local.symlinks += 1
             }
         }
-        global.forEachGlobalSummary { summary in
+        func visit(_ summary: GlobalSummary, countingGlobal: Bool) {
             guard !summary.isInvalid else { return }
             let selected = selection.isSelected(summary.path)
             if summary.isDeleted {
@@ -73,7 +82,7 @@ public struct FolderCompletion: Sendable, Equatable {
                 }
                 return
             }
-            result.global.add(summary.type, size: summary.size)
+            if countingGlobal { result.global.add(summary.type, size: summary.size) }
             guard selected else { return }
             result.wanted.add(summary.type, size: summary.size)
             if let mine = tree[summary.path] {
@@ -90,6 +99,13 @@ public struct FolderCompletion: Sendable, Equatable {
             result.need.add(summary.type, size: summary.size)
             hand(summary, in: global, to: needed)
         }
+        let coverage = selection.coverage
+        if coverage.everything {
+            global.forEachGlobalSummary { visit($0, countingGlobal: true) }
+        } else {
+            result.global = Counts(global.tally().global)
+            global.forEachGlobalSummary(exact: coverage.exact, prefixes: coverage.prefixes) { visit($0, countingGlobal: false) }
+        }
         return result
     }
 
@@ -99,9 +115,23 @@ public struct FolderCompletion: Sendable, Equatable {
         if let entry = summary.entry ?? global.global(summary.path) { needed(entry) }
     }
 
-    /// A peer: every live path whose global version it does not hold.
+    /// A peer: every live path whose global version it does not hold. Without `needed`, from
+    /// the index's tally (no walk).
     public static func remote(global: GlobalIndex, device: DeviceID, needed: ((GlobalEntry) -> Void)? = nil) -> FolderCompletion {
         var result = FolderCompletion()
+        if needed == nil {
+            let tally = global.tally()
+            let figures = tally.figures(of: device)
+            result.global = Counts(tally.global)
+            result.wanted = result.global
+            result.local = Counts(figures.holds)
+            result.need.files = result.global.files - result.local.files
+            result.need.directories = result.global.directories - result.local.directories
+            result.need.symlinks = result.global.symlinks - result.local.symlinks
+            result.need.bytes = result.global.bytes - result.local.bytes
+            result.need.deleted = figures.liveOnDeleted
+            return result
+        }
         let device = global.device(device)
         global.forEachGlobalSummary { summary in
             guard !summary.isInvalid else { return }

@@ -1,4 +1,6 @@
+import KaitenIndex
 import KaitenProtocol
+import KaitenScan
 import Testing
 
 @testable import KaitenReconcile
@@ -41,6 +43,73 @@ struct FolderCompletionTests {
         f.onDisk("docs/gone.txt", "g")
         let c = try local(f)
         #expect(c.need.deleted == 1 && c.need.files == 0 && c.percent == 95)
+    }
+
+    /// The figures counted the slow way: every global version against the selection.
+    static func walked(_ global: GlobalIndex, _ selection: Selection, _ tree: LocalTree) -> FolderCompletion {
+        var result = FolderCompletion()
+        for file in tree.files where file.kind == .file {
+            result.local.files += 1
+            result.local.bytes += file.size
+        }
+        result.local.directories = tree.files.filter { $0.kind == .directory }.count
+        result.local.symlinks = tree.files.filter { $0.kind == .symlink }.count
+        global.forEachGlobal { e in
+            guard !e.file.isInvalid else { return }
+            let selected = selection.isSelected(e.path)
+            if e.file.isDeleted {
+                if selected, tree[e.path] != nil { result.need.deleted += 1 }
+                return
+            }
+            result.global.add(e.file.type, size: e.file.size)
+            guard selected else { return }
+            result.wanted.add(e.file.type, size: e.file.size)
+            if let mine = tree[e.path],
+                e.file.type == .directory ? mine.kind == .directory : Reconciler.contentHash(of: mine) == Reconciler.contentHash(of: e.file)
+            {
+                return
+            }
+            result.need.add(e.file.type, size: e.file.size)
+        }
+        return result
+    }
+
+    /// Only the selection's coverage is walked, the folder's figures taken from the index's
+    /// tally: the result is the walk of every path's, for roots whose coverage is byte ranges
+    /// and for one outside ASCII (whose coverage is everything); a peer's, from the tally, is
+    /// the one its need list is counted with.
+    @Test func theCoverageAndTheTallyCountWhatAWalkOfEveryPathCounts() throws {
+        var f = Fixture()
+        f.announce("docs", type: .directory)
+        for name in ["docs/a.txt", "docs/b.txt", "docs-old/c.txt", "docsx", "other/d.txt", "other/deep/e.txt", "Zeta/f.txt"] {
+            f.announce(name, name)
+        }
+        f.announce("docs/gone.txt", "g", version: 2, deleted: true)
+        f.announce("docs/gone.txt", "g", version: 1, by: Fixture.peerB)
+        f.announce("other/gone.txt", "h", version: 2, deleted: true)
+        f.announce("docs/bad.txt", "x", invalid: true)
+        f.announce("caf\u{E9}/g.txt", "g")
+        f.announce("docs/b.txt", "b-old", version: 0, by: Fixture.peerB)
+        f.onDisk("docs", kind: .directory)
+        f.onDisk("docs/a.txt", "docs/a.txt")
+        f.onDisk("docs/b.txt", "an older b")
+        f.onDisk("docs/gone.txt", "g")
+        f.onDisk("other/gone.txt", "h")
+        for selection in ["docs\nother/deep\n", "docs/a.txt\nZeta\n", "cafe\u{301}\ndocs\n", "other\n"] {
+            let file = try SelectionFile.parse(selection, file: "sel.txt")
+            let chosen = Selection(file, global: f.global)
+            var listed = 0
+            let counted = FolderCompletion.local(global: f.global, selection: chosen, tree: f.local) { _ in listed += 1 }
+            #expect(counted == Self.walked(f.global, chosen, f.local), "selection \(selection.debugDescription)")
+            #expect(counted.need.items == listed)
+        }
+        for peer in [Fixture.peerA, Fixture.peerB] {
+            var needed = 0
+            let walked = FolderCompletion.remote(global: f.global, device: peer) { _ in needed += 1 }
+            #expect(FolderCompletion.remote(global: f.global, device: peer) == walked)
+            #expect(walked.need.items == needed)
+        }
+        #expect(FolderCompletion.remote(global: f.global, device: Fixture.peerB).need.deleted == 1)
     }
 
     @Test func aPeerNeedsTheGlobalVersionsItDoesNotHold() {
