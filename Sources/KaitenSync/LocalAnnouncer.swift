@@ -7,6 +7,7 @@ import KaitenPeer
 import KaitenProtocol
 import KaitenReconcile
 import KaitenScan
+import KaitenSelection
 
 /// Keeps this device's local index of each folder current and sends peers what they miss of
 /// it. One job: the deciding is ``Announcement``, the storing ``LocalIndex``.
@@ -26,6 +27,9 @@ public final class LocalAnnouncer {
                 indexID: stored[folder] ?? 0, renewIndexID: { try ids.renew(folder) }, warn: warn)
         }
     }
+
+    /// The local index of `folder`, when this announcer holds it.
+    func index(_ folder: String) -> LocalIndex? { indexes[folder] }
 
     public func close() {
         for index in indexes.values { index.close() }
@@ -87,19 +91,69 @@ public final class LocalAnnouncer {
         // costs a walk of its whole global index otherwise, on every sync).
         let basisPath = (home.home.stateDirectory as NSString).appendingPathComponent("announced-basis/\(Home.fileSafeName(folder))")
         let basis = Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index)
-        if let recorded = FileManager.default.contents(atPath: basisPath), recorded == Data(basis.utf8) { return 0 }
+        let recorded = FileManager.default.contents(atPath: basisPath)
+        if let recorded, recorded == Data(basis.utf8) { return 0 }
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
+        let selectionBytes = FileManager.default.contents(atPath: home.home.selectionPath(folderID: folder)) ?? Data()
         let changed: [BEPFileInfo]
         if home.config.folder(id: folder)?.type == .receiveencrypted {
             changed = try index.update(each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, body) }) { _ in [] }
+        } else if let recorded, let paths = Self.pathsAnEditedSelectionMoves(
+            recordedBasis: recorded, basis: basis, recordedSelection: FileManager.default.contents(atPath: basisPath + ".selection"),
+            log: log, local: local, home: home, folder: folder)
+        {
+            let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
+            let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
+            let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
+            changed = try index.update(
+                each: { body in
+                    try Announcement.forEachDesired(
+                        global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
+                }
+            ) { name in
+                guard let global = log.index.global(name) else { return [] }
+                return try log.blocks(of: global.file)
+            }
         } else {
             changed = try announceHeld(folder: folder, log: log, local: local, index: index)
         }
-        // Recorded only once the update is on disk: a failed refresh is redone next time.
+        // Recorded only once the update is on disk: a failed refresh is redone next time. The
+        // selection is kept with it: the next refresh after an edit of it alone compares only
+        // the paths either version reaches.
         try? FileManager.default.createDirectory(
             atPath: (basisPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try? AtomicFile.write(Array(selectionBytes), to: basisPath + ".selection", mode: 0o600)
         try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index).utf8), to: basisPath, mode: 0o600)
         return changed.count
+    }
+
+    /// When only the selection file changed since the last refresh (the global log, the local
+    /// index and the scan cache as they were) and the selection it was made with is at hand:
+    /// the paths either selection reaches (its coverage, in the global index and on disk), the
+    /// only ones whose announcement can differ. Nil otherwise (every path is compared): a
+    /// selection edit at ten million paths cost a walk of all of them.
+    static func pathsAnEditedSelectionMoves(
+        recordedBasis: Data, basis: String, recordedSelection: Data?, log: IndexLog, local: LocalTree, home: KaitenHome, folder: String
+    ) -> Set<String>? {
+        let marker = "; selection "
+        guard let recordedSelection, let recordedBasis = String(data: recordedBasis, encoding: .utf8),
+            let cut = recordedBasis.range(of: marker), let now = basis.range(of: marker),
+            recordedBasis[..<cut.lowerBound] == basis[..<now.lowerBound],
+            recordedBasis[cut.upperBound...].trimmingCharacters(in: .whitespacesAndNewlines)
+                == Hex.encode(SHA256.hash(data: recordedSelection)),
+            let recordedText = String(data: recordedSelection, encoding: .utf8),
+            let before = try? SelectionFile.parse(recordedText, file: "recorded selection"),
+            let (after, _) = try? Planner.readSelection(home.home.selectionPath(folderID: folder))
+        else { return nil }
+        let sends = sending(home: home, folder: folder, rule: log.conflictRule) != nil
+        var paths: Set<String> = []
+        for file in [before, after] {
+            let coverage = Selection(file, global: log.index, local: sends ? local : nil).coverage
+            guard !coverage.everything else { return nil }
+            log.index.forEachGlobal(exact: coverage.exact, prefixes: coverage.prefixes) { paths.insert($0.path) }
+            for here in local.files where coverage.covers(here.path) { paths.insert(here.path) }
+        }
+        return paths
     }
 
     /// The announcements of a folder held in plain text, by the selection (``Announcement``).
