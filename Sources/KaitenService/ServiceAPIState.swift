@@ -230,8 +230,7 @@ final class ServiceAPIState: APIState, @unchecked Sendable {  // KaitenHome is r
             // counter). The peers may hold it by the time the round ends, so what they announced
             // cannot say; a file made here and edited here again is said added again.
             var changes = APIEvents.LocalChanges()
-            log.index.forEachEntry(from: me) { entry in
-                guard entry.sequence > since else { return }
+            log.index.forEachEntry(from: me, after: Int64(since)) { entry in
                 let isNew = entry.version.counters.allSatisfy { $0.id == mine }
                 changes.add(APIEvents.LocalChange(entry: entry, madeHere: entry.modifiedBy == mine, isNew: isNew))
             }

@@ -116,4 +116,29 @@ extension IndexSnapshotTests {
             writer.close()
         }
     }
+
+    /// A device's entries above a sequence are the filtered walk's, whether the snapshot holds
+    /// some of them (a walk) or none (the tail alone is read).
+    @Test func entriesAboveASequenceAreTheWalksWithTheSnapshotOrWithout() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            defer { log.close() }
+            try Self.fill(log, from: 0, count: 300, full: true)
+            try Self.fill(log, from: 0, count: 100, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            try Self.fill(log, from: 250, count: 100)
+            try Self.fill(log, from: 400, count: 20, peer: Self.peerB, indexID: 22)
+            let covered = try #require(log.index.base?.checkpoints.first { $0.device == Self.peerA }?.checkpoint.maxSequence)
+            for peer in [Self.peerA, Self.peerB] {
+                for after in [Int64(0), 150, covered - 1, covered, covered + 10, 10_000] {
+                    var walked: [String] = []
+                    log.index.forEachEntry(from: peer) { if $0.sequence > after { walked.append("\($0.name) \($0.sequence)") } }
+                    var read: [String] = []
+                    log.index.forEachEntry(from: peer, after: after) { read.append("\($0.name) \($0.sequence)") }
+                    #expect(read.sorted() == walked.sorted(), "after \(after)")
+                    if after == covered && peer == Self.peerA { #expect(walked.count >= 50) }
+                }
+            }
+        }
+    }
 }
