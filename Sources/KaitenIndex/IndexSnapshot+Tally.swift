@@ -29,8 +29,7 @@ extension IndexSnapshot {
     ///
     /// Trust: the figures decide nothing (they are shown: counts, completion); a file that does
     /// not parse, fails its CRC, names another snapshot or rule, or counts other devices is
-    /// ignored and counted again. Written to a temporary file and renamed, not fsynced: one lost
-    /// in a crash costs a walk.
+    /// ignored and counted again. A ``Sidecar``: one lost in a crash costs a walk.
     enum Tally {
         static let magic: [UInt8] = Array("KAITENTL".utf8)
         static let headerSize = 8 + 7 * 8 + 4 + 4 + 4 + 4
@@ -41,12 +40,7 @@ extension IndexSnapshot {
 
         static func write(_ tally: IndexTally, of snapshotPath: String, identity: FileIdentity, checksum: UInt32, rule: ConflictRule) {
             var bytes: [UInt8] = magic
-            bytes.appendLE(identity.device)
-            bytes.appendLE(identity.inode)
-            bytes.appendLE(UInt64(bitPattern: identity.size))
-            for value in [identity.modifiedS, identity.modifiedNs, identity.changedS, identity.changedNs] {
-                bytes.appendLE(UInt64(bitPattern: Int64(value)))
-            }
+            identity.append(to: &bytes)
             bytes.appendLE(checksum)
             bytes.appendLE(UInt32(rule == .syncthing1 ? 1 : 2))
             bytes.appendLE(UInt32(tally.deviceIDs.count))
@@ -64,42 +58,21 @@ extension IndexSnapshot {
                     bytes.appendLE(UInt64(bitPattern: Int64(value)))
                 }
             }
-            bytes.appendLE(bytes.withUnsafeBytes { CRC32.checksum($0) })
-            let target = path(of: snapshotPath)
-            let temp = target + ".tmp"
-            let fd = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { return }
-            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            Glibc.close(fd)
-            guard written == bytes.count, rename(temp, target) == 0 else {
-                unlink(temp)
-                return
-            }
+            Sidecar.write(bytes, to: path(of: snapshotPath))
         }
 
         /// The figures kept beside `snapshotPath` for that file and rule; nil otherwise.
         static func read(
             of snapshotPath: String, identity: FileIdentity, checksum: UInt32, rule: ConflictRule, devices: [DeviceID]
         ) -> IndexTally? {
-            let expected = headerSize + totalsSize + deviceSize * devices.count + 4
-            guard devices.count <= Int(UInt16.max) + 1 else { return nil }
-            let fd = Glibc.open(path(of: snapshotPath), O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { return nil }
-            defer { Glibc.close(fd) }
-            var bytes = [UInt8](repeating: 0, count: expected + 1)
-            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
-            guard n == expected else { return nil }
+            guard devices.count <= Int(UInt16.max) + 1,
+                let bytes = Sidecar.read(path(of: snapshotPath), size: headerSize + totalsSize + deviceSize * devices.count + 4)
+            else { return nil }
             return bytes.withUnsafeBytes { raw -> IndexTally? in
-                guard Array(raw[0..<8]) == magic,
-                    raw.u32(expected - 4) == CRC32.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<(expected - 4)]))
+                guard Array(raw[0..<8]) == magic, FileIdentity(raw, at: 8) == identity, raw.u32(64) == checksum,
+                    raw.u32(68) == (rule == .syncthing1 ? 1 : 2), Int(raw.u32(72)) == devices.count
                 else { return nil }
                 func int(_ at: Int) -> Int { Int(Int64(bitPattern: raw.u64(at))) }
-                let stored = FileIdentity(
-                    device: raw.u64(8), inode: raw.u64(16), size: Int64(bitPattern: raw.u64(24)), modifiedS: int(32),
-                    modifiedNs: int(40), changedS: int(48), changedNs: int(56))
-                guard stored == identity, raw.u32(64) == checksum, raw.u32(68) == (rule == .syncthing1 ? 1 : 2),
-                    Int(raw.u32(72)) == devices.count
-                else { return nil }
                 func totals(_ at: Int) -> IndexTally.Totals {
                     var totals = IndexTally.Totals()
                     totals.files = int(at)

@@ -99,6 +99,7 @@ public final class IndexSnapshot: @unchecked Sendable {
     static func remove(path: String) {
         unlink(path)
         unlink(Tally.path(of: path))
+        unlink(Tally.path(of: path) + ".tmp")
         unlink(CheckStamp.path(of: path))
         unlink(CheckStamp.path(of: path) + ".tmp")
         _ = checked.withLock { $0.removeValue(forKey: path) }

@@ -102,18 +102,7 @@ public final class LocalAnnouncer {
             recordedBasis: recorded, basis: basis, recordedSelection: FileManager.default.contents(atPath: basisPath + ".selection"),
             log: log, local: local, home: home, folder: folder)
         {
-            let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
-            let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
-            let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
-            changed = try index.update(
-                each: { body in
-                    try Announcement.forEachDesired(
-                        global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
-                }
-            ) { name in
-                guard let global = log.index.global(name) else { return [] }
-                return try log.blocks(of: global.file)
-            }
+            changed = try announceHeld(folder: folder, log: log, local: local, index: index, only: paths)
         } else {
             changed = try announceHeld(folder: folder, log: log, local: local, index: index)
         }
@@ -156,15 +145,25 @@ public final class LocalAnnouncer {
         return paths
     }
 
-    /// The announcements of a folder held in plain text, by the selection (``Announcement``).
-    private func announceHeld(folder: String, log: IndexLog, local: LocalTree, index: LocalIndex) throws -> [BEPFileInfo] {
+    /// The announcements of a folder held in plain text, by its selection file (``Announcement``):
+    /// of every path, or of `paths` only.
+    private func announceHeld(
+        folder: String, log: IndexLog, local: LocalTree, index: LocalIndex, only paths: Set<String>? = nil
+    ) throws -> [BEPFileInfo] {
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
         let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
-        return try index.update(
+        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths)
+    }
+
+    /// Records in `index` what is to be announced of every path (or of `paths`) that differs.
+    private func announce(
+        index: LocalIndex, log: IndexLog, local: LocalTree, selection: Selection, sending: Announcement.Sending?, only paths: Set<String>?
+    ) throws -> [BEPFileInfo] {
+        try index.update(
             each: { body in
                 try Announcement.forEachDesired(
-                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, body)
+                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
             }
         ) { name in
             guard let global = log.index.global(name) else { return [] }
@@ -184,16 +183,7 @@ public final class LocalAnnouncer {
                 .count
         }
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
-        let changed = try index.update(
-            each: { body in
-                try Announcement.forEachDesired(
-                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
-            }
-        ) { name in
-            guard let global = log.index.global(name) else { return [] }
-            return try log.blocks(of: global.file)
-        }
-        return changed.count
+        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths).count
     }
 
     /// How a folder that sends is announced; nil for `receiveonly`.

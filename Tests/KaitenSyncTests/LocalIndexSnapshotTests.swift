@@ -14,33 +14,43 @@ import Testing
 struct LocalIndexSnapshotTests {
     static let peer = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
 
-    @Test func closingAfterASyncSnapshotsABigLocalIndexAndItIsReadFromIt() throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let home = Home(path: directory.file("home"))
+    /// A home under `directory` with a receive-only folder `f` shared with ``peer``.
+    static func home(in directory: TemporaryDirectory, name: String = "home") throws -> KaitenHome {
+        let home = Home(path: directory.file(name))
         _ = try KaitenHome.initialize(home, name: "k", listenAddress: "tcp://127.0.0.1:0")
         let config = try ConfigFile.load(path: home.configPath)
         try config.addDevice(DeviceConfiguration(id: Self.peer, name: "a", addresses: ["tcp://127.0.0.1:22000"]))
-        try FileManager.default.createDirectory(atPath: directory.file("data/.stfolder"), withIntermediateDirectories: true)
-        try config.addFolder(FolderConfiguration(id: "f", path: directory.file("data"), type: .receiveonly, devices: [Self.peer]))
+        try FileManager.default.createDirectory(atPath: directory.file("\(name)-data/.stfolder"), withIntermediateDirectories: true)
+        try config.addFolder(FolderConfiguration(id: "f", path: directory.file("\(name)-data"), type: .receiveonly, devices: [Self.peer]))
         try config.write()
-        let opened = try KaitenHome.open(home)
+        return try KaitenHome.open(home)
+    }
+
+    /// `count` files of 4 KiB in 30 directories, as ``peer`` announces them.
+    static func peerFiles(_ count: Int) -> [BEPFileInfo] {
+        (0..<count).map { n -> BEPFileInfo in
+            var file = BEPFileInfo()
+            file.name = "d\(n % 30)/f\(n).bin"
+            file.size = 4096
+            file.sequence = Int64(n + 1)
+            file.modifiedS = 1_790_000_000
+            file.permissions = 0o644
+            var counter = BEPCounter()
+            counter.id = Self.peer.shortID
+            counter.value = UInt64(n + 1)
+            file.version.counters = [counter]
+            return file
+        }
+    }
+
+    @Test func closingAfterASyncSnapshotsABigLocalIndexAndItIsReadFromIt() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let opened = try Self.home(in: directory)
         try IndexLog.$snapshotThreshold.withValue(64 << 10) {
             let logs = try IndexSync.openLogs(home: opened, folders: ["f"], warn: { _ in })
             let log = try #require(logs["f"])
-            let files = (0..<3000).map { n -> BEPFileInfo in
-                var file = BEPFileInfo()
-                file.name = "d\(n % 30)/f\(n).bin"
-                file.size = 4096
-                file.sequence = Int64(n + 1)
-                file.modifiedS = 1_790_000_000
-                file.permissions = 0o644
-                var counter = BEPCounter()
-                counter.id = Self.peer.shortID
-                counter.value = UInt64(n + 1)
-                file.version.counters = [counter]
-                return file
-            }
+            let files = Self.peerFiles(3000)
             try log.apply(device: Self.peer, indexID: 7, files: files, isFullIndex: true)
             let announcer = try LocalAnnouncer(home: opened, folders: ["f"])
             try announcer.refresh(logs: logs)

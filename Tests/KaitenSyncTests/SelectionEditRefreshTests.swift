@@ -17,29 +17,9 @@ struct SelectionEditRefreshTests {
 
     /// A home with a folder of 3,000 files a peer announced, and its global log.
     static func home(_ directory: TemporaryDirectory, _ name: String) throws -> (KaitenHome, [String: IndexLog]) {
-        let home = Home(path: directory.file(name))
-        _ = try KaitenHome.initialize(home, name: "k", listenAddress: "tcp://127.0.0.1:0")
-        let config = try ConfigFile.load(path: home.configPath)
-        try config.addDevice(DeviceConfiguration(id: Self.peer, name: "a", addresses: ["tcp://127.0.0.1:22000"]))
-        try FileManager.default.createDirectory(atPath: directory.file("\(name)-data/.stfolder"), withIntermediateDirectories: true)
-        try config.addFolder(FolderConfiguration(id: "f", path: directory.file("\(name)-data"), type: .receiveonly, devices: [Self.peer]))
-        try config.write()
-        let opened = try KaitenHome.open(home)
+        let opened = try LocalIndexSnapshotTests.home(in: directory, name: name)
         let logs = try IndexSync.openLogs(home: opened, folders: ["f"], warn: { _ in })
-        let files = (0..<3000).map { n -> BEPFileInfo in
-            var file = BEPFileInfo()
-            file.name = "d\(n % 30)/f\(n).bin"
-            file.size = 4096
-            file.sequence = Int64(n + 1)
-            file.modifiedS = 1_790_000_000
-            file.permissions = 0o644
-            var counter = BEPCounter()
-            counter.id = Self.peer.shortID
-            counter.value = UInt64(n + 1)
-            file.version.counters = [counter]
-            return file
-        }
-        try logs["f"]!.apply(device: Self.peer, indexID: 7, files: files, isFullIndex: true)
+        try logs["f"]!.apply(device: Self.peer, indexID: 7, files: LocalIndexSnapshotTests.peerFiles(3000), isFullIndex: true)
         return (opened, logs)
     }
 
