@@ -3,13 +3,14 @@ import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSync
 
 /// A peer's index behind what it announced is partial only once its exchange has ended: a
 /// service's round that looks while the peer's batches are still coming in says nothing.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.ownThread, .timeLimit(.minutes(1)))
 struct IndexCompletenessTests {
     @Test func aPeerIsPartialOnlyOnceItsExchangeEnded() throws {
         let directory = try TemporaryDirectory()

@@ -2,6 +2,7 @@ import Foundation
 import KaitenIndex
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSync
@@ -9,7 +10,7 @@ import Testing
 /// What the intake does with a peer's batches on an open connection: stored under the index ID
 /// its exchange noted, a new ID starting the peer over, a batch from a peer never exchanged with
 /// refused. On a log in a directory, without a connection.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct IntakeLogsTests {
     static let peer = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
 

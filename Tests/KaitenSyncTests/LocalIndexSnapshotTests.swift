@@ -3,6 +3,7 @@ import KaitenConfig
 import KaitenIndex
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSync
@@ -10,7 +11,7 @@ import Testing
 /// A one-shot sync leaves this device's local index with a snapshot once it grew big (a fresh
 /// home records a "not held" entry per path of the folder): `plan` and `kaiten run` then read it
 /// in place instead of replaying every entry into memory.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct LocalIndexSnapshotTests {
     static let peer = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
 

@@ -2,13 +2,14 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSync
 
 /// What a reload compares to decide whether a peer's connection stays open: its entry and the
 /// folders shared with it, nothing else.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct PeerTermsTests {
     static let peer = try! DeviceID("P56IOI7-MZJNU2Y-IQGDREY-DM2MGTI-MGL3BXN-PQ6W5BM-TBBZ4TJ-XZWICQ2")
     static let other = try! DeviceID("MFZWI3D-BONSGYC-YLTMRWG-C43ENR5-QXGZDMM-FZWI3DP-BONSGYY-LTMRWAD")

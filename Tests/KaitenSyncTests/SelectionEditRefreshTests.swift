@@ -4,6 +4,7 @@ import KaitenIndex
 import KaitenProtocol
 import KaitenScan
 import KaitenTestSupport
+import KaitenTestThreads
 import Testing
 
 @testable import KaitenSync
@@ -11,7 +12,7 @@ import Testing
 /// After an edit of the selection alone, the local index is brought in line by comparing only
 /// the paths the old or the new selection reaches: what it announces then is what comparing
 /// every path announces.
-@Suite(.timeLimit(.minutes(5)))
+@Suite(.ownThread, .timeLimit(.minutes(5)))
 struct SelectionEditRefreshTests {
     static let peer = LocalIndexSnapshotTests.peer
 
