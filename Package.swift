@@ -332,8 +332,8 @@ let package = Package(
         .testTarget(
             name: "KaitenServiceTests",
             dependencies: [
-                "KaitenService", "KaitenProtocol", "KaitenConfig", "KaitenStream", "KaitenTransfer", "KaitenTestSupport", "KaitenTestThreads",
-                .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOCore", package: "swift-nio"),
+                "KaitenService", "KaitenFiles", "KaitenProtocol", "KaitenConfig", "KaitenStream", "KaitenTransfer", "KaitenTestSupport",
+                "KaitenTestThreads", .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -255,6 +255,14 @@ public final class Service: Sendable {
                 try? await Task.sleep(until: wake, clock: .continuous)
             }
         })
+        // What an idle service runs (a peer's ping, a status request, the timer above) maps the
+        // page cache's folios of its code whole again: unmapped once a minute, as after a round.
+        feeders.append(Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(60))
+                MappedCode.unmapIdlePages()
+            }
+        })
         for watch in options.imports {
             feeders.append(Task { [emit] in
                 var last: ImportWatch.Signature?
@@ -383,11 +391,12 @@ public final class Service: Sendable {
             counters.roundEnded()
             apiState?.roundEnded(folders: folderIDs)
             // glibc keeps a round's freed heap unless asked, and an idle service should not sit
-            // on a round's peak.
+            // on a round's peak, nor keep mapped the code a round ran once.
             sessions.settleIntake()
             for (folder, view) in live { view.betweenRounds(warn: { emit(ServiceEvent("warning", folder: folder, $0)) }) }
             FrameMemory.releaseKept()
             FreedHeap.giveBack()
+            MappedCode.unmapIdlePages()
             // Everything that arrived meanwhile (during the round, or the quiet time after the
             // first trigger) is one more round: a burst of changes is one round.
             woken = await trigger.wait()
