@@ -309,7 +309,7 @@ let package = Package(
         // scripts/bench: Kaiten next to syncthing on the same data in the same run. Not a test.
         .executableTarget(
             name: "kaiten-bench",
-            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenStream", "KaitenMount"],
+            dependencies: ["KaitenPeer", "KaitenConfig", "KaitenProtocol", "KaitenIndex", "KaitenTestSupport", "KaitenScan", "KaitenReconcile", "KaitenSelection", "KaitenApply", "KaitenTransfer", "KaitenSync", "KaitenStream", "KaitenMount", "KaitenFiles"],
             path: "Benchmarks/KaitenBench"
         ),
         .testTarget(name: "KaitenProtocolTests", dependencies: ["KaitenTestThreads", "KaitenProtocol", "KaitenTestSupport"]),

@@ -22,6 +22,7 @@
 // runs in a child process (`kaiten-bench client …`) so that its RSS is its own.
 import Foundation
 import KaitenConfig
+import KaitenFiles
 import KaitenIndex
 import KaitenPeer
 import KaitenProtocol
@@ -96,6 +97,8 @@ func runClient(_ args: [String]) async throws {
     var files: [BEPFileInfo] = []
     var peerIndexID: UInt64 = 0
     let log = mode == "index" ? try IndexLog.open(path: home.indexLogPath(folderID: folderID), folderID: folderID) : nil
+    // As `kaiten index sync` does once the handshake is done (IndexSync.exchange).
+    if log != nil { MappedCode.unmapIdlePages() }
     _ = try await connection.receiveIndexes(
         wanted: [folderID], me: identity.deviceID, timeout: 600,
         onClusterConfig: { peerIndexID = $0.device(peer, in: folderID)?.indexID ?? 0 }

@@ -298,6 +298,10 @@ public enum IndexSync {
     ) async throws -> [String: RemoteIndexState] {
         let me = home.identity.deviceID
         defer { IndexCompleteness.exchangeEnded(home.home, folders: shared.map(\.id), device: device.id) }
+        // What the start ran once (the arguments, config.xml, the TLS handshake) is done: its
+        // code is unmapped before the peer's index comes in, so that the intake's peak is the
+        // index and the code the intake runs, not every folio of code touched on the way.
+        MappedCode.unmapIdlePages()
         // The folders shared with the peer encrypted: from here on, what goes to it of them is
         // sealed and what comes from it opened (before the ClusterConfig tells it of them).
         connection.sealed.set(try SealedFolders.exchanges(for: device.id, in: shared))
