@@ -20,11 +20,14 @@ public enum MappedCode {
     /// breakpoint) counts as anonymous in `smaps`, and such a mapping is left alone, since
     /// dropping that page would bring back the file's bytes in its place.
     @discardableResult
-    public static func unmapIdlePages() -> Int {
+    public static func unmapIdlePages() -> Int { unmapIdlePages(where: { _ in true }) }
+
+    /// The same, for the candidates `include` takes (a test's own mappings).
+    static func unmapIdlePages(where include: (Mapping) -> Bool) -> Int {
         #if canImport(Glibc)
             guard let smaps = readSmaps() else { return 0 }
             var advised = 0
-            for mapping in candidates(inSmaps: smaps) {
+            for mapping in candidates(inSmaps: smaps) where include(mapping) {
                 if madvise(UnsafeMutableRawPointer(bitPattern: mapping.start), mapping.end - mapping.start, MADV_DONTNEED) == 0 {
                     advised += mapping.end - mapping.start
                 }

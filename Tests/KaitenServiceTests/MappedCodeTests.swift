@@ -1,4 +1,5 @@
 import Foundation
+import KaitenTestSupport
 import KaitenTestThreads
 import Testing
 
@@ -46,48 +47,60 @@ struct MappedCodeTests {
         #expect(found == [[0x1000, 0x3000], [0x3000, 0x9000], [0xe000, 0xf000]])
     }
 
-    /// In this process: the candidates read the same before and after their pages are dropped
-    /// (through `/proc/self/mem`, which reads a page past a file's end as an error instead of a
-    /// fault), and the resident pages of this test's own executable go down.
-    @Test func droppedPagesComeBackAsTheyWere() throws {
-        let memory = open("/proc/self/mem", O_RDONLY | O_CLOEXEC)
-        try #require(memory >= 0)
-        defer { close(memory) }
-        func digest(_ mapping: MappedCode.Mapping) -> Int {
-            var hasher = Hasher()
-            var page = [UInt8](repeating: 0, count: 1 << 20)
-            for address in stride(from: mapping.start, to: mapping.end, by: page.count) {
-                let wanted = min(page.count, mapping.end - address)
-                let count = page.withUnsafeMutableBytes { pread(memory, $0.baseAddress, wanted, off_t(address)) }
-                hasher.combine(count)
-                if count > 0 { page.withUnsafeBytes { hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: $0[..<count])) } }
-            }
-            return hasher.finalize()
+    /// In this process, over mappings of a file of the test's own: mapped executable (so the
+    /// file counts as code), read-only and clean, and written then made read-only (as the
+    /// loader leaves relocated data). The clean ones are unmapped (no page resident until read
+    /// again) and read the file's bytes again; the written one keeps its byte. Only this file's
+    /// mappings are dropped: the whole test process's code is not the test's to drop.
+    @Test func cleanMappingsAreUnmappedAndAWrittenOneKeepsItsPage() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("image")
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var bytes = [UInt8]()
+        for fill in [UInt8(ascii: "A"), UInt8(ascii: "B"), UInt8(ascii: "C")] { bytes += [UInt8](repeating: fill, count: page) }
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let length = bytes.count
+        func map(_ protection: Int32) throws -> UnsafeMutableRawPointer {
+            let address = mmap(nil, length, protection, MAP_PRIVATE, fd, 0)
+            try #require(address != MAP_FAILED, "mmap: errno \(errno)")
+            return try #require(address)
         }
-        func residentKilobytes(of mappings: [MappedCode.Mapping]) throws -> Int {
-            let text = try #require(MappedCode.readSmaps())
-            let starts = Set(mappings.map(\.start))
-            var total = 0
-            var counting = false
-            for line in String(decoding: text, as: UTF8.self).split(separator: "\n") {
-                if let dash = line.firstIndex(of: "-"), let start = Int(line[..<dash], radix: 16), line.contains(" ") {
-                    counting = starts.contains(start)
-                } else if counting, line.hasPrefix("Rss:") {
-                    total += Int(line.dropFirst(4).split(separator: " ").first ?? "") ?? 0
-                }
+        let code = try map(PROT_READ | PROT_EXEC)
+        let data = try map(PROT_READ)
+        let written = try map(PROT_READ | PROT_WRITE)
+        defer { for address in [code, data, written] { munmap(address, length) } }
+        written.storeBytes(of: UInt8(ascii: "Z"), toByteOffset: 0, as: UInt8.self)
+        try #require(mprotect(written, length, PROT_READ) == 0)
+        func sum(_ address: UnsafeMutableRawPointer) -> Int { (0..<length).reduce(0) { $0 + Int(address.load(fromByteOffset: $1, as: UInt8.self)) } }
+        let expected = bytes.reduce(0) { $0 + Int($1) }
+        #expect(sum(code) == expected && sum(data) == expected)
+
+        let ours = Set([Int(bitPattern: code), Int(bitPattern: data), Int(bitPattern: written)])
+        let advised = MappedCode.unmapIdlePages(where: { ours.contains($0.start) })
+        #expect(advised == 2 * length, "the executable and the clean read-only mapping, not the written one")
+        #expect(Self.residentKilobytes(at: [Int(bitPattern: code), Int(bitPattern: data)]) == 0)
+        #expect(written.load(fromByteOffset: 0, as: UInt8.self) == UInt8(ascii: "Z"))
+        #expect(sum(code) == expected && sum(data) == expected)
+        #expect(Self.residentKilobytes(at: [Int(bitPattern: code)]) == length / 1024)
+    }
+
+    /// The `Rss:` of the mappings starting at `starts`, from this process's smaps.
+    static func residentKilobytes(at starts: [Int]) -> Int {
+        guard let text = MappedCode.readSmaps() else { return -1 }
+        let wanted = Set(starts)
+        var total = 0
+        var counting = false
+        for line in String(decoding: text, as: UTF8.self).split(separator: "\n") {
+            if let dash = line.firstIndex(of: "-"), let start = Int(line[..<dash], radix: 16), line.contains(" ") {
+                counting = wanted.contains(start)
+            } else if counting, line.hasPrefix("Rss:") {
+                total += Int(line.dropFirst(4).split(separator: " ").first ?? "") ?? 0
             }
-            return total
         }
-        let candidates = MappedCode.candidates(inSmaps: try #require(MappedCode.readSmaps()))
-        let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let ownCode = candidates.filter { String(decoding: $0.file, as: UTF8.self) == executable }
-        try #require(!ownCode.isEmpty, "the test's executable \(executable) is not among \(candidates.count) candidates")
-        let before = candidates.map(digest)
-        let residentBefore = try residentKilobytes(of: ownCode)
-        let advised = MappedCode.unmapIdlePages()
-        let residentAfter = try residentKilobytes(of: ownCode)
-        #expect(advised >= candidates.reduce(0) { $0 + $1.end - $1.start } / 2)
-        #expect(candidates.map(digest) == before)
-        #expect(residentAfter < residentBefore, "resident code \(residentBefore) KiB before, \(residentAfter) after")
+        return total
     }
 }
