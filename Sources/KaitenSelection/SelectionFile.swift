@@ -45,7 +45,11 @@ public struct SelectionFile: Sendable, Equatable {
         var lines: [Line] = []
         for (index, line) in TextLines.split(text).enumerated() {
             let number = index + 1
-            let row = String(line)
+            var row = String(line)
+            // A line saved as CR CR LF: the split took one CR as half of its line end, and a CR
+            // left at the end would be written back as CR LF and read as an empty line. No name
+            // is taken to end with a CR (its directory can be selected).
+            while row.last == "\r" { row.removeLast() }
             if row.unicodeScalars.contains("\0") {
                 throw SelectionError(.badPattern, file: file, line: number, "the line holds a NUL byte, which no file name can contain")
             }
