@@ -39,13 +39,11 @@ public enum MappedCode {
     }
 
     /// One mapping that may be dropped: its address range, and whether it is code.
-    struct Mapping: Equatable {
+    struct Mapping {
         let start: Int
         let end: Int
         var file: ArraySlice<UInt8> = []
         var executable = false
-
-        static func == (a: Mapping, b: Mapping) -> Bool { a.start == b.start && a.end == b.end }
     }
 
     /// The mappings of `smaps` of the files this process runs code from (its executable, the
@@ -53,14 +51,12 @@ public enum MappedCode {
     /// file mapped read-only (an index snapshot) is not one: a round reads it again, and its
     /// pages are the index's, not code.
     static func candidates(inSmaps text: [UInt8]) -> [Mapping] {
-        var found: [Mapping] = []
-        var images = Set<ArraySlice<UInt8>>()
-        for mapping in cleanMappings(inSmaps: text) where mapping.executable { images.insert(mapping.file) }
-        for mapping in cleanMappings(inSmaps: text) where images.contains(mapping.file) { found.append(mapping) }
-        return found
+        let clean = cleanMappings(inSmaps: text)
+        let images = Set(clean.filter(\.executable).map(\.file))
+        return clean.filter { images.contains($0.file) }
     }
 
-    static func cleanMappings(inSmaps text: [UInt8]) -> [Mapping] {
+    private static func cleanMappings(inSmaps text: [UInt8]) -> [Mapping] {
         var result: [Mapping] = []
         var current: Mapping?
         var anonymous = -1
