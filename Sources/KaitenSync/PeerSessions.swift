@@ -159,7 +159,8 @@ public final class PeerSessions: @unchecked Sendable {  // the home behind its l
             device.id != me && mayRoute(device) && home.config.folders.contains { $0.isShared(with: device.id) }
         }.map(\.id)
         return Redialer.start(
-            wanted: wanted, target: self, found: found, upgradeInterval: max(5, home.config.options.reconnectionIntervalS), warn: warn)
+            wanted: wanted, target: self, found: found, upgradeInterval: max(5, home.config.options.reconnectionIntervalS),
+            clock: ContinuousClock(), warn: warn)
     }
 
     func mayRoute(_ device: DeviceConfiguration) -> Bool {

@@ -18,13 +18,14 @@ protocol RedialTarget: Sendable {
 /// Keeps the wanted peers connected: each one without a connection is dialled again with the
 /// backoff of ``RedialSchedule``; a peer discovery just found is dialled at once; one connected
 /// through a relay is offered a direct connection every `upgradeInterval`. What happens is said
-/// through `warn` the way a service's log says it, once per loss or kind of failure.
+/// through `warn` the way a service's log says it, once per loss or kind of failure. Every wait is
+/// on `clock` (the continuous clock in service; a test's moves only when the test says).
 enum Redialer {
     /// Starts the loops; cancel the task to stop them.
-    static func start(
+    static func start<C: Clock>(
         wanted: [DeviceID], target: any RedialTarget, found: AsyncStream<DeviceID>?, upgradeInterval: Int,
-        tick: Duration = .seconds(1), warn: @escaping @Sendable (String) -> Void
-    ) -> Task<Void, Never> {
+        tick: Duration = .seconds(1), clock: C, warn: @escaping @Sendable (String) -> Void
+    ) -> Task<Void, Never> where C.Instant == ContinuousClock.Instant {
         let changes = target.connectionChanges()
         let rushed = Rushed()
         // Woken by a connection change or a peer found on the LAN (told before the loop starts
@@ -43,7 +44,7 @@ enum Redialer {
         // every reconnectionIntervalS (as syncthing redials better addresses).
         let upgrader = Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(upgradeInterval))
+                try? await clock.sleep(for: .seconds(upgradeInterval))
                 let relayed = Set(target.connectedPeers().filter(\.value).keys).intersection(wanted)
                 guard !relayed.isEmpty, !Task.isCancelled else { continue }
                 _ = await target.dialReportingProblems(relayed, directOnly: true)
@@ -70,9 +71,9 @@ enum Redialer {
                     guard await woken.next() != nil else { return }
                     continue
                 }
-                try? await Task.sleep(for: tick)
+                try? await clock.sleep(for: tick)
                 let open = target.connectedPeers()
-                let now = ContinuousClock.now
+                let now = clock.now
                 for device in wanted where open[device] == nil && schedule.lost(device, now: now) {
                     // Lost a moment ago: said once, with why.
                     if let why = target.takeLossReason(device) {

@@ -49,11 +49,28 @@ struct RedialerTests {
         var all: [String] { lines.withLock { $0 } }
     }
 
-    func waitFor(_ what: String, within limit: Duration = .seconds(20), _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + limit
+    static let tick = Duration.milliseconds(50)
+
+    /// Waits, in real time, until `condition` holds. The limit only catches a loop that hangs:
+    /// nothing here waits for the clock to pass, so the limit is far beyond any load.
+    func settle(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(120)
         while !condition() {
-            guard ContinuousClock.now < deadline else { throw CancellationError() }
-            try await Task.sleep(for: .milliseconds(20))
+            guard ContinuousClock.now < deadline else {
+                Issue.record("the redial loop never reached: \(what)")
+                throw CancellationError()
+            }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
+    /// Moves `clock` on one tick at a time, each time the loop is asleep in its tick (so it saw
+    /// every instant), until `condition` holds.
+    func run(_ clock: ManualClock, until what: String, _ condition: () -> Bool) async throws {
+        while true {
+            try await settle(what) { condition() || clock.hasSleeper(lasting: Self.tick) }
+            if condition() { return }
+            clock.advance(by: Self.tick)
         }
     }
 
@@ -65,29 +82,30 @@ struct RedialerTests {
         }
         let said = Said()
         let (found, finding) = AsyncStream<DeviceID>.makeStream()
-        let started = ContinuousClock.now
+        let clock = ManualClock()
         let loop = Redialer.start(
-            wanted: [Self.nas], target: registry, found: found, upgradeInterval: 3600, tick: .milliseconds(50), warn: said.say)
+            wanted: [Self.nas], target: registry, found: found, upgradeInterval: 3600, tick: Self.tick, clock: clock, warn: said.say)
         defer { loop.cancel() }
         let nas = Self.nas.shortDescription
-        try await waitFor("the first dial") { registry.dials.count == 1 }
-        // Not before the first delay of the backoff.
-        #expect(ContinuousClock.now - started >= .seconds(RedialSchedule.firstDelay))
-        try await waitFor("the failure said") { said.all.count == 2 }
+        try await run(clock, until: "the first dial") { registry.dials.count == 1 }
+        // The loss is seen at the first tick; the dial comes the first delay after it, not before.
+        #expect(clock.elapsed == .seconds(RedialSchedule.firstDelay) + Self.tick)
+        try await run(clock, until: "the failure said") { said.all.count == 2 }
         #expect(
             said.all == [
                 "\(nas): connection lost: closed by the peer; dialling again in 2 s",
                 "\(nas): connection refused; dialling again with backoff (up to 60 s)",
             ])
         // The backoff now says 4 s; heard on the LAN, it is dialled at once.
-        let rushed = ContinuousClock.now
+        let rushed = clock.elapsed
         finding.yield(Self.nas)
-        try await waitFor("the rushed dial") { registry.dials.count == 2 }
-        #expect(ContinuousClock.now - rushed < .seconds(3))
-        try await waitFor("the reconnection said") { said.all.count == 3 }
+        try await run(clock, until: "the rushed dial") { registry.dials.count == 2 }
+        #expect(clock.elapsed - rushed < .seconds(1))
+        try await settle("the reconnection said") { said.all.count == 3 }
         #expect(said.all.last == "reconnected to \(nas)")
-        // Connected: nothing more is dialled.
-        try await Task.sleep(for: .milliseconds(500))
+        // Connected: nothing more is dialled, however long it stays connected.
+        clock.advance(by: .seconds(600))
+        try await Task.sleep(for: .milliseconds(200))
         #expect(registry.dials == [nas, nas])
     }
 
@@ -95,11 +113,17 @@ struct RedialerTests {
         let registry = FakeRegistry()
         registry.state.withLock { $0.connected = [Self.nas: true, Self.laptop: false] }
         let said = Said()
+        let clock = ManualClock()
         let loop = Redialer.start(
-            wanted: [Self.nas, Self.laptop], target: registry, found: nil, upgradeInterval: 1, tick: .milliseconds(50), warn: said.say)
+            wanted: [Self.nas, Self.laptop], target: registry, found: nil, upgradeInterval: 1, tick: Self.tick, clock: clock,
+            warn: said.say)
         defer { loop.cancel() }
-        try await waitFor("the upgrade") { !registry.dials.isEmpty }
-        #expect(registry.dials.allSatisfy { $0 == "direct \(Self.nas.shortDescription)" })
+        // Every peer connected: the loop waits for a change, only the upgrade's timer runs.
+        try await settle("the upgrade's timer") { clock.hasSleeper(lasting: .seconds(1)) }
+        #expect(!clock.hasSleeper(lasting: Self.tick))
+        clock.advance(by: .seconds(1))
+        try await settle("the upgrade") { !registry.dials.isEmpty }
+        #expect(registry.dials == ["direct \(Self.nas.shortDescription)"])
         #expect(said.all.isEmpty)
         // The laptop's connection goes: dialled again after the first delay, said once.
         registry.state.withLock {
@@ -107,13 +131,16 @@ struct RedialerTests {
             $0.lossReasons[Self.laptop] = "read timeout"
             $0.outcomes[Self.laptop] = [nil]
         }
+        let lost = clock.elapsed
         registry.changed.yield()
-        try await waitFor("the redial") { registry.dials.contains(Self.laptop.shortDescription) }
-        try await waitFor("the reconnection said") { said.all.count == 2 }
+        try await run(clock, until: "the redial") { registry.dials.contains(Self.laptop.shortDescription) }
+        #expect(clock.elapsed - lost == .seconds(RedialSchedule.firstDelay) + Self.tick)
+        try await settle("the reconnection said") { said.all.count == 2 }
         #expect(
             said.all == [
                 "\(Self.laptop.shortDescription): connection lost: read timeout; dialling again in 2 s",
                 "reconnected to \(Self.laptop.shortDescription)",
             ])
+        #expect(registry.dials.allSatisfy { $0 == "direct \(Self.nas.shortDescription)" || $0 == Self.laptop.shortDescription })
     }
 }
