@@ -44,7 +44,8 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
     let receivers = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "receiver-\($0)") }
     let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
     let folderID = "bench"
-    struct Run { var seconds: Double; var cpu: Double; var rss: Double }
+    /// `sourceCPU`: what the source spent serving meanwhile (it shares the two cores).
+    struct Run { var seconds: Double; var cpu: Double; var rss: Double; var sourceCPU = 0.0 }
     var ours: [Run] = []
     var theirs: [Run] = []
 
@@ -53,6 +54,7 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
         for (run, bench) in kaitens.enumerated() { try await a.addDevice(bench.me, name: "kaiten-\(run + 1)") }
         try await a.shareScanned(folderID, path: data, devices: receivers.map(\.deviceID) + kaitens.map(\.me), files: expectedFiles)
         let top = try FileManager.default.contentsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }
+        guard let sourcePID = pidOf(home: a.home) else { throw HarnessError("no source pid") }
         for run in 1...runs {
             let bench = kaitens[run - 1]
             let kaitenData = dir.file("kaiten-\(run)-data")
@@ -69,7 +71,8 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             // SIGCHLD and never end). Otherwise through `kaiten-bench timed`, whose only child it
             // is: its peak RSS is then its own, not the largest of every process waited for.
             let arguments = [KaitenCLI.executable, "apply", "--yes", "--json", "--home", bench.home]
-            let kaitenRun: Run
+            var kaitenRun: Run
+            let sourceBefore = ProcStat.cpuSeconds(pid: sourcePID)
             if let perfArguments = ProcessInfo.processInfo.environment["KAITEN_BENCH_PERF"] {
                 let before = childrenUsage()
                 let start = now()
@@ -85,32 +88,36 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 guard timed.status == 0, f.count == 3 else { throw HarnessError("kaiten apply failed: \(timed.stderr)") }
                 kaitenRun = Run(seconds: f[0], cpu: f[1], rss: f[2])
             }
+            kaitenRun.sourceCPU = ProcStat.cpuSeconds(pid: sourcePID) - sourceBefore
             let kaitenSeconds = kaitenRun.seconds
             let kaitenFiles = (try? FileManager.default.subpathsOfDirectory(atPath: kaitenData).filter { !$0.hasPrefix(".st") }.count) ?? 0
             guard kaitenFiles >= expectedFiles else { throw HarnessError("kaiten apply left \(kaitenFiles) entries, not \(expectedFiles)") }
             ours.append(kaitenRun)
 
             // A fresh syncthing receiving the same folder from the same peer.
+            let sourceBeforeTheirs = ProcStat.cpuSeconds(pid: sourcePID)
             let pulled = try await withSyncthing(receivers[run - 1]) { b in
                 try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-\(run)-data")) { s in
                     (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
                 }
             }
-            theirs.append(Run(seconds: pulled.seconds, cpu: pulled.cpu, rss: pulled.rss))
+            theirs.append(
+                Run(seconds: pulled.seconds, cpu: pulled.cpu, rss: pulled.rss, sourceCPU: ProcStat.cpuSeconds(pid: sourcePID) - sourceBeforeTheirs))
             log(
                 String(
-                    format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB; syncthing %.2f s, %.2f CPU-s, %.1f MiB: %.2f×", run, kaitenSeconds,
-                    ours.last!.cpu, ours.last!.rss, pulled.seconds, pulled.cpu, pulled.rss, pulled.seconds / kaitenSeconds))
+                    format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB (source %.2f CPU-s); syncthing %.2f s, %.2f CPU-s, %.1f MiB (source %.2f CPU-s): %.2f×",
+                    run, kaitenSeconds, ours.last!.cpu, ours.last!.rss, ours.last!.sourceCPU, pulled.seconds, pulled.cpu, pulled.rss,
+                    theirs.last!.sourceCPU, pulled.seconds / kaitenSeconds))
         }
     }
     func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
     func row(_ name: String, _ runs: [Run]) -> String {
         let seconds = median(runs.map(\.seconds))
         return String(
-            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s (%.2f–%.2f)  %6.1f MiB peak RSS",
+            format: "%@ %6.2f s (%.2f–%.2f)  %7.1f MB/s  %8.0f files/s  %5.2f CPU-s (%.2f–%.2f)  %6.1f MiB peak RSS  source %5.2f CPU-s",
             name.padding(toLength: 20, withPad: " ", startingAt: 0) as NSString, seconds, runs.map(\.seconds).min()!,
             runs.map(\.seconds).max()!, totalBytes / seconds / 1e6, Double(expectedFiles) / seconds, median(runs.map(\.cpu)),
-            runs.map(\.cpu).min()!, runs.map(\.cpu).max()!, median(runs.map(\.rss)))
+            runs.map(\.cpu).min()!, runs.map(\.cpu).max()!, median(runs.map(\.rss)), median(runs.map(\.sourceCPU)))
     }
     let ratios = zip(ours, theirs).map { $1.seconds / $0.seconds }
     print("")

@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -19,8 +21,45 @@ public enum MappedCode {
     /// (relocated data made read-only after the dynamic loader's fixups, a debugger's
     /// breakpoint) counts as anonymous in `smaps`, and such a mapping is left alone, since
     /// dropping that page would bring back the file's bytes in its place.
+    ///
+    /// Does nothing (returns 0) within ``minimumGap`` of the last time it did, and then owes
+    /// the unmapping to ``unmapIdlePagesIfOwed()``: reading `smaps` makes the kernel walk the
+    /// page tables of every mapping, an index snapshot's included (about 5 ms per GiB mapped).
     @discardableResult
-    public static func unmapIdlePages() -> Int { unmapIdlePages(where: { _ in true }) }
+    public static func unmapIdlePages() -> Int {
+        let now = ContinuousClock.now
+        let due = pace.withLock { pace in
+            guard isDue(at: now, after: pace.last) else {
+                pace.owed = true
+                return false
+            }
+            pace = Pace(last: now, owed: false)
+            return true
+        }
+        return due ? unmapIdlePages(where: { _ in true }) : 0
+    }
+
+    /// Unmaps as ``unmapIdlePages()`` does if a call was put off by the gap since the last
+    /// unmapping (a round that ended soon after another); otherwise reads nothing.
+    @discardableResult
+    public static func unmapIdlePagesIfOwed() -> Int {
+        pace.withLock { $0.owed } ? unmapIdlePages() : 0
+    }
+
+    /// Whether an unmapping at `now` is ``minimumGap`` or more after the `last` one.
+    static func isDue(at now: ContinuousClock.Instant, after last: ContinuousClock.Instant?) -> Bool {
+        last.map { now - $0 >= minimumGap } ?? true
+    }
+
+    /// The least time between two unmappings.
+    public static let minimumGap = Duration.seconds(10)
+
+    private struct Pace {
+        var last: ContinuousClock.Instant?
+        var owed = false
+    }
+
+    private static let pace = Mutex(Pace())
 
     /// The same, for the candidates `include` takes (a test's own mappings).
     static func unmapIdlePages(where include: (Mapping) -> Bool) -> Int {

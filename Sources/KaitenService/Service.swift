@@ -256,11 +256,19 @@ public final class Service: Sendable {
             }
         })
         // What an idle service runs (a peer's ping, a status request, the timer above) maps the
-        // page cache's folios of its code whole again: unmapped once a minute, as after a round.
+        // page cache's folios of its code whole again: unmapped once a minute, as after a round,
+        // and soon after a round whose unmapping the minimum gap put off.
         feeders.append(Task {
+            var waited = Duration.zero
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(60))
-                MappedCode.unmapIdlePages()
+                try? await Task.sleep(for: MappedCode.minimumGap)
+                waited += MappedCode.minimumGap
+                if waited >= .seconds(60) {
+                    waited = .zero
+                    MappedCode.unmapIdlePages()
+                } else {
+                    MappedCode.unmapIdlePagesIfOwed()
+                }
             }
         })
         for watch in options.imports {

@@ -88,6 +88,13 @@ struct MappedCodeTests {
         #expect(Self.residentKilobytes(at: [Int(bitPattern: code)]) == length / 1024)
     }
 
+    @Test func unmappingsAreAtLeastTheMinimumGapApart() {
+        let last = ContinuousClock.now
+        #expect(MappedCode.isDue(at: last, after: nil))
+        #expect(!MappedCode.isDue(at: last + MappedCode.minimumGap - .milliseconds(1), after: last))
+        #expect(MappedCode.isDue(at: last + MappedCode.minimumGap, after: last))
+    }
+
     /// The `Rss:` of the mappings starting at `starts`, from this process's smaps.
     static func residentKilobytes(at starts: [Int]) -> Int {
         guard let text = MappedCode.readSmaps() else { return -1 }
