@@ -162,7 +162,7 @@ public struct FilePuller: Sendable {
         let stop = self.stop
         let progress = self.progress
         let wanted = blocks.indices.filter { !resumed.contains($0) }.map { blocks[$0] }
-        let writes = SerialWrites(fd: fd, name: name, progress: progress)
+        let writes = SerialWrites(fd: fd, name: name, progress: progress, writeBehind: WriteBehind(fd: fd))
         do {
             let launched = try await withThrowingTaskGroup(of: Void.self, returning: Int.self) { group in
                 var next = 0

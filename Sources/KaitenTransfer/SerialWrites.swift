@@ -42,9 +42,16 @@ final class SerialWrites: Sendable {
     private let progress: ByteCounter?
     private let writer: Writer
 
-    convenience init(fd: Int32, name: String, progress: ByteCounter?) {
+    /// Writes to `fd`, handing what is written to `writeBehind` (see ``WriteBehind``).
+    convenience init(fd: Int32, name: String, progress: ByteCounter?, writeBehind: WriteBehind? = nil) {
         self.init(name: name, progress: progress) { data, offset in
-            data.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+            let written = data.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+            if written > 0, let writeBehind {
+                let error = errno
+                writeBehind.wrote(written)
+                errno = error
+            }
+            return written
         }
     }
 
