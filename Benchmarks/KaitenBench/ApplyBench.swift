@@ -2,6 +2,7 @@ import Foundation
 import KaitenConfig
 import KaitenProtocol
 import KaitenTestSupport
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -65,6 +66,7 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
 
             // Kaiten: everything from connecting to the last rename, in its own process.
             settleFileSystem()
+            freePageCache()
             // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS` ("record -g -o FILE",
             // "record -e page-faults -g -o FILE", "stat -e page-faults"; RUN becomes the run's
             // number), started with no signal blocked (perf would inherit the bench's blocked
@@ -148,6 +150,7 @@ func syncthingPull(
     }
     guard let pid = pidOf(home: b.home) else { throw HarnessError("no receiver pid") }
     settleFileSystem()
+    freePageCache()
     let cpu0 = ProcStat.cpuSeconds(pid: pid)
     let start = now()
     try await b.addFolder(id: folderID, path: folderPath, type: "receiveonly", devices: [a.deviceID])
@@ -156,3 +159,24 @@ func syncthingPull(
     }
     return (now() - start, ProcStat.cpuSeconds(pid: pid) - cpu0, ProcStat.peakRSS(pid: pid))
 }
+
+/// Empties the page cache (as root; otherwise says once that it cannot), so that each receiver
+/// writes into memory the system has used before. On a virtual machine the first touch of
+/// memory the guest has not used for a while is slow (1 GiB written by `dd`: 1.05 s of system
+/// time into fresh memory, 0.32 s into freed pages), and which side met fresh memory depended
+/// on what the runs before had left cached: syncthing's CPU for the same pull went from 4.8 to
+/// 9.6 CPU-s across the runs of one bench.
+func freePageCache() {
+    guard geteuid() == 0 else {
+        if !freePageCacheRefusalSaid.exchange(true, ordering: .relaxed) {
+            log("not root: the page cache is not emptied before each pull (CPU figures then depend on which side meets fresh memory)")
+        }
+        return
+    }
+    let fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    defer { close(fd) }
+    _ = write(fd, "1", 1)
+}
+
+private let freePageCacheRefusalSaid = Atomic<Bool>(false)

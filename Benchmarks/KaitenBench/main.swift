@@ -212,7 +212,11 @@ func runComparison(mode: String, count: Int, mib: Int) async throws {
             }
             if mode == "index" { try await Task.sleep(nanoseconds: 3_000_000_000) }  // let LevelDB settle
             let s = try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any]
-            let bytes = mode == "index" ? directorySize(b.home + "/index-v0.14.0.db") : (s?["localBytes"] as? NSNumber)?.int64Value ?? 0
+            // 1.x keeps LevelDB in index-v0.14.0.db, 2.x SQLite in index-v2 (lib/locations).
+            let bytes =
+                mode == "index"
+                ? directorySize(b.home + "/index-v0.14.0.db") + directorySize(b.home + "/index-v2")
+                : (s?["localBytes"] as? NSNumber)?.int64Value ?? 0
             return Measurement(seconds: pulled.seconds, peakRSSMiB: pulled.rss, cpuSeconds: pulled.cpu, files: expectedFiles, bytes: bytes)
         }
         report(mode: mode, ours: ours, theirs: theirs)
