@@ -9,13 +9,14 @@ import Synchronization
 /// dropped. `POSIX_FADV_DONTNEED` does both: it starts the writeback of the file (without
 /// waiting), then drops its clean pages; dirty pages and pages still being written stay.
 ///
-/// Left alone, a 1 GiB pull filled the page cache with a gigabyte that nobody reads soon, and
-/// the final fsync wrote all of it. Each of those pages was memory the kernel had not used
-/// for a while; on this virtual machine the first touch of such memory is slow (the copy into
-/// the page cache was 35 % of the pull's CPU, `perf`; `dd` of 1 GiB: 1.05 s of system time the
-/// first time, 0.32 s into recycled pages). Dropped as the pull goes, the same few megabytes
-/// of pages are reused by the next writes, a pull does not push the user's working set out of
-/// the cache, and the fsync finds little left to write. Durability is the fsync's, as before.
+/// Left alone, a 1 GiB pull filled the page cache with a gigabyte that nobody reads soon,
+/// pushing out what the machine was using, and the final fsync wrote all of it. Where those
+/// pages were memory the system had not used for a while, the pull paid for its first touch
+/// (on a virtual machine: the copy into the page cache was 35 % of a pull's CPU, `perf`; `dd` of
+/// 1 GiB, 1.05 s of system time into fresh memory, 0.32 s into freed pages). Dropped as the pull
+/// goes, the same few megabytes of pages are reused by the next writes and the fsync finds
+/// little left to write. Durability is the fsync's, as before; into memory used before, the
+/// pull's CPU is the same with or without this (Docs/benchmarks.md).
 final class WriteBehind: Sendable {
     /// How much is written between two drops.
     static let step = 8 << 20
