@@ -42,9 +42,10 @@ public final class DiskBlockCache: Sendable {
         var figures = Figures()
         /// Whether the last block written was refused: the log says so once per spell.
         var refusing = false
-        /// The smallest block refused in the spell: only one at least as big that fits ends it
-        /// (a file's short last block fits in what a full disk has left, and then the next
-        /// block is refused again).
+        /// The smallest block refused in the spell: only one at least as big that fits, with
+        /// ``roomToEndASpell(after:)`` left beside it, ends it (a file's short last block fits in
+        /// what a full disk has left, and a full one in what a refused one freed when it was
+        /// removed; either way the next block is refused again).
         var smallestRefused = Int.max
     }
 
@@ -230,18 +231,35 @@ public final class DiskBlockCache: Sendable {
             unlink(temporary)
             return refused(reason, size: data.count)
         }
-        let recovered = state.withLock { s in
+        let smallestRefused = state.withLock { s -> Int? in
             s.tick += 1
             if s.sizes.updateValue(Int32(data.count), forKey: hash) == nil { s.figures.bytes += Int64(data.count) }
             s.lastUse[hash] = s.tick
             s.figures.blocks = s.sizes.count
-            guard s.refusing, data.count >= s.smallestRefused else { return false }
-            s.refusing = false
-            s.smallestRefused = Int.max
-            return true
+            return s.refusing && data.count >= s.smallestRefused ? s.smallestRefused : nil
         }
-        if recovered { log("cache: blocks are kept in \(directory) again") }
+        if let smallestRefused, let free = freeBytes(), free >= Self.roomToEndASpell(after: smallestRefused) {
+            let recovered = state.withLock { s in
+                defer { (s.refusing, s.smallestRefused) = (false, Int.max) }
+                return s.refusing
+            }
+            if recovered { log("cache: blocks are kept in \(directory) again") }
+        }
         evict()
+    }
+
+    /// The free space a spell of refusals ends with: twice the smallest block refused, and at
+    /// least 1 MiB. A disk at its edge keeps a block now and then (one that fits in what a
+    /// refused block's removal freed) without the log going back and forth.
+    static func roomToEndASpell(after smallestRefused: Int) -> Int64 {
+        max(2 * Int64(smallestRefused), 1 << 20)
+    }
+
+    /// What the cache's file system has free for this process, nil when it cannot tell.
+    private func freeBytes() -> Int64? {
+        var info = statvfs()
+        guard statvfs(directory, &info) == 0 else { return nil }
+        return Int64(info.f_bavail) * Int64(info.f_frsize)
     }
 
     private func refused(_ code: Int32, size: Int) {

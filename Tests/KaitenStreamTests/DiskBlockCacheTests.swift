@@ -35,13 +35,14 @@ struct DiskBlockCacheTests {
 
     /// A full disk is said once per spell: a file's short last block that fits in what is left
     /// does not end the spell (the next full block is refused again, and said again, in CI's
-    /// mount test); a block as big as the refused ones that fits again does.
+    /// mount test), nor does a full block that fits in what a refused one's removal freed; a
+    /// block as big as the refused ones that fits with room to spare does.
     @Test func aFullDiskIsSaidOnceUntilABlockAsBigAsTheRefusedOnesFits() throws {
         let dir = try TemporaryDirectory(prefix: "kaiten-cache")
         defer { dir.remove() }
         let blocks = dir.file("blocks")
         try FileManager.default.createDirectory(atPath: blocks, withIntermediateDirectories: true)
-        guard getuid() == 0, mount("kaiten-test-full", blocks, "tmpfs", 0, "size=512k,mode=0700") == 0 else {
+        guard getuid() == 0, mount("kaiten-test-full", blocks, "tmpfs", 0, "size=1536k,mode=0700") == 0 else {
             try Test.cancel("a full disk is a small tmpfs, which only root may mount (CI runs as root)")
         }
         defer { umount2(blocks, Int32(MNT_DETACH)) }
@@ -49,7 +50,7 @@ struct DiskBlockCacheTests {
         let cache = try DiskBlockCache(directory: blocks, budget: 1 << 30, log: { line in said.withLock { $0.append(line) } })
         // A filler leaves room for about two full blocks.
         let filler = blocks + "/filler"
-        FileManager.default.createFile(atPath: filler, contents: Data(count: 250 << 10))
+        FileManager.default.createFile(atPath: filler, contents: Data(count: 1280 << 10))
         for seed in UInt8(1)...4 {
             let (hash, data) = Self.block(seed, size: 100 << 10)
             cache.put(hash, data)
@@ -62,6 +63,18 @@ struct DiskBlockCacheTests {
         #expect(!cache.contains(next))
         var lines = said.withLock { $0 }
         #expect(lines.count == 1 && lines[0].contains("cannot keep blocks"), "\(lines)")
+        // Some room comes back (as when a refused block's partial file is removed): a full
+        // block fits in it, with less than another to spare. The spell goes on, and the next
+        // refusal is not said again.
+        try #require(truncate(filler, off_t(1160 << 10)) == 0)
+        let (edge, edgeData) = Self.block(7, size: 100 << 10)
+        cache.put(edge, edgeData)
+        #expect(cache.contains(edge))
+        let (after, afterData) = Self.block(8, size: 100 << 10)
+        cache.put(after, afterData)
+        #expect(!cache.contains(after))
+        lines = said.withLock { $0 }
+        #expect(lines.count == 1, "\(lines)")
         try FileManager.default.removeItem(atPath: filler)
         let (room, roomData) = Self.block(6, size: 100 << 10)
         cache.put(room, roomData)
