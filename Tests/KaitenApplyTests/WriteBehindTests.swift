@@ -13,24 +13,11 @@ import Testing
 /// already written back is dropped (the pages are reused by the next writes).
 @Suite(.timeLimit(.minutes(2)), .ownThread) struct WriteBehindTests {
     /// Whether the temp directory's pages can be dropped at all: not on tmpfs, whose pages are
-    /// the file (its mount found in /proc/self/mounts, the longest mount point above it).
+    /// the file.
     static let tempIsOnADisk: Bool = {
-        let fd = open("/proc/self/mounts", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1 << 16)
-        while case let count = read(fd, &chunk, chunk.count), count > 0 { bytes += chunk[..<count] }
-        let temp = URL(fileURLWithPath: NSTemporaryDirectory()).resolvingSymlinksInPath().path
-        var best: (point: String, type: String) = ("", "")
-        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            guard fields.count >= 3 else { continue }
-            let point = String(fields[1])
-            let above = point == "/" || temp == point || temp.hasPrefix(point + "/")
-            if above && point.count >= best.point.count { best = (point, String(fields[2])) }
-        }
-        return !best.type.isEmpty && best.type != "tmpfs"
+        let type = try? ProcessRunner.run("/usr/bin/stat", ["-f", "-c", "%T", NSTemporaryDirectory()])
+        guard let type, type.status == 0 else { return false }
+        return type.stdout.trimmingCharacters(in: .whitespacesAndNewlines) != "tmpfs"
     }()
 
     /// The bytes of `path` in `range` (MiB) that the page cache holds.
