@@ -206,15 +206,18 @@ func timedCommand(_ command: [String], label: String) throws -> (seconds: Double
 }
 
 /// `scale-intake HOME FILES`: a synthetic peer's full index of FILES files (and their
-/// directories) taken in as `kaiten index sync` takes one in once its batches arrived.
+/// directories) taken in as `kaiten index sync` takes one in: each batch into the log, which
+/// gets its snapshots as it grows, then this device's index refreshed.
 func runScaleIntake(homePath: String, files: Int) throws {
     let home = try KaitenHome.open(Home(path: homePath))
     let log = try PeerGenerations.openLog(home: home, folder: "f", readOnly: false)
     var batch: [BEPFileInfo] = []
     batch.reserveCapacity(1000)
     var first = true
+    let warn: (String) -> Void = { print("warning: \($0)") }
     func flush() throws {
         try log.apply(device: scalePeer, indexID: 7, files: batch, isFullIndex: first)
+        log.maintain(warn: warn)
         first = false
         batch.removeAll(keepingCapacity: true)
     }
@@ -231,10 +234,11 @@ func runScaleIntake(homePath: String, files: Int) throws {
         if batch.count >= 1000 { try flush() }
     }
     if !batch.isEmpty || first { try flush() }
-    let announcer = try LocalAnnouncer(home: home, folders: ["f"])
-    try announcer.refresh(logs: ["f": log])
-    announcer.close(maintaining: { print("warning: \($0)") })
-    log.maintain(warn: { print("warning: \($0)") })
+    log.maintain(eager: true, warn: warn)
+    let announcer = try LocalAnnouncer(home: home, folders: ["f"], warn: warn)
+    try announcer.refresh(logs: ["f": log], warn: warn)
+    announcer.close(maintaining: warn)
+    log.maintain(warn: warn)
     log.close()
 }
 

@@ -329,6 +329,15 @@ public final class IndexSnapshot: @unchecked Sendable {
 
     private func recordStart(_ i: Int) -> Int { Int(bytes.u64(pathTable + 8 * i)) }
 
+    /// The bytes of path `i`'s whole record (records lie one after the other, in path order),
+    /// or nil when the table says otherwise.
+    func recordBytes(_ i: Int) -> UnsafeRawBufferPointer? {
+        let start = recordStart(i)
+        let end = i + 1 < pathCount ? recordStart(i + 1) : byteCount
+        guard start >= 0, end <= byteCount, end - start >= 6 + Int(bytes.u32(start)) else { return nil }
+        return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
+    }
+
     /// The name of path `i`, as bytes.
     func nameBytes(_ i: Int) -> UnsafeRawBufferPointer {
         let start = recordStart(i)
@@ -485,7 +494,10 @@ public final class IndexSnapshot: @unchecked Sendable {
         defer { file.abandon() }
         let devices = index.deviceTable
         let numbers = Dictionary(uniqueKeysWithValues: devices.enumerated().map { ($0.element, UInt16($0.offset)) })
-        let paths = index.sortedLists()
+        // Two walks of the view in name order: the records' sizes (the path table comes first),
+        // then the records. Only the sizes are kept between them.
+        var sizes: [UInt32] = []
+        index.forEachSnapshotRecord { sizes.append(UInt32($0.size)) }
 
         var head: [UInt8] = []
         head += magic
@@ -495,7 +507,7 @@ public final class IndexSnapshot: @unchecked Sendable {
         head.appendLE(generation)
         head.appendLE(UInt64(covered))
         head.appendLE(UInt64(live))
-        head.appendLE(UInt64(paths.count))
+        head.appendLE(UInt64(sizes.count))
         head.appendLE(UInt32(devices.count))
         head.appendLE(UInt32(checkpoints.count))
         head.appendLE(UInt64(0))  // path table offset, filled in below
@@ -517,9 +529,8 @@ public final class IndexSnapshot: @unchecked Sendable {
         // Streamed through a bounded buffer: the path table (each record's offset, from the
         // records' sizes) then the records, the CRC carried along and put in the header last.
         // A snapshot of ten million paths is a gigabyte; it is never held in memory whole.
-        let recordsStart = UInt64(table + 8 * paths.count)
-        var recordsSize: UInt64 = 0
-        for (name, list) in paths { recordsSize += UInt64(recordSize(name, list)) }
+        let recordsStart = UInt64(table + 8 * sizes.count)
+        let recordsSize = sizes.reduce(UInt64(0)) { $0 + UInt64($1) }
         let size = recordsStart + recordsSize
         head.replaceLE(size, at: 16)
         var crc: UInt32 = 0
@@ -533,40 +544,18 @@ public final class IndexSnapshot: @unchecked Sendable {
             chunk.removeAll(keepingCapacity: true)
         }
         var at = recordsStart
-        for (name, list) in paths {
+        for recordSize in sizes {
             chunk.appendLE(at)
-            at += UInt64(recordSize(name, list))
+            at += UInt64(recordSize)
             if chunk.count >= Self.chunkSize { try flush() }
         }
-        for (name, list) in paths {
-            chunk.appendLE(UInt32(name.utf8.count))
-            chunk.appendLE(UInt16(list.count))
-            chunk.append(contentsOf: name.utf8)
-            for (device, entry) in list {
-                chunk.appendLE(device)
-                chunk.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
-                chunk.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
-                chunk.appendLE(entry.permissions)
-                chunk.appendLE(UInt32(bitPattern: entry.modifiedNs))
-                chunk.appendLE(UInt32(bitPattern: entry.blockSize))
-                chunk.appendLE(UInt32(bitPattern: entry.blockCount))
-                chunk.appendLE(UInt32(bitPattern: entry.recordLength))
-                chunk.appendLE(UInt64(bitPattern: entry.size))
-                chunk.appendLE(UInt64(bitPattern: entry.modifiedS))
-                chunk.appendLE(entry.modifiedBy)
-                chunk.appendLE(UInt64(bitPattern: entry.sequence))
-                chunk.appendLE(UInt64(bitPattern: entry.recordOffset))
-                chunk.appendLE(entry.contentHash.a)
-                chunk.appendLE(entry.contentHash.b)
-                chunk.appendLE(entry.contentHash.c)
-                chunk.appendLE(entry.contentHash.d)
-                chunk.appendLE(UInt16(entry.version.counters.count))
-                chunk.appendLE(UInt32(entry.symlinkTarget.utf8.count))
-                for counter in entry.version.counters {
-                    chunk.appendLE(counter.id)
-                    chunk.appendLE(counter.value)
-                }
-                chunk.append(contentsOf: entry.symlinkTarget.utf8)
+        sizes = []
+        try index.forEachSnapshotRecord { (record) throws(IndexLogError) in
+            switch record {
+            case .copied(let bytes):
+                chunk.append(contentsOf: bytes)
+            case .encoded(let name, let list):
+                encode(name, list, into: &chunk)
             }
             if chunk.count >= Self.chunkSize { try flush() }
         }
@@ -583,6 +572,39 @@ public final class IndexSnapshot: @unchecked Sendable {
 }
 
 extension IndexSnapshot {
+    /// Appends one path's record.
+    static func encode(_ name: String, _ list: [(device: UInt16, entry: FileEntry)], into chunk: inout [UInt8]) {
+        chunk.appendLE(UInt32(name.utf8.count))
+        chunk.appendLE(UInt16(list.count))
+        chunk.append(contentsOf: name.utf8)
+        for (device, entry) in list {
+            chunk.appendLE(device)
+            chunk.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
+            chunk.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
+            chunk.appendLE(entry.permissions)
+            chunk.appendLE(UInt32(bitPattern: entry.modifiedNs))
+            chunk.appendLE(UInt32(bitPattern: entry.blockSize))
+            chunk.appendLE(UInt32(bitPattern: entry.blockCount))
+            chunk.appendLE(UInt32(bitPattern: entry.recordLength))
+            chunk.appendLE(UInt64(bitPattern: entry.size))
+            chunk.appendLE(UInt64(bitPattern: entry.modifiedS))
+            chunk.appendLE(entry.modifiedBy)
+            chunk.appendLE(UInt64(bitPattern: entry.sequence))
+            chunk.appendLE(UInt64(bitPattern: entry.recordOffset))
+            chunk.appendLE(entry.contentHash.a)
+            chunk.appendLE(entry.contentHash.b)
+            chunk.appendLE(entry.contentHash.c)
+            chunk.appendLE(entry.contentHash.d)
+            chunk.appendLE(UInt16(entry.version.counters.count))
+            chunk.appendLE(UInt32(entry.symlinkTarget.utf8.count))
+            for counter in entry.version.counters {
+                chunk.appendLE(counter.id)
+                chunk.appendLE(counter.value)
+            }
+            chunk.append(contentsOf: entry.symlinkTarget.utf8)
+        }
+    }
+
     /// The bytes of one path's record: what ``write(_:checkpoints:to:folderID:generation:covered:live:)`` encodes.
     static func recordSize(_ name: String, _ list: [(device: UInt16, entry: FileEntry)]) -> Int {
         var size = 6 + name.utf8.count

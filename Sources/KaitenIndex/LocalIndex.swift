@@ -67,50 +67,109 @@ public final class LocalIndex {
     /// - Parameter blocks: the block list of a valid file that changed (`desired` carries only
     ///   its content hash).
     public func update(_ desired: [BEPFileInfo], blocks: (String) throws -> [BEPBlockInfo]) throws -> [BEPFileInfo] {
-        try update(each: { body in for file in desired { try body(file) } }, blocks: blocks)
+        let count = try update(each: { body in for file in desired { try body(file) } }, blocks: blocks, keeping: .max, warn: { _ in })
+        return count == 0 ? [] : recent.withLock { $0 }
     }
 
     /// The same over entries produced one at a time (`each` calls its argument with every
-    /// desired entry): only the changed ones are kept, in name order.
+    /// desired entry); returns how many were recorded.
+    ///
+    /// A fresh home's first update records an entry per path of the folder: while the entries
+    /// come in name order (a global view read from its snapshot) they are recorded in batches
+    /// of ``batchSize`` and the log gets its snapshots as it grows (``IndexLog/maintain(eager:warn:)``),
+    /// so that neither the entries nor the log's view of them are all in memory at once; an
+    /// update of more than ``recentLimit`` entries keeps none for sending (``entries(after:)``
+    /// reads them from the log).
+    /// - Parameter warn: told about a snapshot that could not be written (the log stays whole).
     public func update(
-        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo]
-    ) throws -> [BEPFileInfo] {
-        // Under the lock, so that what is compared and the next sequence number include what
-        // another process (a one-shot `apply` beside `kaiten run`) recorded a moment ago.
-        try log.exclusively { try updateHoldingLock(each: each, blocks: blocks) }
+        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo],
+        warn: (String) -> Void = { _ in }
+    ) throws -> Int {
+        try update(each: each, blocks: blocks, keeping: Self.recentLimit, warn: warn)
     }
 
+    private func update(
+        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo], keeping limit: Int,
+        warn: (String) -> Void
+    ) throws -> Int {
+        // Under the lock, so that what is compared and the next sequence number include what
+        // another process (a one-shot `apply` beside `kaiten run`) recorded a moment ago.
+        try log.exclusively {
+            let (count, kept) = try updateHoldingLock(each: each, blocks: blocks, keeping: limit, warn: warn)
+            // Nothing recorded: what was kept for sending still ends at the checkpoint.
+            if count > 0 { recent.withLock { $0 = kept ?? [] } }
+            return count
+        }
+    }
+
+    /// How many changed entries one batch of an update records, and how many an update keeps
+    /// for sending at most (tests lower them).
+    @TaskLocal static var batchSize = 1 << 14
+    @TaskLocal static var recentLimit = 1 << 17
+
+    /// Records the changed entries of `each` in batches, each one durable. Returns how many were
+    /// recorded, and all of them as the log gives them back (ascending sequence) unless they
+    /// were more than `limit`.
     private func updateHoldingLock(
-        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo]
-    ) throws -> [BEPFileInfo] {
-        var changed: [BEPFileInfo] = []
-        try each { file in
-            if !Self.sameAnnouncement(file, announced(file.name)) { changed.append(file) }
-        }
-        guard !changed.isEmpty else { return [] }
-        // Sorted by the names taken out once: a FileInfo's name is behind its storage, and a
-        // full index's 50,000 "not held" entries cost a million comparisons.
-        let names = changed.map(\.name)
-        if !zip(names, names.dropFirst()).allSatisfy({ $0.utf8Precedes($1) }) {
-            changed = ByteOrder.order(of: names).map { changed[$0] }
-        }
-        var next = maxSequence
-        for i in changed.indices {
-            next += 1
-            changed[i].sequence = next
-            let file = changed[i]
-            if file.type == .file && !file.deleted && !file.invalid && file.blocks.isEmpty { changed[i].blocks = try blocks(file.name) }
-        }
-        try log.apply(device: me, indexID: indexID, files: changed, isFullIndex: false)
-        // As the log gives them back: blocks_hash is the content hash of the blocks.
-        recent.withLock {
-            $0 = changed.map { file in
-                var file = file
-                if !file.blocks.isEmpty { file.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes) }
-                return file
+        each: ((BEPFileInfo) throws -> Void) throws -> Void, blocks: (String) throws -> [BEPBlockInfo], keeping limit: Int,
+        warn: (String) -> Void
+    ) throws -> (count: Int, recorded: [BEPFileInfo]?) {
+        var pending: [BEPFileInfo] = []
+        var count = 0
+        var kept: [BEPFileInfo]? = []
+        var blocksOfChanged: ((String) throws -> [BEPBlockInfo])?
+        var warnOfMaintenance: ((String) -> Void)?
+        // Whether every name so far came after the one before: only then may a batch be
+        // recorded before the rest is known (sequence numbers follow name order).
+        var inOrder = true
+        var lastName: String?
+        func record() throws {
+            // Sorted by the names taken out once: a FileInfo's name is behind its storage, and a
+            // full index's 50,000 "not held" entries cost a million comparisons.
+            let names = pending.map(\.name)
+            if !zip(names, names.dropFirst()).allSatisfy({ $0.utf8Precedes($1) }) {
+                pending = ByteOrder.order(of: names).map { pending[$0] }
             }
+            var next = maxSequence
+            for i in pending.indices {
+                next += 1
+                pending[i].sequence = next
+                let file = pending[i]
+                if file.type == .file && !file.deleted && !file.invalid && file.blocks.isEmpty { pending[i].blocks = try blocksOfChanged!(file.name) }
+            }
+            try log.apply(device: me, indexID: indexID, files: pending, isFullIndex: false)
+            count += pending.count
+            if let sofar = kept, sofar.count + pending.count <= limit {
+                // As the log gives them back: blocks_hash is the content hash of the blocks.
+                kept = sofar + pending.map { file in
+                    var file = file
+                    if !file.blocks.isEmpty { file.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes) }
+                    return file
+                }
+            } else {
+                kept = nil
+            }
+            pending.removeAll(keepingCapacity: true)
+            log.maintain(warn: warnOfMaintenance!)
         }
-        return changed
+        try withoutActuallyEscaping(blocks) { blocks in try withoutActuallyEscaping(warn) { warn in
+            // (`record` reads the block lists and warns through these while `each` runs.)
+            blocksOfChanged = blocks
+            warnOfMaintenance = warn
+            defer {
+                blocksOfChanged = nil
+                warnOfMaintenance = nil
+            }
+            try each { file in
+                guard !Self.sameAnnouncement(file, announced(file.name)) else { return }
+                if inOrder, let lastName { inOrder = lastName.utf8Precedes(file.name) }
+                lastName = file.name
+                pending.append(file)
+                if inOrder && pending.count >= Self.batchSize { try record() }
+            }
+            if !pending.isEmpty { try record() }
+        } }
+        return (count, kept)
     }
 
     /// Drops what the last update kept for sending (a long-running service between rounds).

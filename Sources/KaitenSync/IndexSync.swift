@@ -253,7 +253,7 @@ public enum IndexSync {
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
-                        indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder)
+                        indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder, warn: warn)
                     if keepOpen {
                         kept[device.id] = connection
                         // Both Hellos asked for several: the others are opened beside the pulls.
@@ -294,7 +294,7 @@ public enum IndexSync {
     static func exchange(
         _ connection: PeerConnection, device: DeviceConfiguration, shared: [FolderConfiguration], home: KaitenHome,
         logs: [String: IndexLog], announcer: LocalAnnouncer, indexIDs: [String: UInt64], timeout: Double,
-        serve: RequestHandler?, perFolder: inout [String: Report]
+        serve: RequestHandler?, perFolder: inout [String: Report], warn: (String) -> Void
     ) async throws -> [String: RemoteIndexState] {
         let me = home.identity.deviceID
         defer { IndexCompleteness.exchangeEnded(home.home, folders: shared.map(\.id), device: device.id) }
@@ -372,6 +372,9 @@ public enum IndexSync {
                 onBatch: { folder, files, isFull in
                     guard let log = logs[folder], let indexID = peerIndexIDs[folder] else { return }
                     try log.apply(device: device.id, indexID: indexID, files: files, isFullIndex: isFull)
+                    // A big index gets snapshots as it comes (a logarithmic number of them), as a
+                    // service's intake does: the view of it in memory stays a fraction of it.
+                    log.maintain(warn: warn)
                     received[folder]?.filesReceived += files.count
                     if isFull { received[folder]?.fullIndex = true }
                 })
@@ -401,7 +404,12 @@ public enum IndexSync {
         // What this device holds, as the index just received moved the global view.
         let sharedBoth = shared.map(\.id).filter { !receiver.notSharedByPeer.contains($0) }
         for folder in sharedBoth {
-            if let log = logs[folder] { try announcer.refresh(folder: folder, log: log) }
+            guard let log = logs[folder] else { continue }
+            // What the index just received left in memory goes to a snapshot first: the refresh
+            // then walks it in name order and records this device's index in batches, instead of
+            // holding both views of every path at once (a fresh home's peak).
+            log.maintain(eager: true, warn: warn)
+            try announcer.refresh(folder: folder, log: log, warn: warn)
         }
         try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
         for folder in shared {
@@ -450,7 +458,7 @@ public enum IndexSync {
             uniqueKeysWithValues: shared.map { ($0.id, Report(folder: $0.id, deviceID: device.id, name: device.name, ok: false)) })
         let announced = try await exchange(
             connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer, indexIDs: indexIDs,
-            timeout: timeout, serve: serve, perFolder: &perFolder)
+            timeout: timeout, serve: serve, perFolder: &perFolder, warn: warn)
         return (shared.compactMap { perFolder[$0.id] }, announced)
     }
 

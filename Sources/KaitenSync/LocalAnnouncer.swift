@@ -65,8 +65,8 @@ public final class LocalAnnouncer {
     }
 
     /// Brings every folder's local index in line with its global log (`logs` by folder).
-    public func refresh(logs: [String: IndexLog]) throws {
-        for (folder, log) in logs where indexes[folder] != nil { try refresh(folder: folder, log: log) }
+    public func refresh(logs: [String: IndexLog], warn: (String) -> Void = { _ in }) throws {
+        for (folder, log) in logs where indexes[folder] != nil { try refresh(folder: folder, log: log, warn: warn) }
     }
 
     /// The local index ID of each of `folders` for a ClusterConfig: this announcer's for the
@@ -85,7 +85,8 @@ public final class LocalAnnouncer {
     /// Brings a folder's local index in line with the global index (`log`), the scan cache and
     /// the selection file, durably. Returns how many entries changed.
     @discardableResult
-    public func refresh(folder: String, log: IndexLog) throws -> Int {
+    /// - Parameter warn: told about a snapshot of the local index that could not be written.
+    public func refresh(folder: String, log: IndexLog, warn: (String) -> Void = { _ in }) throws -> Int {
         guard let index = indexes[folder] else { return 0 }
         // Nothing it depends on moved since the last refresh: nothing to compare (a big folder
         // costs a walk of its whole global index otherwise, on every sync).
@@ -95,16 +96,17 @@ public final class LocalAnnouncer {
         if let recorded, recorded == Data(basis.utf8) { return 0 }
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
         let selectionBytes = FileManager.default.contents(atPath: home.home.selectionPath(folderID: folder)) ?? Data()
-        let changed: [BEPFileInfo]
+        let changed: Int
         if home.config.folder(id: folder)?.type == .receiveencrypted {
-            changed = try index.update(each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, body) }) { _ in [] }
+            changed = try index.update(
+                each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, body) }, blocks: { _ in [] }, warn: warn)
         } else if let recorded, let paths = Self.pathsAnEditedSelectionMoves(
             recordedBasis: recorded, basis: basis, recordedSelection: FileManager.default.contents(atPath: basisPath + ".selection"),
             log: log, local: local, home: home, folder: folder)
         {
-            changed = try announceHeld(folder: folder, log: log, local: local, index: index, only: paths)
+            changed = try announceHeld(folder: folder, log: log, local: local, index: index, only: paths, warn: warn)
         } else {
-            changed = try announceHeld(folder: folder, log: log, local: local, index: index)
+            changed = try announceHeld(folder: folder, log: log, local: local, index: index, warn: warn)
         }
         // Recorded only once the update is on disk: a failed refresh is redone next time. The
         // selection is kept with it: the next refresh after an edit of it alone compares only
@@ -113,7 +115,7 @@ public final class LocalAnnouncer {
             atPath: (basisPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try? AtomicFile.write(Array(selectionBytes), to: basisPath + ".selection", mode: 0o600)
         try? AtomicFile.write(Array(Self.basis(home: home.home, folder: folder, type: home.config.folder(id: folder)?.type.rawValue ?? "", log: log, index: index).utf8), to: basisPath, mode: 0o600)
-        return changed.count
+        return changed
     }
 
     /// When only the selection file changed since the last refresh (the global log, the local
@@ -148,27 +150,29 @@ public final class LocalAnnouncer {
     /// The announcements of a folder held in plain text, by its selection file (``Announcement``):
     /// of every path, or of `paths` only.
     private func announceHeld(
-        folder: String, log: IndexLog, local: LocalTree, index: LocalIndex, only paths: Set<String>? = nil
-    ) throws -> [BEPFileInfo] {
+        folder: String, log: IndexLog, local: LocalTree, index: LocalIndex, only paths: Set<String>? = nil,
+        warn: (String) -> Void
+    ) throws -> Int {
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
         let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
-        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths)
+        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths, warn: warn)
     }
 
     /// Records in `index` what is to be announced of every path (or of `paths`) that differs.
     private func announce(
-        index: LocalIndex, log: IndexLog, local: LocalTree, selection: Selection, sending: Announcement.Sending?, only paths: Set<String>?
-    ) throws -> [BEPFileInfo] {
+        index: LocalIndex, log: IndexLog, local: LocalTree, selection: Selection, sending: Announcement.Sending?, only paths: Set<String>?,
+        warn: (String) -> Void = { _ in }
+    ) throws -> Int {
         try index.update(
             each: { body in
                 try Announcement.forEachDesired(
                     global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
-            }
-        ) { name in
-            guard let global = log.index.global(name) else { return [] }
-            return try log.blocks(of: global.file)
-        }
+            },
+            blocks: { name in
+                guard let global = log.index.global(name) else { return [] }
+                return try log.blocks(of: global.file)
+            }, warn: warn)
     }
 
     /// Brings the announcements of `paths` only in line with `log`, `local` and `selection`: a
@@ -180,10 +184,9 @@ public final class LocalAnnouncer {
         guard let index = indexes[folder], !paths.isEmpty else { return 0 }
         if home.config.folder(id: folder)?.type == .receiveencrypted {
             return try index.update(each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, only: paths, body) }) { _ in [] }
-                .count
         }
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
-        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths).count
+        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths)
     }
 
     /// How a folder that sends is announced; nil for `receiveonly`.

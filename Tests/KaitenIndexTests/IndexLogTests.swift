@@ -471,6 +471,59 @@ struct LocalIndexTests {
         index.close()
     }
 
+    /// A fresh home's first update records an entry per path: coming in name order, the entries
+    /// are recorded a batch at a time, each durable, with the log's snapshots written as it
+    /// grows (its view in memory stays a part of it); an update too long to keep for sending is
+    /// read back from the log, the same entries. Out of name order, they are recorded at once,
+    /// their sequences in name order.
+    @Test func aLongUpdateInNameOrderIsRecordedABatchAtATime() throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-local-index")
+        defer { dir.remove() }
+        let path = dir.file("f.local")
+        let names = (0..<100).map { String(format: "p%03d", $0) }
+        try IndexLog.$snapshotThreshold.withValue(1) {
+            try LocalIndex.$batchSize.withValue(10) {
+                try LocalIndex.$recentLimit.withValue(25) {
+                    let index = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 5, renewIndexID: { 7 })
+                    // The 35th entry is a held file whose block list cannot be read: the three
+                    // batches before it stay recorded, nothing after them is.
+                    var held = Self.entry("p034", version: 1)
+                    held.blocks = []
+                    struct Unreadable: Error {}
+                    #expect(throws: Unreadable.self) {
+                        _ = try index.update(each: { body in for name in names { try body(name == "p034" ? held : Self.entry(name, version: 1, invalid: true)) } }) {
+                            _ in throw Unreadable()
+                        }
+                    }
+                    #expect(index.maxSequence == 30)
+                    let reopened = try LocalIndex.open(path: path, folderID: "f", me: Self.me, indexID: 7, renewIndexID: { 8 })
+                    #expect(try reopened.entries(after: 0).map(\.name) == Array(names.prefix(30)), "durable batch by batch")
+                    reopened.close()
+
+                    var overlayPeak = 0
+                    let count = try index.update(
+                        each: { body in
+                            for name in names {
+                                overlayPeak = max(overlayPeak, index.log.index.pathsOutsideSnapshot)
+                                try body(Self.entry(name, version: 1, invalid: true))
+                            }
+                        }, blocks: { _ in [] })
+                    #expect(count == 70)
+                    #expect(index.log.index.hasSnapshot && overlayPeak < 50, "snapshots as it grew: at most \(overlayPeak) paths in memory")
+                    let all = try index.entries(after: 0)
+                    #expect(all.map(\.name) == names && all.map(\.sequence) == Array(1...100))
+                    #expect(try index.entries(after: 30).map(\.name) == Array(names.dropFirst(30)), "more than kept: from the log")
+
+                    // Out of name order: at once, sequences in name order.
+                    let late = (0..<30).map { String(format: "q%03d", 29 - $0) }
+                    #expect(try index.update(each: { body in for name in late { try body(Self.entry(name, version: 1, invalid: true)) } }, blocks: { _ in [] }) == 30)
+                    #expect(try index.entries(after: 100).map(\.name) == late.reversed())
+                    index.close()
+                }
+            }
+        }
+    }
+
     /// Two processes recording this device's changes (a service and a one-shot apply beside
     /// it) never give two entries one sequence number.
     @Test func twoWritersOfTheLocalIndexNeverShareASequence() throws {

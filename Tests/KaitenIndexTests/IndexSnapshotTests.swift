@@ -128,6 +128,39 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// A snapshot written over a snapshot and its tail (the records nothing changed copied as
+    /// they are, the others merged and encoded, the paths added since merged in by name) is,
+    /// byte for byte, the snapshot written from a full replay of the same log.
+    @Test func aSnapshotOverASnapshotIsTheOneAFullReplayWrites() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            try Self.fill(log, from: 0, count: 300, full: true)
+            try Self.fill(log, from: 0, count: 100, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            try Self.fill(log, from: 250, count: 100)
+            try Self.fill(log, from: 40, count: 10, peer: Self.peerB, indexID: 23, full: true)
+            try Self.fill(log, from: 260, count: 5)
+            try Self.fill(log, from: 45, count: 10, peer: Self.peerB, indexID: 23)
+            try log.writeSnapshot()
+            let overSnapshot = try Data(contentsOf: URL(fileURLWithPath: log.snapshotPath))
+            log.close()
+
+            let dir = try TemporaryDirectory(prefix: "kaiten-replay")
+            defer { dir.remove() }
+            let copy = dir.file("photos.log")
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            try IndexLog.$snapshotThreshold.withValue(.max) {
+                let replayed = try IndexLog.open(path: copy, folderID: "photos")
+                #expect(!replayed.index.hasSnapshot)
+                try replayed.writeSnapshot()
+                replayed.close()
+            }
+            let fromReplay = try Data(contentsOf: URL(fileURLWithPath: IndexLog.snapshotPath(of: copy)))
+            #expect(overSnapshot.count > 300 * IndexSnapshot.announcementFixedSize)
+            #expect(overSnapshot == fromReplay)
+        }
+    }
+
     /// A snapshot of several times the writer's buffer (it goes to the file in chunks, the CRC
     /// and the path table's offsets carried across them) is used on open, whole, and is the
     /// view of a full replay.
