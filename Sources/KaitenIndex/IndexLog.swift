@@ -502,23 +502,28 @@ public final class IndexLog {
 
     /// An entry as announced, block list included, read from the log.
     public func fileInfo(of entry: FileEntry) throws(IndexLogError) -> BEPFileInfo {
-        var record = [UInt8](repeating: 0, count: Int(entry.recordLength))
-        let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(entry.recordOffset)) }
+        try fileInfo(recordAt: entry.recordOffset, length: entry.recordLength, name: entry.name)
+    }
+
+    /// The entry of the file record at `offset`, block list included.
+    func fileInfo(recordAt offset: Int64, length: Int32, name: String? = nil) throws(IndexLogError) -> BEPFileInfo {
+        var record = [UInt8](repeating: 0, count: Int(length))
+        let n = record.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(offset)) }
         guard n == record.count, record.count >= 9 + 36, record[8] == Kind.file.rawValue else {
-            throw IndexLogError(.io, file: path, offset: entry.recordOffset, "cannot read the record of \(entry.name)")
+            throw IndexLogError(.io, file: path, offset: offset, "cannot read the record \(name.map { "of \($0)" } ?? "of an entry")")
         }
         let payload = record[9...]
         let metaLength = Int(payload.readBE32(at: payload.startIndex + 32))
         let metaStart = payload.startIndex + 36
         guard metaStart + metaLength <= payload.endIndex else {
-            throw IndexLogError(.corruptRecord, file: path, offset: entry.recordOffset, "bad meta length")
+            throw IndexLogError(.corruptRecord, file: path, offset: offset, "bad meta length")
         }
         do {
             var file = try BEPFileInfo(serializedBytes: Array(payload[metaStart..<(metaStart + metaLength)]))
             file.blocks = try BEPFileInfo(serializedBytes: Array(payload[(metaStart + metaLength)...])).blocks
             return file
         } catch {
-            throw IndexLogError(.corruptRecord, file: path, offset: entry.recordOffset, "record does not decode: \(error)")
+            throw IndexLogError(.corruptRecord, file: path, offset: offset, "record does not decode: \(error)")
         }
     }
 

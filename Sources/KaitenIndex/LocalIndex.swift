@@ -178,20 +178,30 @@ public final class LocalIndex {
     /// Every announced entry with a sequence above `after`, ascending, with its blocks: what a
     /// peer that holds this index up to `after` is missing (all of it for `after` 0).
     public func entries(after: Int64) throws -> [BEPFileInfo] {
+        var pending = self.pending(after: after)
+        var all: [BEPFileInfo] = []
+        while let batch = try pending.next(maxCount: .max, maxBytes: .max) { all += batch }
+        return all
+    }
+
+    /// The same, to be read a batch at a time (``PendingEntries/next(maxCount:maxBytes:)``):
+    /// a fresh home's index of a million paths is sent without holding a million entries.
+    public func pending(after: Int64) -> PendingEntries {
         // Everything above `after` was recorded by the last update, and nothing since (it ends
         // at the checkpoint): those are the entries, as recorded.
         let maxSequence = self.maxSequence
-        let recorded = recent.withLock { recent -> [BEPFileInfo]? in
+        let recorded = recent.withLock { recent -> ArraySlice<BEPFileInfo>? in
             guard let first = recent.first, let last = recent.last, after >= first.sequence - 1, last.sequence == maxSequence else { return nil }
-            return Array(recent.drop { $0.sequence <= after })
+            return recent.drop { $0.sequence <= after }
         }
-        if let recorded { return recorded }
-        var entries: [FileEntry] = []
-        log.index.forEachEntry { _, owner, entry in
-            if owner == me && entry.sequence > after { entries.append(entry) }
+        if let recorded { return PendingEntries(log: log, recorded: recorded, stored: []) }
+        // Else where each one is in the log (24 bytes an entry), read when its batch is.
+        var stored: [PendingEntries.Stored] = []
+        log.index.forEachEntry(from: me) { entry in
+            if entry.sequence > after { stored.append(.init(sequence: entry.sequence, offset: entry.recordOffset, length: entry.recordLength)) }
         }
-        entries.sort { $0.sequence < $1.sequence }
-        return try entries.map { try log.fileInfo(of: $0) }
+        stored.sort { $0.sequence < $1.sequence }
+        return PendingEntries(log: log, recorded: [], stored: stored)
     }
 
     /// Equal for everything a peer reads (the sequence and where it is stored aside).
@@ -204,5 +214,51 @@ public final class LocalIndex {
             && wanted.modifiedNs == entry.modifiedNs && wanted.modifiedBy == entry.modifiedBy
             && wanted.blockSize == entry.blockSize && wanted.symlinkTarget == entry.symlinkTarget
             && wanted.contentHash == entry.contentHash
+    }
+}
+
+/// Entries of a local index still to be sent, in ascending sequence, handed out a batch at a
+/// time: those the last update kept, or those read from the log as their batch is made.
+public struct PendingEntries {
+    struct Stored {
+        var sequence: Int64
+        var offset: Int64
+        var length: Int32
+    }
+    let log: IndexLog
+    var recorded: ArraySlice<BEPFileInfo>
+    var stored: [Stored]
+    private var next = 0
+
+    init(log: IndexLog, recorded: ArraySlice<BEPFileInfo>, stored: [Stored]) {
+        self.log = log
+        self.recorded = recorded
+        self.stored = stored
+    }
+
+    /// Whether there is nothing to send.
+    public var isEmpty: Bool { recorded.isEmpty && stored.isEmpty }
+
+    /// The next entries: at most `maxCount`, and no more once they reach about `maxBytes`
+    /// (200 bytes an entry and 48 a block, as a batch of syncthing's own is counted); nil at
+    /// the end.
+    public mutating func next(maxCount: Int, maxBytes: Int) throws(IndexLogError) -> [BEPFileInfo]? {
+        var batch: [BEPFileInfo] = []
+        var bytes = 0
+        while batch.count < maxCount && bytes < maxBytes {
+            let entry: BEPFileInfo
+            if let first = recorded.first {
+                entry = first
+                recorded = recorded.dropFirst()
+            } else if next < stored.count {
+                entry = try log.fileInfo(recordAt: stored[next].offset, length: stored[next].length)
+                next += 1
+            } else {
+                break
+            }
+            bytes += 200 + entry.blocks.count * 48
+            batch.append(entry)
+        }
+        return batch.isEmpty ? nil : batch
     }
 }

@@ -240,21 +240,14 @@ public final class LocalAnnouncer {
             let view = theirView[folder]
             let full = view == nil || view!.indexID != index.indexID || view!.maxSequence > index.maxSequence
             let after = full ? 0 : view!.maxSequence
-            var entries = try index.entries(after: after)
-            // Only where there is one: setting a field copies the entry's storage.
-            if clearBlocksHash { for i in entries.indices where !entries[i].blocksHash.isEmpty { entries[i].blocksHash = Data() } }
-            if !full && entries.isEmpty { continue }
+            var pending = index.pending(after: after)
+            if !full && pending.isEmpty { continue }
             var first = full
-            // Batches of at most 1000 entries or about 2 MB, as syncthing sends its own.
-            var start = 0
-            repeat {
-                var end = start
-                var bytes = 0
-                while end < entries.count && end - start < 1000 && bytes < 2 << 20 {
-                    bytes += 200 + entries[end].blocks.count * 48
-                    end += 1
-                }
-                let batch = Array(entries[start..<end])
+            // Batches of at most 1000 entries or about 2 MB, as syncthing sends its own; a full
+            // index with no entry is one empty Index message.
+            while var batch = try pending.next(maxCount: 1000, maxBytes: 2 << 20) ?? (first ? [] : nil) {
+                // Only where there is one: setting a field copies the entry's storage.
+                if clearBlocksHash { for i in batch.indices where !batch[i].blocksHash.isEmpty { batch[i].blocksHash = Data() } }
                 if first {
                     var message = BEPIndex()
                     message.folder = folder
@@ -267,8 +260,8 @@ public final class LocalAnnouncer {
                     message.files = batch
                     try await connection.send(.indexUpdate(message))
                 }
-                start = end
-            } while start < entries.count
+                if batch.isEmpty { break }
+            }
         }
     }
 }

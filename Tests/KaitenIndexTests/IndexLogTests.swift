@@ -513,6 +513,13 @@ struct LocalIndexTests {
                     let all = try index.entries(after: 0)
                     #expect(all.map(\.name) == names && all.map(\.sequence) == Array(1...100))
                     #expect(try index.entries(after: 30).map(\.name) == Array(names.dropFirst(30)), "more than kept: from the log")
+                    // Sent a batch at a time, each read from the log when it is made.
+                    var pending = index.pending(after: 0)
+                    var batches: [[Int64]] = []
+                    while let batch = try pending.next(maxCount: 40, maxBytes: .max) { batches.append(batch.map(\.sequence)) }
+                    #expect(batches == [Array(1...40), Array(41...80), Array(81...100)])
+                    var small = index.pending(after: 95)
+                    #expect(try small.next(maxCount: 40, maxBytes: 450)?.map(\.sequence) == [96, 97, 98], "about 200 bytes an entry")
 
                     // Out of name order: at once, sequences in name order.
                     let late = (0..<30).map { String(format: "q%03d", 29 - $0) }
