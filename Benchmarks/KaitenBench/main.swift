@@ -104,8 +104,10 @@ func runClient(_ args: [String]) async throws {
         onClusterConfig: { peerIndexID = $0.device(peer, in: folderID)?.indexID ?? 0 }
     ) { _, batch, isFull in
         if let log {
-            // What `kaiten index sync` does: every batch appended and fsynced.
+            // What `kaiten index sync` does: every batch appended and fsynced, the log
+            // snapshotted as it grows.
             try log.apply(device: peer, indexID: peerIndexID, files: batch, isFullIndex: isFull)
+            log.maintain(warn: { FileHandle.standardError.write(Data("warning: \($0)\n".utf8)) })
         } else {
             files += batch.filter { $0.type == .file && !$0.deleted && !$0.invalid }
         }
