@@ -238,7 +238,7 @@ func runScaleIntake(homePath: String, files: Int) throws {
     let announcer = try LocalAnnouncer(home: home, folders: ["f"], warn: warn)
     try announcer.refresh(logs: ["f": log], warn: warn)
     announcer.close(maintaining: warn)
-    log.maintain(eager: true, warn: warn)
+    log.maintain(warn: warn)
     log.close()
 }
 

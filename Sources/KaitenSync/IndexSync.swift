@@ -279,9 +279,7 @@ public enum IndexSync {
         // what the local index kept for sending (a fresh home's: an entry per path) is let go:
         // together they were the run's peak.
         announcer.forgetRecent()
-        // Once 4 MiB were appended since the last snapshot: what is not in it, every later
-        // open replays into memory.
-        for (_, log) in logs { log.maintain(eager: true, warn: warn) }
+        for (_, log) in logs { log.maintain(warn: warn) }
         for (_, log) in logs { log.close() }
         // The global index left the heap in small pieces: given back before the local one's
         // snapshot allocates again.

@@ -43,24 +43,22 @@ public final class LocalAnnouncer {
     }
 
     /// Ends a one-shot run: what was kept for sending is let go first (a fresh home's entry
-    /// per path), then each local index gets its snapshot once 4 MiB were recorded since the
-    /// last one, so that `plan` and `kaiten run` read it in place instead of replaying that
-    /// part into memory at every start (a third of a fresh home's entries, at most, since its
-    /// last snapshot during the refresh).
+    /// per path), then each local index gets its snapshot when enough was recorded since the
+    /// last one, so that `plan` and `kaiten run` read it in place instead of replaying every
+    /// entry into memory.
     public func close(maintaining warn: (String) -> Void) {
         for index in indexes.values {
             index.forgetRecent()
-            index.log.maintain(eager: true, warn: warn)
+            index.log.maintain(warn: warn)
         }
         close()
     }
 
-    /// A service between rounds: each local index gets its snapshot once 4 MiB were recorded
-    /// since the last one (what is not in it is in memory), and the pages read of the
-    /// snapshots go back to the system.
+    /// A service between rounds: each local index gets its snapshot when enough was recorded
+    /// since the last one, and the pages read of the snapshots go back to the system.
     public func betweenRounds(warn: (String) -> Void) {
         for index in indexes.values {
-            index.log.maintain(eager: true, warn: warn)
+            index.log.maintain(warn: warn)
             index.log.index.releaseSnapshotPages()
             index.forgetRecent()
         }

@@ -510,6 +510,7 @@ struct LocalIndexTests {
                         }, blocks: { _ in [] })
                     #expect(count == 70)
                     #expect(index.log.index.hasSnapshot && overlayPeak < 50, "snapshots as it grew: at most \(overlayPeak) paths in memory")
+                    #expect(index.log.index.pathsOutsideSnapshot == 0, "and one at its end: a later open replays nothing")
                     let all = try index.entries(after: 0)
                     #expect(all.map(\.name) == names && all.map(\.sequence) == Array(1...100))
                     #expect(try index.entries(after: 30).map(\.name) == Array(names.dropFirst(30)), "more than kept: from the log")
