@@ -66,7 +66,7 @@ public final class PeerSession: Sendable {
             for folder in folders {
                 let log = try PeerGenerations.openLog(home: home, folder: folder, readOnly: true)
                 defer { log.close() }
-                try announcer.refresh(folder: folder, log: log)
+                try announcer.refresh(folder: folder, log: log, warn: warn)
             }
             for (device, connection) in openConnections {
                 let shared = folders.filter { home.config.folder(id: $0)?.isShared(with: device) == true }
@@ -210,7 +210,7 @@ public enum IndexSync {
         // This device's own index of each folder, brought up to date before any peer hears of it.
         let announcer = try LocalAnnouncer(home: home, folders: folders.map(\.id), warn: warn)
         defer { announcer.close() }
-        try announcer.refresh(logs: logs)
+        try announcer.refresh(logs: logs, warn: warn)
         let indexIDs = try announcer.indexIDs(for: home.config.folders.map(\.id))
         var announced: [DeviceID: [String: RemoteIndexState]] = [:]
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
@@ -451,7 +451,7 @@ public enum IndexSync {
         defer { for (_, log) in logs { log.close() } }
         let announcer = try LocalAnnouncer(home: home, folders: shared.map(\.id), warn: warn)
         defer { announcer.close() }
-        try announcer.refresh(logs: logs)
+        try announcer.refresh(logs: logs, warn: warn)
         let indexIDs = try announcer.indexIDs(for: home.config.folders.map(\.id))
         PeerGenerations.record([device.id: connection.hello], home: home.home)
         var perFolder = Dictionary(

@@ -120,7 +120,7 @@ public final class LiveFolder {
             let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: config.id))
             let sends = config.type == .sendreceive || config.type == .sendonly
             let selection = config.type == .receiveencrypted ? Selection(everythingIn: log.index) : Selection(file, global: log.index, local: sends ? tree : nil)
-            guard try announcer.refresh(folder: config.id, log: log, local: tree, selection: selection, only: paths) > 0 else { return }
+            guard try announcer.refresh(folder: config.id, log: log, local: tree, selection: selection, only: paths, warn: warn) > 0 else { return }
         } catch {
             warn("could not announce this device's index of \(config.id): \(error)")
             return

@@ -84,8 +84,8 @@ public final class LocalAnnouncer {
 
     /// Brings a folder's local index in line with the global index (`log`), the scan cache and
     /// the selection file, durably. Returns how many entries changed.
-    @discardableResult
     /// - Parameter warn: told about a snapshot of the local index that could not be written.
+    @discardableResult
     public func refresh(folder: String, log: IndexLog, warn: (String) -> Void = { _ in }) throws -> Int {
         guard let index = indexes[folder] else { return 0 }
         // Nothing it depends on moved since the last refresh: nothing to compare (a big folder
@@ -162,7 +162,7 @@ public final class LocalAnnouncer {
     /// Records in `index` what is to be announced of every path (or of `paths`) that differs.
     private func announce(
         index: LocalIndex, log: IndexLog, local: LocalTree, selection: Selection, sending: Announcement.Sending?, only paths: Set<String>?,
-        warn: (String) -> Void = { _ in }
+        warn: (String) -> Void
     ) throws -> Int {
         try index.update(
             each: { body in
@@ -180,13 +180,16 @@ public final class LocalAnnouncer {
     /// memory. The recorded basis stays as it was, so the next whole refresh compares every
     /// path again. Returns how many entries changed.
     @discardableResult
-    public func refresh(folder: String, log: IndexLog, local: LocalTree, selection: Selection, only paths: Set<String>) throws -> Int {
+    public func refresh(
+        folder: String, log: IndexLog, local: LocalTree, selection: Selection, only paths: Set<String>, warn: (String) -> Void = { _ in }
+    ) throws -> Int {
         guard let index = indexes[folder], !paths.isEmpty else { return 0 }
         if home.config.folder(id: folder)?.type == .receiveencrypted {
-            return try index.update(each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, only: paths, body) }) { _ in [] }
+            return try index.update(
+                each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, only: paths, body) }, blocks: { _ in [] }, warn: warn)
         }
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
-        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths)
+        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths, warn: warn)
     }
 
     /// How a folder that sends is announced; nil for `receiveonly`.

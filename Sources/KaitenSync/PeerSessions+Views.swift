@@ -54,7 +54,7 @@ extension PeerSessions {
                 for folder in folders {
                     let log = try PeerGenerations.openLog(home: self.home, folder: folder, readOnly: true)
                     defer { log.close() }
-                    try announcer.refresh(folder: folder, log: log)
+                    try announcer.refresh(folder: folder, log: log, warn: warn)
                 }
                 try await self.sendHoldingQueue(from: announcer, folders: folders)
             } catch {

@@ -94,22 +94,29 @@ struct IndexSnapshotTests {
         try body(dir.file("photos.log"))
     }
 
+    /// Two devices' full indexes, a snapshot of them, then a tail: changes to snapshotted
+    /// paths, new paths, a peer's full index that voids what the snapshot holds of it, then
+    /// more changes (paths changed twice, by one device and by both; replay searches the
+    /// snapshot for them together at the end). With `reordering`, paths both devices
+    /// announced change on the one that announced first: a view lists its announcements in
+    /// another order than a full replay does (the order says nothing; the bytes differ).
+    static func fillASnapshotAndATail(_ log: IndexLog, reordering: Bool = true) throws {
+        try fill(log, from: 0, count: 300, full: true)
+        try fill(log, from: 0, count: 100, peer: peerB, indexID: 22, full: true)
+        try log.writeSnapshot()
+        try fill(log, from: 250, count: 100)
+        try fill(log, from: 40, count: 10, peer: peerB, indexID: 23, full: true)
+        try fill(log, from: 260, count: 5)
+        if reordering { try fill(log, from: 30, count: 20) }
+        try fill(log, from: 45, count: 10, peer: peerB, indexID: 23)
+    }
+
     @Test func aSnapshotPlusTheTailIsTheViewOfAFullReplay() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
-            try Self.fill(log, from: 0, count: 300, full: true)
-            try Self.fill(log, from: 0, count: 100, peer: Self.peerB, indexID: 22, full: true)
-            try log.writeSnapshot()
+            try Self.fillASnapshotAndATail(log)
             #expect(log.index.hasSnapshot)
             #expect(FileManager.default.fileExists(atPath: log.snapshotPath))
-            // The tail: changes to snapshotted paths, new paths, a peer's full index that voids
-            // what the snapshot holds of it, then more changes (paths changed twice, by one
-            // device and by both; replay searches the snapshot for them together at the end).
-            try Self.fill(log, from: 250, count: 100)
-            try Self.fill(log, from: 40, count: 10, peer: Self.peerB, indexID: 23, full: true)
-            try Self.fill(log, from: 260, count: 5)
-            try Self.fill(log, from: 30, count: 20)
-            try Self.fill(log, from: 45, count: 10, peer: Self.peerB, indexID: 23)
             let expected = try Self.fullReplay(path)
             #expect(View(log) == expected, "the writer's own view: \(View(log).difference(from: expected))")
             log.close()
@@ -130,17 +137,12 @@ struct IndexSnapshotTests {
 
     /// A snapshot written over a snapshot and its tail (the records nothing changed copied as
     /// they are, the others merged and encoded, the paths added since merged in by name) is,
-    /// byte for byte, the snapshot written from a full replay of the same log.
+    /// byte for byte, the snapshot written from a full replay of the same log (with a tail that
+    /// keeps each path's announcements in the order they came).
     @Test func aSnapshotOverASnapshotIsTheOneAFullReplayWrites() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
-            try Self.fill(log, from: 0, count: 300, full: true)
-            try Self.fill(log, from: 0, count: 100, peer: Self.peerB, indexID: 22, full: true)
-            try log.writeSnapshot()
-            try Self.fill(log, from: 250, count: 100)
-            try Self.fill(log, from: 40, count: 10, peer: Self.peerB, indexID: 23, full: true)
-            try Self.fill(log, from: 260, count: 5)
-            try Self.fill(log, from: 45, count: 10, peer: Self.peerB, indexID: 23)
+            try Self.fillASnapshotAndATail(log, reordering: false)
             try log.writeSnapshot()
             let overSnapshot = try Data(contentsOf: URL(fileURLWithPath: log.snapshotPath))
             log.close()
