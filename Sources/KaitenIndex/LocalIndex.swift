@@ -140,13 +140,14 @@ public final class LocalIndex {
             }
             try log.apply(device: me, indexID: indexID, files: pending, isFullIndex: false)
             count += pending.count
-            if let sofar = kept, sofar.count + pending.count <= limit {
+            if let sofar = kept?.count, sofar + pending.count <= limit {
                 // As the log gives them back: blocks_hash is the content hash of the blocks.
-                kept = sofar + pending.map { file in
-                    var file = file
-                    if !file.blocks.isEmpty { file.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes) }
-                    return file
-                }
+                kept!.append(
+                    contentsOf: pending.lazy.map { file in
+                        var file = file
+                        if !file.blocks.isEmpty { file.blocksHash = Data(BEPFileInfo.blocksHash(of: file.blocks).bytes) }
+                        return file
+                    })
             } else {
                 kept = nil
             }
