@@ -1,5 +1,6 @@
 import Foundation
 import KaitenConfig
+import KaitenFiles
 import KaitenIndex
 import KaitenProtocol
 import KaitenSync
@@ -211,6 +212,8 @@ func timedCommand(_ command: [String], label: String) throws -> (seconds: Double
 func runScaleIntake(homePath: String, files: Int) throws {
     let home = try KaitenHome.open(Home(path: homePath))
     let log = try PeerGenerations.openLog(home: home, folder: "f", readOnly: false)
+    // As `kaiten index sync` does before a peer's index comes in (IndexSync.exchange).
+    MappedCode.unmapIdlePages()
     var batch: [BEPFileInfo] = []
     batch.reserveCapacity(1000)
     var first = true

@@ -35,12 +35,15 @@ extension GlobalIndex {
     enum SnapshotRecord {
         case copied(UnsafeRawBufferPointer)
         case encoded(String, [(device: UInt16, entry: FileEntry)])
+        /// A path the snapshot does not hold: its name and changes, encoded as the record wants them.
+        case added(String, Changes)
 
         /// Its size in the snapshot.
         var size: Int {
             switch self {
             case .copied(let bytes): bytes.count
             case .encoded(let name, let list): IndexSnapshot.recordSize(name, list)
+            case .added(let name, let changes): 6 + name.utf8.count + changes.announcements.count
             }
         }
     }
@@ -52,11 +55,11 @@ extension GlobalIndex {
     /// snapshot is its record's bytes, not decoded and encoded again.
     func forEachSnapshotRecord<E: Error>(_ body: (SnapshotRecord) throws(E) -> Void) throws(E) {
         var added: [String] = []
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { added.append(path) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty { added.append(path) }
         added = ByteOrder.order(of: added).map { added[$0] }
         var next = 0
         func emitAdded() throws(E) {
-            try body(.encoded(added[next], overlay[added[next]]!.entries))
+            try body(.added(added[next], overlay[added[next]]!))
             next += 1
         }
         if let base {
@@ -222,7 +225,7 @@ extension GlobalIndex {
         let n = number(of: device)
         let name = entry.name
         // One hash lookup, the path's changes modified in place and the entry moved into them.
-        let outcome = overlay[name, default: Changes(baseIndex: Self.unsearched, entries: [])].put(
+        let outcome = overlay[name, default: Changes(baseIndex: Self.unsearched)].put(
             entry, from: n, base: base, voided: voidedInBase, deferredCount: deferredSearches?.count)
         switch outcome {
         case .replaced(let length): return length
@@ -278,15 +281,15 @@ extension GlobalIndex {
             try forEachEntry(from: device) { entry in if entry.sequence > sequence { try body(entry) } }
             return
         }
-        for changes in overlay.values {
-            if let item = changes.entries.first(where: { $0.device == n }), item.entry.sequence > sequence { try body(item.entry) }
+        for (path, changes) in overlay {
+            if let announced = changes.sequence(from: n), announced > sequence, let entry = changes.entry(from: n, named: path) { try body(entry) }
         }
     }
 
     /// Whether `device` announced anything still held.
     func hasEntries(from device: DeviceID) -> Bool {
         guard let n = deviceNumbers[device] else { return false }
-        if overlay.values.contains(where: { $0.entries.contains { $0.device == n } }) { return true }
+        if overlay.values.contains(where: { $0.contains(n) }) { return true }
         guard let base, !voidedInBase.contains(n) else { return false }
         for i in 0..<base.pathCount {
             var found = false
@@ -310,17 +313,16 @@ extension GlobalIndex {
             for i in 0..<base.pathCount {
                 base.devicesAndLengths(i) { device, length in
                     guard device == n else { return }
-                    if isTouched(i), overlay[base.name(i)]?.entries.contains(where: { $0.device == n }) == true { return }
+                    if isTouched(i), overlay[base.name(i)]?.contains(n) == true { return }
                     freed += Int64(length)
                 }
             }
             voidedInBase.insert(n)
         }
         for name in Array(overlay.keys) {
-            guard let j = overlay[name]!.entries.firstIndex(where: { $0.device == n }) else { continue }
-            freed += Int64(overlay[name]!.entries[j].entry.recordLength)
-            overlay[name]!.entries.remove(at: j)
-            if overlay[name]!.entries.isEmpty {
+            guard let length = overlay[name]!.remove(n) else { continue }
+            freed += Int64(length)
+            if overlay[name]!.isEmpty {
                 let i = overlay[name]!.baseIndex
                 if i >= 0 { touchedInBase[i >> 6] &= ~(1 << UInt64(i & 63)) }
                 overlay.removeValue(forKey: name)
@@ -402,10 +404,10 @@ extension GlobalIndex {
                 i += 1
             }
         }
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty && isWanted(path) {
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty && isWanted(path) {
             var path = path
             if let named, !path.withUTF8({ named(UnsafeRawBufferPointer($0)) }) { continue }
-            if let entry = select(path: path, changes.entries) { try body(entry) }
+            if let entry = select(path: path, changes.entries(named: path)) { try body(entry) }
         }
     }
 

@@ -87,8 +87,8 @@ extension GlobalIndex {
                 }
             }
         }
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty {
-            if let entry = select(path: path, changes.entries) { try body(GlobalSummary(entry)) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty {
+            if let entry = select(path: path, changes.entries(named: path)) { try body(GlobalSummary(entry)) }
         }
     }
 
@@ -118,6 +118,6 @@ extension GlobalIndex {
                 try visitBase(i, visit)
             }
         }
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { try visit(path, changes.entries) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty { try visit(path, changes.entries(named: path)) }
     }
 }

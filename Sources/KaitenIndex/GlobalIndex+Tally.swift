@@ -117,7 +117,7 @@ extension GlobalIndex {
             return baseOnly.walkTally()
         }
         tally.grow(to: devices)
-        for (path, changes) in overlay where !changes.entries.isEmpty || changes.baseIndex >= 0 {
+        for (path, changes) in overlay where !changes.isEmpty || changes.baseIndex >= 0 {
             if changes.baseIndex >= 0 {
                 let before = merged(changes.baseIndex, path, nil)
                 tally.add(before, global: select(path: path, before), numbers: deviceNumbers, -1)
@@ -144,8 +144,9 @@ extension GlobalIndex {
                 visitBase(i) { path, list in tally.add(list, global: select(path: path, list), numbers: deviceNumbers, 1) }
             }
         }
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty {
-            tally.add(changes.entries, global: select(path: path, changes.entries), numbers: deviceNumbers, 1)
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty {
+            let list = changes.entries(named: path)
+            tally.add(list, global: select(path: path, list), numbers: deviceNumbers, 1)
         }
         return tally
     }

@@ -25,10 +25,85 @@ public struct GlobalIndex: Sendable {
 
     /// A path's announcements made after the snapshot (every announcement, without one), by
     /// device: each replaces that device's announcement in the snapshot, if any.
+    ///
+    /// Kept encoded as a snapshot's record keeps them (``IndexSnapshot``), one after the other
+    /// in the order the devices first came, and decoded when read: up to a third of a
+    /// growing index's paths wait here for the next snapshot, and as decoded entries in arrays
+    /// they cost about 350 bytes a path, most of an intake's peak memory; encoded, about 160.
     struct Changes {
         /// Where the path is in the snapshot, or -1.
         var baseIndex: Int
-        var entries: [(device: UInt16, entry: FileEntry)]
+        /// The announcements' bytes (empty: none).
+        private(set) var announcements: [UInt8] = []
+
+        init(baseIndex: Int) { self.baseIndex = baseIndex }
+
+        var isEmpty: Bool { announcements.isEmpty }
+
+        /// How many devices announced the path.
+        var count: Int {
+            announcements.withUnsafeBytes { bytes in
+                var (at, count) = (0, 0)
+                while at < bytes.count {
+                    at += IndexSnapshot.announcementLength(bytes, at: at)
+                    count += 1
+                }
+                return count
+            }
+        }
+
+        /// Calls `body` with each announcement's device and where it starts, until it returns false.
+        private func walk(_ body: (UnsafeRawBufferPointer, UInt16, Int) -> Bool) {
+            announcements.withUnsafeBytes { bytes in
+                var at = 0
+                while at < bytes.count {
+                    guard body(bytes, bytes.u16(at), at) else { return }
+                    at += IndexSnapshot.announcementLength(bytes, at: at)
+                }
+            }
+        }
+
+        /// Where device `n`'s announcement starts and its length, if it made one.
+        private func span(of n: UInt16) -> (start: Int, length: Int)? {
+            var found: (Int, Int)?
+            walk { bytes, device, at in
+                guard device == n else { return true }
+                found = (at, IndexSnapshot.announcementLength(bytes, at: at))
+                return false
+            }
+            return found
+        }
+
+        /// Every announcement, decoded, named `name` (the path's).
+        func entries(named name: String) -> [(device: UInt16, entry: FileEntry)] {
+            guard !isEmpty else { return [] }
+            return announcements.withUnsafeBytes { bytes in
+                IndexSnapshot.decodeAnnouncements(bytes, from: 0, count: count, name: name, skipping: [])
+            }
+        }
+
+        /// Whether device `n` announced the path.
+        func contains(_ n: UInt16) -> Bool { span(of: n) != nil }
+
+        /// Device `n`'s announcement, named `name`, if it made one.
+        func entry(from n: UInt16, named name: String) -> FileEntry? {
+            guard let (start, _) = span(of: n) else { return nil }
+            return announcements.withUnsafeBytes { IndexSnapshot.decodeAnnouncement($0, at: start, name: name) }
+        }
+
+        /// Device `n`'s announcement's sequence, read without decoding it, if it made one.
+        func sequence(from n: UInt16) -> Int64? {
+            guard let (start, _) = span(of: n) else { return nil }
+            return announcements.withUnsafeBytes { IndexSnapshot.announcedSequence($0, at: start) }
+        }
+
+        /// Takes device `n`'s announcement out; the record length it named, if it made one.
+        mutating func remove(_ n: UInt16) -> Int32? {
+            guard let (start, length) = span(of: n) else { return nil }
+            let recordLength = announcements.withUnsafeBytes { IndexSnapshot.announcedRecordLength($0, at: start) }
+            announcements.removeSubrange(start..<(start + length))
+            return recordLength
+        }
 
         /// Puts device `n`'s announcement in; searches the snapshot for the path at its first
         /// change, or marks the search deferred to place `deferredCount` when one is given.
@@ -47,12 +122,19 @@ public struct GlobalIndex: Sendable {
                     newlyFound = baseIndex
                 }
             }
-            if let j = entries.firstIndex(where: { $0.device == n }) {
-                let old = entries[j].entry.recordLength
-                entries[j].entry = entry
+            var encoded: [UInt8] = []
+            encoded.reserveCapacity(IndexSnapshot.announcementSize(entry))
+            IndexSnapshot.encodeAnnouncement(n, entry, into: &encoded)
+            if announcements.isEmpty {
+                // The common case, a path's first change: the bytes as encoded, no spare capacity.
+                announcements = encoded
+            } else if let (start, length) = span(of: n) {
+                let old = announcements.withUnsafeBytes { IndexSnapshot.announcedRecordLength($0, at: start) }
+                announcements.replaceSubrange(start..<(start + length), with: encoded)
                 return .replaced(old)
+            } else {
+                announcements += encoded
             }
-            entries.append((n, entry))
             // A deferred path's snapshot announcements are weighed when it is searched: this
             // device's with the path's name when it is the first, else noted for then.
             if GlobalIndex.isDeferred(baseIndex) {
@@ -157,11 +239,11 @@ public struct GlobalIndex: Sendable {
     /// their devices' ones.
     func merged(_ i: Int, _ name: String, _ changes: Changes?) -> [(device: UInt16, entry: FileEntry)] {
         // (set() searched every changed path; -1: not in the snapshot.)
-        guard i >= 0, let base else { return changes?.entries ?? [] }
+        guard i >= 0, let base else { return changes?.entries(named: name) ?? [] }
         var list = base.announcements(i, name: name, skipping: voidedInBase)
-        guard let changes, !changes.entries.isEmpty else { return list }
-        list.removeAll { item in changes.entries.contains { $0.device == item.device } }
-        list += changes.entries
+        guard let changes, !changes.isEmpty else { return list }
+        list.removeAll { item in changes.contains(item.device) }
+        list += changes.entries(named: name)
         return list
     }
 
@@ -189,7 +271,7 @@ public struct GlobalIndex: Sendable {
                 if !list.isEmpty { try body(name, list) }
             }
         }
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty { try body(path, changes.entries) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty { try body(path, changes.entries(named: path)) }
     }
 
     /// Walks of the snapshot in path order, which give back the pages they passed every
@@ -282,8 +364,8 @@ public struct GlobalIndex: Sendable {
         }
         let wanted = Set(exact)
         let prefixSet = Set(prefixes)
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.entries.isEmpty {
-            if wanted.contains(path) || Self.hasPrefix(path, in: prefixSet) { try body(path, changes.entries) }
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty {
+            if wanted.contains(path) || Self.hasPrefix(path, in: prefixSet) { try body(path, changes.entries(named: path)) }
         }
     }
 

@@ -405,40 +405,70 @@ public final class IndexSnapshot: @unchecked Sendable {
     func announcements(_ i: Int, name: String, skipping voided: Set<UInt16>) -> [(device: UInt16, entry: FileEntry)] {
         let start = recordStart(i)
         let count = Int(bytes.u16(start + 4))
-        var at = start + 6 + Int(bytes.u32(start))
+        return Self.decodeAnnouncements(bytes, from: start + 6 + Int(bytes.u32(start)), count: count, name: name, skipping: voided)
+    }
+
+    /// The length of the announcement that starts at `at`.
+    @inline(__always)
+    static func announcementLength(_ bytes: UnsafeRawBufferPointer, at: Int) -> Int {
+        announcementFixedSize + 16 * Int(bytes.u16(at + 99)) + Int(bytes.u32(at + 101))
+    }
+
+    /// `count` announcements one after the other from `at` (a record's, or a changed path's in
+    /// a view, ``GlobalIndex/Changes``), each by device number, named `name`.
+    static func decodeAnnouncements(
+        _ bytes: UnsafeRawBufferPointer, from at: Int, count: Int, name: String, skipping voided: Set<UInt16>
+    ) -> [(device: UInt16, entry: FileEntry)] {
+        var at = at
         var list: [(device: UInt16, entry: FileEntry)] = []
         list.reserveCapacity(count)
         for _ in 0..<count {
             let device = bytes.u16(at)
-            let counters = Int(bytes.u16(at + 99))
-            let symlink = Int(bytes.u32(at + 101))
-            defer { at += Self.announcementFixedSize + 16 * counters + symlink }
+            defer { at += announcementLength(bytes, at: at) }
             if !voided.isEmpty && voided.contains(device) { continue }
-            let flags = bytes[at + 6]
-            var version = BEPVector()
-            if counters > 0 {
-                version.counters.reserveCapacity(counters)
-                for c in 0..<counters {
-                    var counter = BEPCounter()
-                    counter.id = bytes.u64(at + 105 + 16 * c)
-                    counter.value = bytes.u64(at + 113 + 16 * c)
-                    version.counters.append(counter)
-                }
-            }
-            let symlinkStart = at + Self.announcementFixedSize + 16 * counters
-            let entry = FileEntry(
-                name: name, type: BEPFileInfoType(rawValue: Int(Int32(bitPattern: bytes.u32(at + 2)))) ?? .file,
-                size: Int64(bitPattern: bytes.u64(at + 27)), permissions: bytes.u32(at + 7),
-                modifiedS: Int64(bitPattern: bytes.u64(at + 35)), modifiedNs: Int32(bitPattern: bytes.u32(at + 11)),
-                modifiedBy: bytes.u64(at + 43), isDeleted: flags & 1 != 0, isInvalid: flags & 2 != 0,
-                noPermissions: flags & 4 != 0, version: version, sequence: Int64(bitPattern: bytes.u64(at + 51)),
-                blockSize: Int32(bitPattern: bytes.u32(at + 15)), blockCount: Int32(bitPattern: bytes.u32(at + 19)),
-                symlinkTarget: symlink == 0 ? "" : String(decoding: bytes[symlinkStart..<(symlinkStart + symlink)], as: UTF8.self),
-                contentHash: ContentHash(a: bytes.u64(at + 67), b: bytes.u64(at + 75), c: bytes.u64(at + 83), d: bytes.u64(at + 91)),
-                recordOffset: Int64(bitPattern: bytes.u64(at + 59)), recordLength: Int32(bitPattern: bytes.u32(at + 23)))
-            list.append((device, entry))
+            list.append((device, decodeAnnouncement(bytes, at: at, name: name)))
         }
         return list
+    }
+
+    /// The announcement that starts at `at`, named `name` (its device is its first two bytes).
+    static func decodeAnnouncement(_ bytes: UnsafeRawBufferPointer, at: Int, name: String) -> FileEntry {
+        let counters = Int(bytes.u16(at + 99))
+        let symlink = Int(bytes.u32(at + 101))
+        let flags = bytes[at + 6]
+        var version = BEPVector()
+        if counters > 0 {
+            version.counters.reserveCapacity(counters)
+            for c in 0..<counters {
+                var counter = BEPCounter()
+                counter.id = bytes.u64(at + 105 + 16 * c)
+                counter.value = bytes.u64(at + 113 + 16 * c)
+                version.counters.append(counter)
+            }
+        }
+        let symlinkStart = at + Self.announcementFixedSize + 16 * counters
+        return FileEntry(
+            name: name, type: BEPFileInfoType(rawValue: Int(Int32(bitPattern: bytes.u32(at + 2)))) ?? .file,
+            size: Int64(bitPattern: bytes.u64(at + 27)), permissions: bytes.u32(at + 7),
+            modifiedS: Int64(bitPattern: bytes.u64(at + 35)), modifiedNs: Int32(bitPattern: bytes.u32(at + 11)),
+            modifiedBy: bytes.u64(at + 43), isDeleted: flags & 1 != 0, isInvalid: flags & 2 != 0,
+            noPermissions: flags & 4 != 0, version: version, sequence: Int64(bitPattern: bytes.u64(at + 51)),
+            blockSize: Int32(bitPattern: bytes.u32(at + 15)), blockCount: Int32(bitPattern: bytes.u32(at + 19)),
+            symlinkTarget: symlink == 0 ? "" : String(decoding: bytes[symlinkStart..<(symlinkStart + symlink)], as: UTF8.self),
+            contentHash: ContentHash(a: bytes.u64(at + 67), b: bytes.u64(at + 75), c: bytes.u64(at + 83), d: bytes.u64(at + 91)),
+            recordOffset: Int64(bitPattern: bytes.u64(at + 59)), recordLength: Int32(bitPattern: bytes.u32(at + 23)))
+    }
+
+    /// The record length an announcement that starts at `at` names.
+    @inline(__always)
+    static func announcedRecordLength(_ bytes: UnsafeRawBufferPointer, at: Int) -> Int32 {
+        Int32(bitPattern: bytes.u32(at + 23))
+    }
+
+    /// The sequence an announcement that starts at `at` names.
+    @inline(__always)
+    static func announcedSequence(_ bytes: UnsafeRawBufferPointer, at: Int) -> Int64 {
+        Int64(bitPattern: bytes.u64(at + 51))
     }
 
     /// Gives the pages read so far back (they stay in the page cache): a long-running service
@@ -556,6 +586,8 @@ public final class IndexSnapshot: @unchecked Sendable {
                 chunk.append(contentsOf: bytes)
             case .encoded(let name, let list):
                 encode(name, list, into: &chunk)
+            case .added(let name, let changes):
+                encode(name, count: changes.count, announcements: changes.announcements, into: &chunk)
             }
             if chunk.count >= Self.chunkSize { try flush() }
         }
@@ -577,40 +609,54 @@ extension IndexSnapshot {
         chunk.appendLE(UInt32(name.utf8.count))
         chunk.appendLE(UInt16(list.count))
         chunk.append(contentsOf: name.utf8)
-        for (device, entry) in list {
-            chunk.appendLE(device)
-            chunk.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
-            chunk.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
-            chunk.appendLE(entry.permissions)
-            chunk.appendLE(UInt32(bitPattern: entry.modifiedNs))
-            chunk.appendLE(UInt32(bitPattern: entry.blockSize))
-            chunk.appendLE(UInt32(bitPattern: entry.blockCount))
-            chunk.appendLE(UInt32(bitPattern: entry.recordLength))
-            chunk.appendLE(UInt64(bitPattern: entry.size))
-            chunk.appendLE(UInt64(bitPattern: entry.modifiedS))
-            chunk.appendLE(entry.modifiedBy)
-            chunk.appendLE(UInt64(bitPattern: entry.sequence))
-            chunk.appendLE(UInt64(bitPattern: entry.recordOffset))
-            chunk.appendLE(entry.contentHash.a)
-            chunk.appendLE(entry.contentHash.b)
-            chunk.appendLE(entry.contentHash.c)
-            chunk.appendLE(entry.contentHash.d)
-            chunk.appendLE(UInt16(entry.version.counters.count))
-            chunk.appendLE(UInt32(entry.symlinkTarget.utf8.count))
-            for counter in entry.version.counters {
-                chunk.appendLE(counter.id)
-                chunk.appendLE(counter.value)
-            }
-            chunk.append(contentsOf: entry.symlinkTarget.utf8)
+        for (device, entry) in list { encodeAnnouncement(device, entry, into: &chunk) }
+    }
+
+    /// Appends one path's record whose announcements are already encoded (`count` of them).
+    static func encode(_ name: String, count: Int, announcements: [UInt8], into chunk: inout [UInt8]) {
+        chunk.appendLE(UInt32(name.utf8.count))
+        chunk.appendLE(UInt16(count))
+        chunk.append(contentsOf: name.utf8)
+        chunk.append(contentsOf: announcements)
+    }
+
+    /// Appends one announcement (everything but the name, which is its path's).
+    static func encodeAnnouncement(_ device: UInt16, _ entry: FileEntry, into chunk: inout [UInt8]) {
+        chunk.appendLE(device)
+        chunk.appendLE(UInt32(bitPattern: Int32(entry.type.rawValue)))
+        chunk.append((entry.isDeleted ? 1 : 0) | (entry.isInvalid ? 2 : 0) | (entry.noPermissions ? 4 : 0))
+        chunk.appendLE(entry.permissions)
+        chunk.appendLE(UInt32(bitPattern: entry.modifiedNs))
+        chunk.appendLE(UInt32(bitPattern: entry.blockSize))
+        chunk.appendLE(UInt32(bitPattern: entry.blockCount))
+        chunk.appendLE(UInt32(bitPattern: entry.recordLength))
+        chunk.appendLE(UInt64(bitPattern: entry.size))
+        chunk.appendLE(UInt64(bitPattern: entry.modifiedS))
+        chunk.appendLE(entry.modifiedBy)
+        chunk.appendLE(UInt64(bitPattern: entry.sequence))
+        chunk.appendLE(UInt64(bitPattern: entry.recordOffset))
+        chunk.appendLE(entry.contentHash.a)
+        chunk.appendLE(entry.contentHash.b)
+        chunk.appendLE(entry.contentHash.c)
+        chunk.appendLE(entry.contentHash.d)
+        chunk.appendLE(UInt16(entry.version.counters.count))
+        chunk.appendLE(UInt32(entry.symlinkTarget.utf8.count))
+        for counter in entry.version.counters {
+            chunk.appendLE(counter.id)
+            chunk.appendLE(counter.value)
         }
+        chunk.append(contentsOf: entry.symlinkTarget.utf8)
+    }
+
+    /// The bytes of one encoded announcement.
+    static func announcementSize(_ entry: FileEntry) -> Int {
+        announcementFixedSize + 16 * entry.version.counters.count + entry.symlinkTarget.utf8.count
     }
 
     /// The bytes of one path's record: what ``write(_:checkpoints:to:folderID:generation:covered:live:)`` encodes.
     static func recordSize(_ name: String, _ list: [(device: UInt16, entry: FileEntry)]) -> Int {
         var size = 6 + name.utf8.count
-        for (_, entry) in list {
-            size += announcementFixedSize + 16 * entry.version.counters.count + entry.symlinkTarget.utf8.count
-        }
+        for (_, entry) in list { size += announcementSize(entry) }
         return size
     }
 }

@@ -173,7 +173,7 @@ public final class LocalIndex {
             if !pending.isEmpty { try record() }
             // An update recorded in several batches (a fresh home's entry per path) ends with a
             // snapshot once 4 MiB were recorded since the last one: the geometric rule may leave
-            // up to a third of the entries after it, which every later open (`plan`, `kaiten
+            // up to a fifth of the entries after it, which every later open (`plan`, `kaiten
             // run`) would replay into memory. Only after such an update: after one batch (a
             // service round, a selection edit) of a few megabytes at ten million paths, the
             // whole snapshot written again took `kaiten run` 8 s to be ready.

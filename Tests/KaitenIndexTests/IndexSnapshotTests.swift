@@ -349,7 +349,7 @@ struct IndexSnapshotTests {
                     }
                 }
                 #expect(writes >= 2 && writes <= 12, "\(writes) snapshots for 60 batches")
-                #expect(log.bytesAfterSnapshot < max(8 << 10, log.snapshotCovers / 2))
+                #expect(log.bytesAfterSnapshot < max(8 << 10, log.snapshotCovers / 4))
                 let expected = try Self.fullReplay(path)
                 #expect(View(log) == expected)
                 log.close()
