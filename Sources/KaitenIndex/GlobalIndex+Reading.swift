@@ -48,15 +48,20 @@ extension GlobalIndex {
         }
     }
 
-    /// Every path with announcements, sorted by UTF-8 bytes, as a snapshot of this view holds
-    /// it. A walk that merges the snapshot's paths with the names added since (sorted), not an
-    /// array of every path decoded: that array was most of an intake's peak memory (a
-    /// kilobyte per path, ten gigabytes at ten million). A path nothing changed since the
-    /// snapshot is its record's bytes, not decoded and encoded again.
-    func forEachSnapshotRecord<E: Error>(_ body: (SnapshotRecord) throws(E) -> Void) throws(E) {
+    /// The paths the snapshot does not hold, sorted by UTF-8 bytes: what
+    /// ``forEachSnapshotRecord(added:_:)`` merges in (sorted once for both of a writer's walks).
+    func addedPathsInOrder() -> [String] {
         var added: [String] = []
         for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty { added.append(path) }
-        added = ByteOrder.order(of: added).map { added[$0] }
+        return ByteOrder.order(of: added).map { added[$0] }
+    }
+
+    /// Every path with announcements, sorted by UTF-8 bytes, as a snapshot of this view holds
+    /// it. A walk that merges the snapshot's paths with the names added since (`added`, from
+    /// ``addedPathsInOrder()``), not an array of every path decoded: that array was most of an
+    /// intake's peak memory (a kilobyte per path, ten gigabytes at ten million). A path nothing
+    /// changed since the snapshot is its record's bytes, not decoded and encoded again.
+    func forEachSnapshotRecord<E: Error>(added: [String], _ body: (SnapshotRecord) throws(E) -> Void) throws(E) {
         var next = 0
         func emitAdded() throws(E) {
             try body(.added(added[next], overlay[added[next]]!))

@@ -526,8 +526,9 @@ public final class IndexSnapshot: @unchecked Sendable {
         let numbers = Dictionary(uniqueKeysWithValues: devices.enumerated().map { ($0.element, UInt16($0.offset)) })
         // Two walks of the view in name order: the records' sizes (the path table comes first),
         // then the records. Only the sizes are kept between them.
+        let added = index.addedPathsInOrder()
         var sizes: [UInt32] = []
-        index.forEachSnapshotRecord { sizes.append(UInt32($0.size)) }
+        index.forEachSnapshotRecord(added: added) { sizes.append(UInt32($0.size)) }
 
         var head: [UInt8] = []
         head += magic
@@ -580,7 +581,7 @@ public final class IndexSnapshot: @unchecked Sendable {
             if chunk.count >= Self.chunkSize { try flush() }
         }
         sizes = []
-        try index.forEachSnapshotRecord { (record) throws(IndexLogError) in
+        try index.forEachSnapshotRecord(added: added) { (record) throws(IndexLogError) in
             switch record {
             case .copied(let bytes):
                 chunk.append(contentsOf: bytes)
