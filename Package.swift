@@ -281,7 +281,7 @@ let package = Package(
         .executableTarget(
             name: "kaiten",
             dependencies: [
-                "KaitenApp", "KaitenTerminal",
+                "KaitenApp", "KaitenTerminal", "KaitenFiles",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -75,6 +75,8 @@ func settleFileSystem() {
 // MARK: - Client (runs in the child process)
 
 func runClient(_ args: [String]) async throws {
+    // The heap as the `kaiten` executable sets it up (its intake is what is measured here).
+    HeapTuning.keepBlockBuffers()
     // client MODE HOME PEER-ID PORT FOLDER
     let mode = args[0]
     let home = Home(path: args[1])

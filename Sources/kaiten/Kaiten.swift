@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import KaitenApp
+import KaitenFiles
 import KaitenTerminal
 import Logging
 

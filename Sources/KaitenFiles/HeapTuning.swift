@@ -21,8 +21,8 @@
     /// folder after a `find` and a `du`, the mount's anonymous memory grew by 17 MiB with the
     /// default and by 12 MiB with two arenas (peak RSS 86.0 → 80.4 MiB); four arenas took
     /// 1.3 MiB off the bench's median only.
-    enum HeapTuning {
-        static func keepBlockBuffers() {
+    public enum HeapTuning {
+        public static func keepBlockBuffers() {
             _ = setMallocOption(mallocTrimThreshold, 2 << 20)
             _ = setMallocOption(mallocMmapThreshold, 32 << 20)
             _ = setMallocOption(mallocArenaMax, 2)
@@ -37,7 +37,7 @@
     @_silgen_name("mallopt")
     private func setMallocOption(_ option: Int32, _ value: Int32) -> Int32
 #else
-    enum HeapTuning {
-        static func keepBlockBuffers() {}
+    public enum HeapTuning {
+        public static func keepBlockBuffers() {}
     }
 #endif
