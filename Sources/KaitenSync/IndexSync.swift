@@ -409,6 +409,11 @@ public enum IndexSync {
             // then walks it in name order and records this device's index in batches, instead of
             // holding both views of every path at once (a fresh home's peak).
             log.maintain(eager: true, warn: warn)
+            // What the view held until that snapshot left the heap in small pieces: given back
+            // before the refresh allocates, or both phases' high-water marks add up (glibc keeps
+            // what an arena freed for that arena, and the refresh's task may run on another
+            // thread). A million files from syncthing 1.19.2: peak 127–133 → 108–118 MiB.
+            FreedHeap.giveBack()
             try announcer.refresh(folder: folder, log: log, warn: warn)
         }
         try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
