@@ -27,7 +27,7 @@ public struct GlobalIndex: Sendable {
     /// device: each replaces that device's announcement in the snapshot, if any.
     ///
     /// Kept encoded as a snapshot's record keeps them (``IndexSnapshot``), one after the other
-    /// in the order the devices first came, and decoded when read: up to a third of a
+    /// in the order the devices first came, and decoded when read: up to a fifth of a
     /// growing index's paths wait here for the next snapshot, and as decoded entries in arrays
     /// they cost about 350 bytes a path, most of an intake's peak memory; encoded, about 160.
     struct Changes {

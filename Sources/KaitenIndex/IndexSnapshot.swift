@@ -317,9 +317,7 @@ public final class IndexSnapshot: @unchecked Sendable {
         guard count > 0, at <= raw.count, WireName.staysInsideFolder(bytes: UnsafeRawBufferPointer(rebasing: raw[(start + 6)..<at])) else { return nil }
         for _ in 0..<count {
             guard at + announcementFixedSize <= raw.count, Int(raw.u16(at)) < deviceCount else { return nil }
-            let counters = Int(raw.u16(at + 99))
-            let symlink = Int(raw.u32(at + 101))
-            at += announcementFixedSize + 16 * counters + symlink
+            at += announcementLength(raw, at: at)
             guard at <= raw.count else { return nil }
         }
         return at
@@ -381,8 +379,8 @@ public final class IndexSnapshot: @unchecked Sendable {
         let count = Int(bytes.u16(start + 4))
         var at = start + 6 + Int(bytes.u32(start))
         for _ in 0..<count {
-            body(bytes.u16(at), Int32(bitPattern: bytes.u32(at + 23)))
-            at += Self.announcementFixedSize + 16 * Int(bytes.u16(at + 99)) + Int(bytes.u32(at + 101))
+            body(bytes.u16(at), Self.announcedRecordLength(bytes, at: at))
+            at += Self.announcementLength(bytes, at: at)
         }
     }
 
