@@ -30,66 +30,100 @@ extension GlobalIndex {
         }
     }
 
-    /// One path's record in a snapshot of this view: the bytes of its record in the snapshot
-    /// the view reads, when nothing changed it since, or its name and announcements to encode.
+    /// Records of a snapshot of this view, in path order: runs of paths nothing changed since
+    /// the snapshot the view reads (their records' bytes, as they are), or one path's name and
+    /// announcements to encode.
     enum SnapshotRecord {
-        case copied(UnsafeRawBufferPointer)
+        case unchanged(IndexSnapshot.RecordRun)
         case encoded(String, [(device: UInt16, entry: FileEntry)])
         /// A path the snapshot does not hold: its name and changes, encoded as the record wants them.
         case added(String, Changes)
-
-        /// Its size in the snapshot.
-        var size: Int {
-            switch self {
-            case .copied(let bytes): bytes.count
-            case .encoded(let name, let list): IndexSnapshot.recordSize(name, list)
-            case .added(let name, let changes): 6 + name.utf8.count + changes.announcements.count
-            }
-        }
     }
 
-    /// The paths the snapshot does not hold, sorted by UTF-8 bytes: what
-    /// ``forEachSnapshotRecord(added:_:)`` merges in (sorted once for both of a writer's walks).
-    func addedPathsInOrder() -> [String] {
-        var added: [String] = []
-        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty { added.append(path) }
-        return ByteOrder.order(of: added).map { added[$0] }
+    /// The paths the snapshot does not hold and their changes, in UTF-8 byte order.
+    struct AddedPaths {
+        var names: [String]
+        var changes: [Changes]
     }
+
+    /// The paths the snapshot does not hold, sorted by UTF-8 bytes, with their changes: what
+    /// ``forEachSnapshotRecord(added:_:)`` merges in (sorted once for both of a writer's walks,
+    /// each name's changes beside it rather than looked up again).
+    func addedPathsInOrder() -> AddedPaths {
+        var names: [String] = []
+        for (path, changes) in overlay where changes.baseIndex < 0 && !changes.isEmpty { names.append(path) }
+        names = ByteOrder.order(of: names).map { names[$0] }
+        // Looked up once the sort's buffers are gone: they and a second array beside the
+        // names were the peak of a big intake's snapshot.
+        return AddedPaths(names: names, changes: names.map { overlay[$0]! })
+    }
+
+    /// At most this many bytes of records in one ``SnapshotRecord/unchanged(_:)`` run: a writer
+    /// copies a run whole into its buffer.
+    static let snapshotRunBytes = 256 << 10
 
     /// Every path with announcements, sorted by UTF-8 bytes, as a snapshot of this view holds
     /// it. A walk that merges the snapshot's paths with the names added since (`added`, from
     /// ``addedPathsInOrder()``), not an array of every path decoded: that array was most of an
-    /// intake's peak memory (a kilobyte per path, ten gigabytes at ten million). A path nothing
-    /// changed since the snapshot is its record's bytes, not decoded and encoded again.
-    func forEachSnapshotRecord<E: Error>(added: [String], _ body: (SnapshotRecord) throws(E) -> Void) throws(E) {
+    /// intake's peak memory (a kilobyte per path, ten gigabytes at ten million). The paths
+    /// nothing changed since the snapshot, between one change and the next, are a run of their
+    /// records' bytes, neither decoded nor looked at one by one: a growing log is snapshotted
+    /// again and again, and each time most of it is such runs.
+    func forEachSnapshotRecord<E: Error>(added: AddedPaths, _ body: (SnapshotRecord) throws(E) -> Void) throws(E) {
         var next = 0
-        func emitAdded() throws(E) {
-            try body(.added(added[next], overlay[added[next]]!))
-            next += 1
-        }
         if let base {
             var passed = PassedPages(base)
             defer { passed.finish() }
-            for i in 0..<base.pathCount {
-                passed.reached(i)
-                let nameBytes = base.nameBytes(i)
-                while next < added.count, Self.precedes(added[next], nameBytes) { try emitAdded() }
-                if voidedInBase.isEmpty && !isTouched(i), let record = base.recordBytes(i) {
-                    try body(.copied(record))
-                    continue
+            let count = base.pathCount
+            let last = count > 0 ? base.nameBytes(count - 1) : UnsafeRawBufferPointer(start: nil, count: 0)
+            // Base path before which the next added name goes (names are added in order, so the
+            // search starts where the previous one ended). A name after the last path is
+            // answered without a search: an index received in name order (syncthing 1.x sends
+            // one) adds nothing but such names, and a search's probes would map pages across the
+            // whole snapshot for the rest of the walk.
+            func insertion(from i: Int) -> Int {
+                guard next < added.names.count else { return count }
+                var name = added.names[next]
+                return name.withUTF8 { key in
+                    let key = UnsafeRawBufferPointer(key)
+                    return count == 0 || ByteOrder.compare(last, key) < 0 ? count : base.lowerBound(key, from: i)
                 }
-                let name = base.name(i)
-                let list = merged(i, name, isTouched(i) ? overlay[name] : nil)
-                if !list.isEmpty { try body(.encoded(name, list)) }
+            }
+            var insertAt = insertion(from: 0)
+            var i = 0
+            while i < count {
+                while insertAt == i, next < added.names.count {
+                    try body(.added(added.names[next], added.changes[next]))
+                    next += 1
+                    insertAt = insertion(from: i)
+                }
+                let first = i
+                if voidedInBase.isEmpty && !isTouched(i) {
+                    let runStart = base.recordOffset(i)
+                    repeat { i += 1 } while i < insertAt && !isTouched(i) && base.recordOffset(i) - runStart < Self.snapshotRunBytes
+                    if let run = base.run(first..<i) {
+                        try body(.unchanged(run))
+                        // Passed once read: pages given back before it would be mapped again.
+                        for k in first..<i { passed.reached(k) }
+                        continue
+                    }
+                    for k in first..<i { passed.reached(k) }
+                } else {
+                    passed.reached(i)
+                    i += 1
+                }
+                // Changed since the snapshot (or a run the snapshot's table does not lay out).
+                for k in first..<i {
+                    let name = base.name(k)
+                    let list = merged(k, name, isTouched(k) ? overlay[name] : nil)
+                    if !list.isEmpty { try body(.encoded(name, list)) }
+                }
             }
         }
-        while next < added.count { try emitAdded() }
-    }
-
-    /// Whether `name` comes before `bytes` in UTF-8 byte order.
-    static func precedes(_ name: String, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        var name = name
-        return name.withUTF8 { ByteOrder.compare(UnsafeRawBufferPointer($0), bytes) < 0 }
+        while next < added.names.count {
+            try body(.added(added.names[next], added.changes[next]))
+            next += 1
+        }
     }
 
     mutating func number(of device: DeviceID) -> UInt16 {

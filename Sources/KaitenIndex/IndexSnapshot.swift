@@ -336,6 +336,43 @@ public final class IndexSnapshot: @unchecked Sendable {
         return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
     }
 
+    /// Where path `i`'s record starts; for `pathCount`, where the records end.
+    func recordOffset(_ i: Int) -> Int { i < pathCount ? recordStart(i) : byteCount }
+
+    /// Paths of the snapshot whose records are copied into the next one as they are: their
+    /// records lie one after the other, so the run is one span of bytes.
+    struct RecordRun {
+        let snapshot: IndexSnapshot
+        let paths: Range<Int>
+        /// Every record of the run, in path order.
+        let bytes: UnsafeRawBufferPointer
+
+        /// Each record's size, in path order.
+        func forEachSize(_ body: (Int) -> Void) {
+            var start = snapshot.recordOffset(paths.lowerBound)
+            for i in paths {
+                let end = snapshot.recordOffset(i + 1)
+                body(end - start)
+                start = end
+            }
+        }
+    }
+
+    /// The records of `paths` as one run, or nil when the table says they do not lie one after
+    /// the other inside the file (a snapshot checked when opened never does).
+    func run(_ paths: Range<Int>) -> RecordRun? {
+        let start = recordOffset(paths.lowerBound)
+        let end = recordOffset(paths.upperBound)
+        guard start >= pathTable + 8 * pathCount, start < end, end <= byteCount else { return nil }
+        var at = start
+        for i in paths {
+            let next = recordOffset(i + 1)
+            guard next - at >= 6 + Int(bytes.u32(at)) else { return nil }
+            at = next
+        }
+        return RecordRun(snapshot: self, paths: paths, bytes: UnsafeRawBufferPointer(rebasing: bytes[start..<end]))
+    }
+
     /// The name of path `i`, as bytes.
     func nameBytes(_ i: Int) -> UnsafeRawBufferPointer {
         let start = recordStart(i)
@@ -526,7 +563,13 @@ public final class IndexSnapshot: @unchecked Sendable {
         // then the records. Only the sizes are kept between them.
         let added = index.addedPathsInOrder()
         var sizes: [UInt32] = []
-        index.forEachSnapshotRecord(added: added) { sizes.append(UInt32($0.size)) }
+        index.forEachSnapshotRecord(added: added) { record in
+            switch record {
+            case .unchanged(let run): run.forEachSize { sizes.append(UInt32($0)) }
+            case .encoded(let name, let list): sizes.append(UInt32(recordSize(name, list)))
+            case .added(let name, let changes): sizes.append(UInt32(6 + name.utf8.count + changes.announcements.count))
+            }
+        }
 
         var head: [UInt8] = []
         head += magic
@@ -581,8 +624,10 @@ public final class IndexSnapshot: @unchecked Sendable {
         sizes = []
         try index.forEachSnapshotRecord(added: added) { (record) throws(IndexLogError) in
             switch record {
-            case .copied(let bytes):
-                chunk.append(contentsOf: bytes)
+            case .unchanged(let run):
+                // A run is bounded (GlobalIndex.snapshotRunBytes): made room for, it fits the chunk.
+                if chunk.count + run.bytes.count > Self.chunkSize { try flush() }
+                chunk.append(contentsOf: run.bytes)
             case .encoded(let name, let list):
                 encode(name, list, into: &chunk)
             case .added(let name, let changes):

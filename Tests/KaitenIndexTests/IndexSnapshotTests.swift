@@ -163,6 +163,50 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// The same over a snapshot many runs long (``GlobalIndex/snapshotRunBytes``): the paths
+    /// nothing changed go over as runs of their records' bytes, cut where a path changed,
+    /// where a new name goes among them and at a run's bound, then the names after the last
+    /// one; the file is byte for byte the one a full replay writes.
+    @Test func aSnapshotOverALargeSnapshotIsTheOneAFullReplayWrites() throws {
+        try withLog { path in
+            let log = try IndexLog.open(path: path, folderID: "photos")
+            for first in stride(from: 0, to: 30_000, by: 1000) {
+                try Self.fill(log, from: first, count: 1000, full: first == 0)
+            }
+            try Self.fill(log, from: 0, count: 500, peer: Self.peerB, indexID: 22, full: true)
+            try log.writeSnapshot()
+            let firstSize = try #require(FileManager.default.attributesOfItem(atPath: log.snapshotPath)[.size] as? Int)
+            #expect(firstSize > 8 * GlobalIndex.snapshotRunBytes)
+            // Paths only the first device holds, changed here and there (each batch also
+            // announces dir1 and a link again: the second device never announced them, so the
+            // view keeps the order a replay has), names that sort among the snapshot's
+            // (dir1/f30001.bin comes before dir1/f3001.bin), and names after all of them.
+            for start in stride(from: 1001, to: 30_000, by: 3000) { try Self.fill(log, from: start, count: 3) }
+            try Self.fill(log, from: 30_001, count: 700)
+            let after = (0..<300).map { i in
+                IndexLogTests.file("zz/\(i).bin", size: Int64(i), sequence: Int64(40_000 + i), version: [(1, UInt64(i))])
+            }
+            try log.apply(device: Self.peerA, indexID: 11, files: after, isFullIndex: false)
+            try log.writeSnapshot()
+            let overSnapshot = try Data(contentsOf: URL(fileURLWithPath: log.snapshotPath))
+            log.close()
+
+            let dir = try TemporaryDirectory(prefix: "kaiten-replay")
+            defer { dir.remove() }
+            let copy = dir.file("photos.log")
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            try IndexLog.$snapshotThreshold.withValue(.max) {
+                let replayed = try IndexLog.open(path: copy, folderID: "photos")
+                #expect(!replayed.index.hasSnapshot)
+                try replayed.writeSnapshot()
+                replayed.close()
+            }
+            let fromReplay = try Data(contentsOf: URL(fileURLWithPath: IndexLog.snapshotPath(of: copy)))
+            #expect(overSnapshot.count > firstSize)
+            #expect(overSnapshot == fromReplay)
+        }
+    }
+
     /// A snapshot of several times the writer's buffer (it goes to the file in chunks, the CRC
     /// and the path table's offsets carried across them) is used on open, whole, and is the
     /// view of a full replay.
