@@ -135,6 +135,21 @@ struct IndexSnapshotTests {
         }
     }
 
+    /// The snapshot a full replay of the log at `path` writes (of a copy, its snapshot unused).
+    static func snapshotOfAFullReplay(_ path: String) throws -> Data {
+        let dir = try TemporaryDirectory(prefix: "kaiten-replay")
+        defer { dir.remove() }
+        let copy = dir.file("photos.log")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        try IndexLog.$snapshotThreshold.withValue(.max) {
+            let replayed = try IndexLog.open(path: copy, folderID: "photos")
+            #expect(!replayed.index.hasSnapshot)
+            try replayed.writeSnapshot()
+            replayed.close()
+        }
+        return try Data(contentsOf: URL(fileURLWithPath: IndexLog.snapshotPath(of: copy)))
+    }
+
     /// A snapshot written over a snapshot and its tail (the records nothing changed copied as
     /// they are, the others merged and encoded, the paths added since merged in by name) is,
     /// byte for byte, the snapshot written from a full replay of the same log (with a tail that
@@ -146,21 +161,21 @@ struct IndexSnapshotTests {
             try log.writeSnapshot()
             let overSnapshot = try Data(contentsOf: URL(fileURLWithPath: log.snapshotPath))
             log.close()
-
-            let dir = try TemporaryDirectory(prefix: "kaiten-replay")
-            defer { dir.remove() }
-            let copy = dir.file("photos.log")
-            try FileManager.default.copyItem(atPath: path, toPath: copy)
-            try IndexLog.$snapshotThreshold.withValue(.max) {
-                let replayed = try IndexLog.open(path: copy, folderID: "photos")
-                #expect(!replayed.index.hasSnapshot)
-                try replayed.writeSnapshot()
-                replayed.close()
-            }
-            let fromReplay = try Data(contentsOf: URL(fileURLWithPath: IndexLog.snapshotPath(of: copy)))
+            let fromReplay = try Self.snapshotOfAFullReplay(path)
             #expect(overSnapshot.count > 300 * IndexSnapshot.announcementFixedSize)
             #expect(overSnapshot == fromReplay)
         }
+    }
+
+    /// Thirty thousand paths of one device, five hundred of them also of a second, and their
+    /// snapshot; its size.
+    static func snapshotThirtyThousandPaths(_ log: IndexLog) throws -> Int {
+        for first in stride(from: 0, to: 30_000, by: 1000) {
+            try fill(log, from: first, count: 1000, full: first == 0)
+        }
+        try fill(log, from: 0, count: 500, peer: peerB, indexID: 22, full: true)
+        try log.writeSnapshot()
+        return try #require(FileManager.default.attributesOfItem(atPath: log.snapshotPath)[.size] as? Int)
     }
 
     /// The same over a snapshot many runs long (``GlobalIndex/snapshotRunBytes``): the paths
@@ -170,12 +185,7 @@ struct IndexSnapshotTests {
     @Test func aSnapshotOverALargeSnapshotIsTheOneAFullReplayWrites() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
-            for first in stride(from: 0, to: 30_000, by: 1000) {
-                try Self.fill(log, from: first, count: 1000, full: first == 0)
-            }
-            try Self.fill(log, from: 0, count: 500, peer: Self.peerB, indexID: 22, full: true)
-            try log.writeSnapshot()
-            let firstSize = try #require(FileManager.default.attributesOfItem(atPath: log.snapshotPath)[.size] as? Int)
+            let firstSize = try Self.snapshotThirtyThousandPaths(log)
             #expect(firstSize > 8 * GlobalIndex.snapshotRunBytes)
             // Paths only the first device holds, changed here and there (each batch also
             // announces dir1 and a link again: the second device never announced them, so the
@@ -190,18 +200,7 @@ struct IndexSnapshotTests {
             try log.writeSnapshot()
             let overSnapshot = try Data(contentsOf: URL(fileURLWithPath: log.snapshotPath))
             log.close()
-
-            let dir = try TemporaryDirectory(prefix: "kaiten-replay")
-            defer { dir.remove() }
-            let copy = dir.file("photos.log")
-            try FileManager.default.copyItem(atPath: path, toPath: copy)
-            try IndexLog.$snapshotThreshold.withValue(.max) {
-                let replayed = try IndexLog.open(path: copy, folderID: "photos")
-                #expect(!replayed.index.hasSnapshot)
-                try replayed.writeSnapshot()
-                replayed.close()
-            }
-            let fromReplay = try Data(contentsOf: URL(fileURLWithPath: IndexLog.snapshotPath(of: copy)))
+            let fromReplay = try Self.snapshotOfAFullReplay(path)
             #expect(overSnapshot.count > firstSize)
             #expect(overSnapshot == fromReplay)
         }
@@ -213,12 +212,7 @@ struct IndexSnapshotTests {
     @Test func aSnapshotLargerThanTheWritersBufferIsWholeAndUsed() throws {
         try withLog { path in
             let log = try IndexLog.open(path: path, folderID: "photos")
-            for first in stride(from: 0, to: 30_000, by: 1000) {
-                try Self.fill(log, from: first, count: 1000, full: first == 0)
-            }
-            try Self.fill(log, from: 0, count: 500, peer: Self.peerB, indexID: 22, full: true)
-            try log.writeSnapshot()
-            let size = try #require(FileManager.default.attributesOfItem(atPath: log.snapshotPath)[.size] as? Int)
+            let size = try Self.snapshotThirtyThousandPaths(log)
             #expect(size > 3 * IndexSnapshot.chunkSize)
             let writer = View(log)
             log.close()
