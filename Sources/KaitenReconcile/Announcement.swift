@@ -72,7 +72,10 @@ public enum Announcement {
     ) rethrows {
         let file = g.file
         let here = local[g.path]
-        if let before = announced(g.path), !before.isInvalid, !before.isDeleted, Self.diskHas(before, here) {
+        // Looked up once: a lookup in this device's index is a search of its snapshot, and a
+        // refresh makes one for every global path.
+        let announcedBefore = announced(g.path)
+        if let before = announcedBefore, !before.isInvalid, !before.isDeleted, Self.diskHas(before, here) {
             // This device's valid copy of the global version, still on disk: it stays announced,
             // even when the only other entry of that version in the global index is a peer's
             // "not held" one (this device's own announcements are not in the global index, so
@@ -83,7 +86,7 @@ public enum Announcement {
             // the deletion rather than holding it.
             if file.isDeleted { return }
         }
-        if let sending, let before = announced(g.path) {
+        if let sending, let before = announcedBefore {
             // Sent by this device and not yet replaced by the peers: stays as sent while the
             // disk has it.
             if before.version.counters.contains(where: { $0.id == sending.me }), before.version.compare(file.version) != .equal,
@@ -115,7 +118,7 @@ public enum Announcement {
             try body(entry(file, invalid: false, deleted: false))
         } else if file.type != .directory && selection.state(of: g.path) != .no {
             // Wanted and missing: needed. Withdraw an earlier announcement, if any.
-            if let before = announced(g.path), !(before.isInvalid && before.version.counters.isEmpty) {
+            if let before = announcedBefore, !(before.isInvalid && before.version.counters.isEmpty) {
                 var withdrawn = entry(file, invalid: true, deleted: false)
                 withdrawn.version = BEPVector()
                 try body(withdrawn)
