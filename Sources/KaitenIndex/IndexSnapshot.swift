@@ -327,15 +327,6 @@ public final class IndexSnapshot: @unchecked Sendable {
 
     private func recordStart(_ i: Int) -> Int { Int(bytes.u64(pathTable + 8 * i)) }
 
-    /// The bytes of path `i`'s whole record (records lie one after the other, in path order),
-    /// or nil when the table says otherwise.
-    func recordBytes(_ i: Int) -> UnsafeRawBufferPointer? {
-        let start = recordStart(i)
-        let end = i + 1 < pathCount ? recordStart(i + 1) : byteCount
-        guard start >= 0, end <= byteCount, end - start >= 6 + Int(bytes.u32(start)) else { return nil }
-        return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-    }
-
     /// Where path `i`'s record starts; for `pathCount`, where the records end.
     func recordOffset(_ i: Int) -> Int { i < pathCount ? recordStart(i) : byteCount }
 
