@@ -218,7 +218,6 @@ extension App {
                         readTimeout: request.readTimeout)
                     let mount = startMount(request, opened: opened, files: files, disk: disk, log: log)
                     running.append((request, mount, files, disk))
-                    log("mounted at \(request.directory)")
                 } catch {
                     log("not mounted at \(request.directory): \(error)")
                 }

@@ -36,17 +36,20 @@ public final class FuseMount: @unchecked Sendable {
     /// Mounts and serves until the file system is unmounted (``stop()``, `fusermount3 -u`,
     /// `umount`); blocks the calling thread, which must be a thread of its own.
     public func run() throws(MountError) {
-        if Self.isMounted(mountPoint) {
-            // A mount whose process died (kill -9) answers ENOTCONN to every request: cleared,
-            // said. (Listing asks; a stat can be answered from the kernel's cache.)
-            let listing = Glibc.opendir(mountPoint)
-            let stale = listing == nil && errno == ENOTCONN
-            if let listing { closedir(listing) }
-            guard stale else {
-                throw MountError(EBUSY, "\(mountPoint): something is already mounted there (fusermount3 -u \(mountPoint))")
-            }
+        // A mount whose process died (kill -9) answers ENOTCONN to every request: cleared,
+        // said. Listing asks (a stat can be answered from the kernel's cache), and asks whatever
+        // is on top at that path, whether or not the mount table was read as listing it.
+        let listing = Glibc.opendir(mountPoint)
+        let listingError = listing == nil ? errno : 0
+        if let listing { closedir(listing) }
+        if listingError == ENOTCONN {
             Self.detach(mountPoint)
+            guard Self.answers(mountPoint) else {
+                throw MountError(EBUSY, "\(mountPoint): a dead mount is there and could not be cleared (fusermount3 -u -z \(mountPoint))")
+            }
             log("\(mountPoint): a mount left by a process that ended without unmounting was cleared")
+        } else if Self.isMounted(mountPoint) {
+            throw MountError(EBUSY, "\(mountPoint): something is already mounted there (fusermount3 -u \(mountPoint))")
         }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: mountPoint, isDirectory: &isDirectory), isDirectory.boolValue else {
@@ -70,6 +73,8 @@ public final class FuseMount: @unchecked Sendable {
             throw MountError(EIO, "\(mountPoint): the kernel refused the mount (see the line above; not root? /dev/fuse not usable?)")
         }
         fuse.withLock { $0 = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(created))) }
+        // From here the kernel holds what is asked of the mount until the loop takes it.
+        log("mounted at \(mountPoint)")
         // Asked to stop between mounting and here: the loop would not see it.
         if stopping.load(ordering: .sequentiallyConsistent) { Self.detach(mountPoint) }
         _ = fuse_loop_mt_31(created, 0)
@@ -102,6 +107,13 @@ public final class FuseMount: @unchecked Sendable {
         process.arguments = ["-u", "-z", "-q", mountPoint]
         try? process.run()
         process.waitUntilExit()
+    }
+
+    /// Whether `path` can be listed or is not a dead mount (listing it does not fail with ENOTCONN).
+    static func answers(_ path: String) -> Bool {
+        guard let listing = Glibc.opendir(path) else { return errno != ENOTCONN }
+        closedir(listing)
+        return true
     }
 
     /// Whether `path` is a mount point now (from /proc/self/mountinfo).

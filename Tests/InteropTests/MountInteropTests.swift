@@ -28,8 +28,9 @@ struct MountInteropTests {
             let process = try KaitenCLI.start(["mount", "--home", home, MountInteropTests.folder, point] + extra, logPath: logPath)
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
-                // Mounted and answering (a mount a killed process left answers ENOTCONN).
-                if MountInteropTests.isMounted(point), let listing = opendir(point) {
+                // Mounted by this process (not another mount left at the point) and answering.
+                let said = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+                if said.contains("mounted at "), MountInteropTests.isMounted(point), let listing = opendir(point) {
                     closedir(listing)
                     return Mounted(process: process, point: point, logPath: logPath)
                 }
