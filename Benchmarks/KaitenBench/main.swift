@@ -114,9 +114,10 @@ func runClient(_ args: [String]) async throws {
     _ = try await connection.receiveIndexes(
         wanted: [folderID], me: identity.deviceID, timeout: 600,
         onClusterConfig: {
-            peerIndexID = $0.device(peer, in: folderID)?.indexID ?? 0
+            let theirs = $0.device(peer, in: folderID)
+            peerIndexID = theirs?.indexID ?? 0
             clusterConfigAt = now()
-            traced("the peer's ClusterConfig, max sequence \($0.device(peer, in: folderID)?.maxSequence ?? -1)")
+            traced("the peer's ClusterConfig, max sequence \(theirs?.maxSequence ?? -1)")
         }
     ) { _, batch, isFull in
         traced("\(isFull ? "Index" : "IndexUpdate") of \(batch.count) files, last sequence \(batch.last?.sequence ?? -1)")

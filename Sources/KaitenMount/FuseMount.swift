@@ -36,15 +36,10 @@ public final class FuseMount: @unchecked Sendable {
     /// Mounts and serves until the file system is unmounted (``stop()``, `fusermount3 -u`,
     /// `umount`); blocks the calling thread, which must be a thread of its own.
     public func run() throws(MountError) {
-        // A mount whose process died (kill -9) answers ENOTCONN to every request: cleared,
-        // said. Listing asks (a stat can be answered from the kernel's cache), and asks whatever
-        // is on top at that path, whether or not the mount table was read as listing it.
-        let listing = Glibc.opendir(mountPoint)
-        let listingError = listing == nil ? errno : 0
-        if let listing { closedir(listing) }
-        if listingError == ENOTCONN {
+        // A mount whose process died (kill -9) answers ENOTCONN to every request: cleared, said.
+        if Self.isDeadMount(mountPoint) {
             Self.detach(mountPoint)
-            guard Self.answers(mountPoint) else {
+            guard !Self.isDeadMount(mountPoint) else {
                 throw MountError(EBUSY, "\(mountPoint): a dead mount is there and could not be cleared (fusermount3 -u -z \(mountPoint))")
             }
             log("\(mountPoint): a mount left by a process that ended without unmounting was cleared")
@@ -109,11 +104,13 @@ public final class FuseMount: @unchecked Sendable {
         process.waitUntilExit()
     }
 
-    /// Whether `path` can be listed or is not a dead mount (listing it does not fail with ENOTCONN).
-    static func answers(_ path: String) -> Bool {
-        guard let listing = Glibc.opendir(path) else { return errno != ENOTCONN }
+    /// Whether what is at `path` is a mount whose process died: listing it fails with ENOTCONN.
+    /// Listing asks the file system (a stat can be answered from the kernel's cache), and asks
+    /// whatever is on top at that path, whether or not the mount table is read as listing it.
+    static func isDeadMount(_ path: String) -> Bool {
+        guard let listing = Glibc.opendir(path) else { return errno == ENOTCONN }
         closedir(listing)
-        return true
+        return false
     }
 
     /// Whether `path` is a mount point now (from /proc/self/mountinfo).

@@ -25,11 +25,13 @@ struct MountInteropTests {
 
         static func start(home: String, at point: String, logPath: String, extra: [String] = []) async throws -> Mounted {
             try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+            // What an earlier start wrote to the same log is not this one's.
+            let earlier = FileManager.default.contents(atPath: logPath)?.count ?? 0
             let process = try KaitenCLI.start(["mount", "--home", home, MountInteropTests.folder, point] + extra, logPath: logPath)
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
                 // Mounted by this process (not another mount left at the point) and answering.
-                let said = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+                let said = String(decoding: (FileManager.default.contents(atPath: logPath) ?? Data()).dropFirst(earlier), as: UTF8.self)
                 if said.contains("mounted at "), MountInteropTests.isMounted(point), let listing = opendir(point) {
                     closedir(listing)
                     return Mounted(process: process, point: point, logPath: logPath)
