@@ -35,6 +35,10 @@ public enum Applier {
             self.warnings = warnings
             self.skipped = skipped
         }
+
+        /// The folders whose announcement the apply's end brings in line: the plan's, and
+        /// those left out of it.
+        public var folders: [String] { plan.folders.map(\.id) + skipped.map(\.folder) }
     }
 
     /// Holds `state/apply.lock` for the life of the value: one apply per home at a time.
@@ -376,7 +380,7 @@ public enum Applier {
         }
         // The peers learn what this device holds now (their completion of it moves), and what
         // it sends.
-        await prepared.session.announceChanges(home: home, folders: plan.folders.map(\.id))
+        await prepared.session.announceChanges(home: home, folders: prepared.folders)
         if !report.sent.isEmpty && sendTimeout > 0 {
             report.notHeld = await awaitPeers(
                 holding: report.sent, watcher: watcher, session: prepared.session, requirePeers: requirePeers, timeout: sendTimeout,

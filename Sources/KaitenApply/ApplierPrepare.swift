@@ -47,13 +47,15 @@ extension Applier {
         return Lock(fd: fd)
     }
 
-    /// Refreshes the index (keeping connections), scans, and plans.
+    /// Refreshes the index (keeping connections), scans, and plans. What this device needs is
+    /// announced when the apply ends (``Announcement/DeferredNeeds``).
     public static func prepare(
         home: KaitenHome, folders: [String], requirePeers: Int, timeout: Double, logger: Logger, warn: (String) -> Void
     ) async throws -> Prepared {
         let server = BlockServer(home: home)
         let (reports, session) = try await IndexSync.runKeepingConnections(
-            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, lanes: .pulling(), warn: warn)
+            home: home, folders: folders, timeout: timeout, logger: logger, serve: server.answer, lanes: .pulling(), deferringNeeds: true,
+            warn: warn)
         var warnings: [String] = []
         for r in reports where !r.ok {
             warnings.append("\(r.folder): could not refresh the index from \(r.peerLabel): \(r.problem ?? "unknown error")")
@@ -65,6 +67,8 @@ extension Applier {
                 skipUnscannable: true, warn: warn)
             return Prepared(plan: plan, states: states, session: session, warnings: warnings, skipped: skipped)
         } catch {
+            // What this device needs was put off until the pulls, which will not come.
+            await session.announceChanges(home: home, folders: folders)
             await session.close(reason: "apply failed")
             throw error
         }

@@ -183,15 +183,23 @@ public struct ApplyPipeline {
         do {
             ending = try await apply(prepared, choice: choice, stop: stop, events: events)
         } catch {
-            await prepared.session.end(reason: "apply stopped")
+            await endWithoutApplying(prepared, reason: "apply stopped")
             throw error
         }
         switch ending {
         case .applied(_, let report, _): await prepared.session.end(reason: report.interruptedBy == nil ? "apply done" : "interrupted")
-        case .nothingToApply: await prepared.session.end(reason: "nothing to apply")
-        case .refused: await prepared.session.end(reason: "apply refused")
+        case .nothingToApply: await endWithoutApplying(prepared, reason: "nothing to apply")
+        case .refused: await endWithoutApplying(prepared, reason: "apply refused")
         }
         return Outcome(prepared: prepared, ending: ending)
+    }
+
+    /// Ends the session of an apply whose plan did not run. A session of its own put off
+    /// announcing what this device needs until the pulls (``Announcement/DeferredNeeds``): the
+    /// peers hear it now. A service's session announces in its rounds.
+    private func endWithoutApplying(_ prepared: Applier.Prepared, reason: String) async {
+        if !prepared.session.isLent { await prepared.session.announceChanges(home: home, folders: prepared.folders) }
+        await prepared.session.end(reason: reason)
     }
 
     private func apply(_ prepared: Applier.Prepared, choice: Choice, stop: StopSignal?, events: @escaping (ApplyEvent) -> Void) async throws -> Ending {

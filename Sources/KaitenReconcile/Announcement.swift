@@ -15,7 +15,8 @@ import KaitenScan
 ///   (completion stays at 100 %) and, being invalid, not a source of blocks for syncthing's
 ///   block availability (1.19.2 lists only valid holders);
 /// - a selected file not here yet: not announced, or, when it was announced before, announced
-///   invalid with an empty version — needed, until an apply brings it;
+///   invalid with an empty version — needed, until an apply brings it (an apply announces it
+///   at its end: ``DeferredNeeds``);
 /// - a deletion: announced deleted at the global version when nothing is here (invalid when
 ///   a local copy stays, which syncthing must not count on);
 /// - a directory: valid when it exists here, else invalid at the global version;
@@ -47,28 +48,44 @@ public enum Announcement {
 
     /// The same, one entry at a time and in no particular order, so that a caller keeping only
     /// what changed never holds the announcement of a whole big folder at once.
+    /// - Parameter deferringNeeds: when given, a path wanted and missing whose announcement is
+    ///   already invalid keeps it and is counted there instead of being announced as needed.
     public static func forEachDesired(
         global: GlobalIndex, local: LocalTree, selection: Selection, sending: Sending? = nil, announced: (String) -> FileEntry?,
-        only scope: Set<String>? = nil, _ body: (BEPFileInfo) throws -> Void
+        only scope: Set<String>? = nil, deferringNeeds deferred: DeferredNeeds? = nil, _ body: (BEPFileInfo) throws -> Void
     ) rethrows {
         // With a scope, only those paths: what a service's round touched (each path's
         // announcement depends on that path alone).
         if let scope {
             for path in scope {
                 guard let g = global.global(path) else { continue }
-                try desired(g, local: local, selection: selection, sending: sending, announced: announced, body)
+                try desired(g, local: local, selection: selection, sending: sending, announced: announced, deferred: deferred, body)
             }
             return
         }
         try global.forEachGlobal { g in
-            try desired(g, local: local, selection: selection, sending: sending, announced: announced, body)
+            try desired(g, local: local, selection: selection, sending: sending, announced: announced, deferred: deferred, body)
         }
+    }
+
+    /// The paths whose "needed" announcement a refresh put off. A one-shot apply puts them off:
+    /// it pulls them at once and announces each one time, at its end, as held or still needed.
+    /// Announced first, a whole selection's worth of entries reaches the peer just before the
+    /// apply's first block requests, and syncthing takes in an index before it answers what
+    /// came after it on the connection (5,000 entries held back 2.1.3's answers for 0.6 s).
+    /// Only a change from one invalid announcement to another waits: neither claims the file,
+    /// so no peer counts on a copy this device lacks meanwhile. A withdrawal of a valid
+    /// announcement never waits.
+    public final class DeferredNeeds {
+        public private(set) var count = 0
+        public init() {}
+        func add() { count += 1 }
     }
 
     /// The announcement of one global path, if it is to be announced.
     private static func desired(
         _ g: GlobalEntry, local: LocalTree, selection: Selection, sending: Sending?, announced: (String) -> FileEntry?,
-        _ body: (BEPFileInfo) throws -> Void
+        deferred: DeferredNeeds?, _ body: (BEPFileInfo) throws -> Void
     ) rethrows {
         let file = g.file
         let here = local[g.path]
@@ -119,6 +136,10 @@ public enum Announcement {
         } else if file.type != .directory && selection.state(of: g.path) != .no {
             // Wanted and missing: needed. Withdraw an earlier announcement, if any.
             if let before = announcedBefore, !(before.isInvalid && before.version.counters.isEmpty) {
+                if let deferred, before.isInvalid {
+                    deferred.add()
+                    return
+                }
                 var withdrawn = entry(file, invalid: true, deleted: false)
                 withdrawn.version = BEPVector()
                 try body(withdrawn)

@@ -166,15 +166,19 @@ public enum IndexSync {
     /// - Parameter lanes: connections wanted per peer (``Lanes``); a peer that agrees gets more
     ///   than one, and block requests are spread over them. 1 for a process that also accepts
     ///   connections (its listener would turn the peer's extra ones away).
+    /// - Parameter deferringNeeds: the paths this device needs are announced as such only by
+    ///   the session's ``PeerSession/announceChanges(home:folders:warn:)`` (``Announcement/DeferredNeeds``):
+    ///   for an apply, which pulls them first.
     public static func runKeepingConnections(
         home: KaitenHome, folders requested: [String], timeout: Double = 120,
         logger: Logger = Logger(label: "kaiten.sync"), serve: RequestHandler? = nil, only: Set<DeviceID>? = nil,
         addresses: PeerAddressBook? = nil, directOnly: Bool = false, lanes: Lanes = .one, dialing: DialsInProgress? = nil,
-        settings: PeerSettings = PeerSettings(), warn: (String) -> Void = { _ in }
+        settings: PeerSettings = PeerSettings(), deferringNeeds: Bool = false, warn: (String) -> Void = { _ in }
     ) async throws -> (reports: [Report], session: PeerSession) {
         try await run(
             home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: true, serve: serve, only: only,
-            addresses: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
+            addresses: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings,
+            deferringNeeds: deferringNeeds, warn: warn)
     }
 
     /// Answers one block request from a peer; `sealed`: it came through the connection's
@@ -184,24 +188,27 @@ public enum IndexSync {
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
         serve: RequestHandler? = nil, only: Set<DeviceID>? = nil, addresses: PeerAddressBook?, directOnly: Bool = false,
-        lanes: Lanes = .one, dialing: DialsInProgress? = nil, settings: PeerSettings = PeerSettings(), warn: (String) -> Void
+        lanes: Lanes = .one, dialing: DialsInProgress? = nil, settings: PeerSettings = PeerSettings(), deferringNeeds: Bool = false,
+        warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         if let addresses {
             return try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
+                book: addresses, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, deferringNeeds: deferringNeeds,
+                warn: warn)
         }
         return try await Discovery.using(home: home, logger: logger) { book in
             try await run(
                 home: home, folders: requested, timeout: timeout, logger: logger, keepOpen: keepOpen, serve: serve, only: only,
-                book: book, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, warn: warn)
+                book: book, directOnly: directOnly, lanes: lanes, dialing: dialing, settings: settings, deferringNeeds: deferringNeeds,
+                warn: warn)
         }
     }
 
     static func run(
         home: KaitenHome, folders requested: [String], timeout: Double, logger: Logger, keepOpen: Bool,
         serve: RequestHandler?, only: Set<DeviceID>?, book: PeerAddressBook, directOnly: Bool, lanes: Lanes, dialing: DialsInProgress?,
-        settings: PeerSettings, warn: (String) -> Void
+        settings: PeerSettings, deferringNeeds: Bool, warn: (String) -> Void
     ) async throws -> (reports: [Report], session: PeerSession) {
         var kept: [DeviceID: PeerConnection] = [:]
         let folders = try home.config.folders(named: requested)
@@ -210,7 +217,7 @@ public enum IndexSync {
         // This device's own index of each folder, brought up to date before any peer hears of it.
         let announcer = try LocalAnnouncer(home: home, folders: folders.map(\.id), warn: warn)
         defer { announcer.close() }
-        try announcer.refresh(logs: logs, warn: warn)
+        try announcer.refresh(logs: logs, deferringNeeds: deferringNeeds, warn: warn)
         let indexIDs = try announcer.indexIDs(for: home.config.folders.map(\.id))
         var announced: [DeviceID: [String: RemoteIndexState]] = [:]
         let hello = KaitenVersion.hello(deviceName: home.config.device(id: me)?.name ?? "")
@@ -253,7 +260,8 @@ public enum IndexSync {
                     hellos[device.id] = connection.hello
                     announced[device.id] = try await exchange(
                         connection, device: device, shared: shared, home: home, logs: logs, announcer: announcer,
-                        indexIDs: indexIDs, timeout: timeout, serve: serve, perFolder: &perFolder, warn: warn)
+                        indexIDs: indexIDs, timeout: timeout, serve: serve, deferringNeeds: deferringNeeds, perFolder: &perFolder,
+                        warn: warn)
                     if keepOpen {
                         kept[device.id] = connection
                         // Both Hellos asked for several: the others are opened beside the pulls.
@@ -294,7 +302,7 @@ public enum IndexSync {
     static func exchange(
         _ connection: PeerConnection, device: DeviceConfiguration, shared: [FolderConfiguration], home: KaitenHome,
         logs: [String: IndexLog], announcer: LocalAnnouncer, indexIDs: [String: UInt64], timeout: Double,
-        serve: RequestHandler?, perFolder: inout [String: Report], warn: (String) -> Void
+        serve: RequestHandler?, deferringNeeds: Bool = false, perFolder: inout [String: Report], warn: (String) -> Void
     ) async throws -> [String: RemoteIndexState] {
         let me = home.identity.deviceID
         defer { IndexCompleteness.exchangeEnded(home.home, folders: shared.map(\.id), device: device.id) }
@@ -414,7 +422,7 @@ public enum IndexSync {
             // what an arena freed for that arena, and the refresh's task may run on another
             // thread). A million files from syncthing 1.19.2: peak 127–133 → 108–118 MiB.
             FreedHeap.giveBack()
-            try announcer.refresh(folder: folder, log: log, warn: warn)
+            try announcer.refresh(folder: folder, log: log, deferringNeeds: deferringNeeds, warn: warn)
         }
         try await announcer.send(to: connection, folders: sharedBoth, theirView: theirViewOfUs)
         for folder in shared {

@@ -65,8 +65,12 @@ public final class LocalAnnouncer {
     }
 
     /// Brings every folder's local index in line with its global log (`logs` by folder).
-    public func refresh(logs: [String: IndexLog], warn: (String) -> Void = { _ in }) throws {
-        for (folder, log) in logs where indexes[folder] != nil { try refresh(folder: folder, log: log, warn: warn) }
+    /// - Parameter deferringNeeds: puts off announcing paths as needed
+    ///   (``Announcement/DeferredNeeds``): for an apply, which announces them at its end.
+    public func refresh(logs: [String: IndexLog], deferringNeeds: Bool = false, warn: (String) -> Void = { _ in }) throws {
+        for (folder, log) in logs where indexes[folder] != nil {
+            try refresh(folder: folder, log: log, deferringNeeds: deferringNeeds, warn: warn)
+        }
     }
 
     /// The local index ID of each of `folders` for a ClusterConfig: this announcer's for the
@@ -85,8 +89,10 @@ public final class LocalAnnouncer {
     /// Brings a folder's local index in line with the global index (`log`), the scan cache and
     /// the selection file, durably. Returns how many entries changed.
     /// - Parameter warn: told about a snapshot of the local index that could not be written.
+    /// - Parameter deferringNeeds: puts off announcing paths as needed
+    ///   (``Announcement/DeferredNeeds``).
     @discardableResult
-    public func refresh(folder: String, log: IndexLog, warn: (String) -> Void = { _ in }) throws -> Int {
+    public func refresh(folder: String, log: IndexLog, deferringNeeds: Bool = false, warn: (String) -> Void = { _ in }) throws -> Int {
         guard let index = indexes[folder] else { return 0 }
         // Nothing it depends on moved since the last refresh: nothing to compare (a big folder
         // costs a walk of its whole global index otherwise, on every sync).
@@ -97,6 +103,7 @@ public final class LocalAnnouncer {
         let local = ScanCache.load(path: home.home.scanCachePath(folderID: folder))
         let selectionBytes = FileManager.default.contents(atPath: home.home.selectionPath(folderID: folder)) ?? Data()
         let changed: Int
+        let deferred = deferringNeeds ? Announcement.DeferredNeeds() : nil
         if home.config.folder(id: folder)?.type == .receiveencrypted {
             changed = try index.update(
                 each: { body in try StoredFolder.forEachAnnounced(log: log, local: local, body) }, blocks: { _ in [] }, warn: warn)
@@ -104,10 +111,12 @@ public final class LocalAnnouncer {
             recordedBasis: recorded, basis: basis, recordedSelection: FileManager.default.contents(atPath: basisPath + ".selection"),
             log: log, local: local, home: home, folder: folder)
         {
-            changed = try announceHeld(folder: folder, log: log, local: local, index: index, only: paths, warn: warn)
+            changed = try announceHeld(folder: folder, log: log, local: local, index: index, only: paths, deferred: deferred, warn: warn)
         } else {
-            changed = try announceHeld(folder: folder, log: log, local: local, index: index, warn: warn)
+            changed = try announceHeld(folder: folder, log: log, local: local, index: index, deferred: deferred, warn: warn)
         }
+        // Not in line yet: the next refresh compares again.
+        if let deferred, deferred.count > 0 { return changed }
         // Recorded only once the update is on disk: a failed refresh is redone next time. The
         // selection is kept with it: the next refresh after an edit of it alone compares only
         // the paths either version reaches.
@@ -151,23 +160,25 @@ public final class LocalAnnouncer {
     /// of every path, or of `paths` only.
     private func announceHeld(
         folder: String, log: IndexLog, local: LocalTree, index: LocalIndex, only paths: Set<String>? = nil,
-        warn: (String) -> Void
+        deferred: Announcement.DeferredNeeds? = nil, warn: (String) -> Void
     ) throws -> Int {
         let (file, _) = try Planner.readSelection(home.home.selectionPath(folderID: folder))
         let sending = Self.sending(home: home, folder: folder, rule: log.conflictRule)
         let selection = Selection(file, global: log.index, local: sending == nil ? nil : local)
-        return try announce(index: index, log: log, local: local, selection: selection, sending: sending, only: paths, warn: warn)
+        return try announce(
+            index: index, log: log, local: local, selection: selection, sending: sending, only: paths, deferred: deferred, warn: warn)
     }
 
     /// Records in `index` what is to be announced of every path (or of `paths`) that differs.
     private func announce(
         index: LocalIndex, log: IndexLog, local: LocalTree, selection: Selection, sending: Announcement.Sending?, only paths: Set<String>?,
-        warn: (String) -> Void
+        deferred: Announcement.DeferredNeeds? = nil, warn: (String) -> Void
     ) throws -> Int {
         try index.update(
             each: { body in
                 try Announcement.forEachDesired(
-                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths, body)
+                    global: log.index, local: local, selection: selection, sending: sending, announced: index.announced, only: paths,
+                    deferringNeeds: deferred, body)
             },
             blocks: { name in
                 guard let global = log.index.global(name) else { return [] }

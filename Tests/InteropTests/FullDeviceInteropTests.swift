@@ -102,6 +102,35 @@ struct FullDeviceInteropTests {
         }
     }
 
+    /// An apply announces what it needs once, at its end (held, or still needed), not before
+    /// its pulls; one whose plan does not run announces it before it ends.
+    @Test func anApplyAnnouncesWhatItNeedsByItsEnd() async throws {
+        let dir = try TemporaryDirectory(prefix: "kaiten-needs")
+        defer { dir.remove() }
+        let world = try World(dir)
+        let st = try SyncthingInstance.generate(in: dir.path, name: "a")
+        try TestFiles.write(world.peerData + "/a.txt", "first\n")
+        try TestFiles.write(world.peerData + "/b.txt", "second\n")
+        try await withSyncthing(st) { st in
+            try await world.share(st, files: 2)
+            #expect(try world.kaiten("index", "sync").status == 0)
+            try await Self.waitCompletion(st, of: world.me, { $0 == 100 && $1 == 0 }, "Kaiten at 100 %, nothing selected")
+            // Not confirmed (no terminal, no --yes): nothing is pulled, and the peer hears of the need.
+            #expect(try world.kaiten("select", Self.folder, "a.txt").status == 0)
+            let declined = try world.kaiten("apply")
+            #expect(declined.status == 1, "\(declined.stdout)\(declined.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: world.local + "/a.txt"))
+            try await Self.waitCompletion(st, of: world.me, { $0 < 100 && $1 == 1 }, "Kaiten needs a.txt")
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            try await Self.waitCompletion(st, of: world.me, { $0 == 100 && $1 == 0 }, "Kaiten holds a.txt")
+            // Applied at once: held by its end.
+            #expect(try world.kaiten("select", Self.folder, "a.txt", "b.txt").status == 0)
+            #expect(try world.kaiten("apply", "--yes").status == 0)
+            #expect(FileManager.default.contents(atPath: world.local + "/b.txt") == Data("second\n".utf8))
+            try await Self.waitCompletion(st, of: world.me, { $0 == 100 && $1 == 0 }, "Kaiten holds both")
+        }
+    }
+
     /// Kaiten holding `a.bin` and `dir/c.txt` of peer A's folder (not `left-out.txt`), A stopped;
     /// a second syncthing device B, not started, with an empty directory for its copy.
     static func kaitenHoldsTwoOfThree(_ dir: TemporaryDirectory) async throws -> (world: World, b: SyncthingInstance, dataB: String) {

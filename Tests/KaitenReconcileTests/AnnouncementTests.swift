@@ -63,6 +63,43 @@ struct AnnouncementTests {
         #expect(again["b.txt"] == nil)
     }
 
+    /// An apply puts off announcing as needed only what this device claimed nothing of (an
+    /// invalid announcement), and counts it; a copy it announced as held and no longer has is
+    /// withdrawn at once.
+    @Test func anApplyPutsOffOnlyNeedsThatClaimNothing() throws {
+        var f = Fixture()
+        f.announce("not-held.txt", "n", version: 2)
+        f.announce("was-held.txt", "w", version: 3)
+        f.announce("new.txt", "x", version: 1)
+        f.selection = "not-held.txt\nwas-held.txt\nnew.txt\n"
+        var notHeld = BEPFileInfo()
+        notHeld.name = "not-held.txt"
+        notHeld.invalid = true
+        notHeld.version = Fixture.version(2)
+        let announced = [
+            "not-held.txt": FileEntry(announced: notHeld), "was-held.txt": LocalChangeTests.announcedHeld("was-held.txt", version: 3, text: "w"),
+        ]
+        let selection = Selection(try SelectionFile.parse(f.selection, file: "sel.txt"), global: f.global)
+        func run(_ deferred: Announcement.DeferredNeeds?) -> [String: BEPFileInfo] {
+            var out: [String: BEPFileInfo] = [:]
+            Announcement.forEachDesired(
+                global: f.global, local: f.local, selection: selection, announced: { announced[$0] }, deferringNeeds: deferred
+            ) { out[$0.name] = $0 }
+            return out
+        }
+        let deferred = Announcement.DeferredNeeds()
+        let out = run(deferred)
+        #expect(out["not-held.txt"] == nil, "still announced as not held, until the apply's end")
+        #expect(deferred.count == 1)
+        let withdrawn = try #require(out["was-held.txt"], "a claim to hold it is withdrawn at once")
+        #expect(withdrawn.invalid && withdrawn.version.counters.isEmpty)
+        #expect(out["new.txt"] == nil, "never announced: needed already")
+        // Without deferring, both are announced as needed.
+        let now = run(nil)
+        #expect(now["not-held.txt"]?.invalid == true && now["not-held.txt"]?.version.counters.isEmpty == true)
+        #expect(now["was-held.txt"]?.invalid == true)
+    }
+
     /// A deletion on the peers while a local copy stays (kept as a conflict): invalid, not
     /// "deleted here too".
     @Test func aDeletionWithALocalCopyIsNotClaimed() throws {

@@ -73,4 +73,28 @@ struct SelectionEditRefreshTests {
         #expect(results[0].contains("d1/f1.bin itrue dfalse [\(Self.peer.shortID):2]"))
         #expect(results[0].contains("d3/f3.bin itrue dfalse []"))
     }
+
+    /// An apply's refresh puts off announcing newly selected paths as needed, and leaves the
+    /// basis unrecorded: the refresh at its end compares again and announces them.
+    @Test func anApplysRefreshLeavesNeedsToTheNextOne() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (home, logs) = try Self.home(directory, "deferring")
+        let log = logs["f"]!
+        defer { log.close() }
+        let announcer = try LocalAnnouncer(home: home, folders: ["f"])
+        defer { announcer.close() }
+        try Self.select("d1\n", in: home)
+        #expect(try announcer.refresh(folder: "f", log: log) == 2900)
+        try Self.select("d2\n", in: home)
+        // d1's files go back to "not held"; d2's stay announced as not held for now.
+        #expect(try announcer.refresh(folder: "f", log: log, deferringNeeds: true) == 100)
+        let d2 = { Self.announced(announcer).first { $0.hasPrefix("d2/f2.bin ") } }
+        #expect(d2() == "d2/f2.bin itrue dfalse [\(Self.peer.shortID):3]", "not held, at the global version")
+        #expect(try announcer.refresh(folder: "f", log: log, deferringNeeds: true) == 0)
+        // The apply's end: d2's files become needed.
+        #expect(try announcer.refresh(folder: "f", log: log) == 100)
+        #expect(d2() == "d2/f2.bin itrue dfalse []", "needed")
+        #expect(try announcer.refresh(folder: "f", log: log) == 0)
+    }
 }
