@@ -140,12 +140,18 @@ public struct FilePuller: Sendable {
             progress?.add(resumed.reduce(Int64(0)) { $0 + Int64(blocks[$1].size) })
         }
         let diskSize = entry.size + Int64(trailer?.count ?? 0)
-        guard ftruncate(fd, off_t(trailer == nil ? entry.size : 0)) == 0, ftruncate(fd, off_t(diskSize)) == 0 else {
+        // A fresh temp file of plain content is sized by its writes (or by the allocation below):
+        // two calls fewer for each small file, of the dozen a pull of one makes.
+        let sized = existing.st_size == 0 && trailer == nil
+        guard sized || ftruncate(fd, off_t(trailer == nil ? entry.size : 0)) == 0,
+            diskSize == (trailer == nil ? entry.size : 0) || ftruncate(fd, off_t(diskSize)) == 0
+        else {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
         // The whole file's space up front: a full disk fails this file now, before any block is
-        // fetched, rather than some later write of it (and of every other file in flight).
-        if diskSize > 0 {
+        // fetched, rather than some later write of it (and of every other file in flight). A
+        // file of one block has a single write, which fails the same way (``SerialWrites``).
+        if diskSize > 0 && (blocks.count > 1 || trailer != nil) {
             let result = posix_fallocate(fd, 0, off_t(diskSize))
             if result == ENOSPC || result == EDQUOT {
                 throw ApplyError(.noSpace, path: name, "no space left on the device for its \(entry.size) bytes (\(String(cString: strerror(result))))")

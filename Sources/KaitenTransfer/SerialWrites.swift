@@ -110,7 +110,7 @@ final class SerialWrites: Sendable {
         let error = errno  // read at once: anything after the write may change it
         guard written == data.count else {
             let why = written < 0 ? String(cString: strerror(error)) : "short write (\(written) of \(data.count) bytes; is the disk full?)"
-            return ApplyError(error == ENOSPC ? .noSpace : .io, path: name, "cannot write: \(why)")
+            return ApplyError(error == ENOSPC || error == EDQUOT ? .noSpace : .io, path: name, "cannot write: \(why)")
         }
         progress?.add(Int64(written))
         return nil

@@ -126,6 +126,18 @@ import Glibc
         #expect(GroupSync.systemDirtyBytes() >= 0)
     }
 
+    /// The dirty data is read again only once the last reading is old enough.
+    @Test func theDirtyDataIsReadAtMostOncePerAge() async throws {
+        let reads = Atomic<Int>(0)
+        let recent = RecentReading(maxAgeNanoseconds: 1_000_000_000) { reads.add(1, ordering: .relaxed).newValue * 10 }
+        #expect(recent.value() == 10)
+        #expect(recent.value() == 10 && recent.value() == 10)
+        #expect(reads.load(ordering: .relaxed) == 1)
+        try await Task.sleep(for: .milliseconds(1100))
+        #expect(recent.value() == 20)
+        #expect(reads.load(ordering: .relaxed) == 2)
+    }
+
     /// A file on another file system than the folder's (a mount below it) is not covered by the
     /// folder's syncfs: it gets its own fsync.
     @Test func aFileOnAnotherFileSystemIsFsyncedOnItsOwn() async throws {
