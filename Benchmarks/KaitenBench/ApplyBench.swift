@@ -66,6 +66,7 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
 
             // Kaiten: everything from connecting to the last rename, in its own process.
             settleFileSystem()
+            waitUntilQuiet(pid: sourcePID)
             freePageCache()
             // KAITEN_BENCH_PERF="ARGS" runs the apply under `perf ARGS` ("record -g -o FILE",
             // "record -e page-faults -g -o FILE", "stat -e page-faults"; RUN becomes the run's
@@ -99,7 +100,8 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             // A fresh syncthing receiving the same folder from the same peer.
             let sourceBeforeTheirs = ProcStat.cpuSeconds(pid: sourcePID)
             let pulled = try await withSyncthing(receivers[run - 1]) { b in
-                try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-\(run)-data")) { s in
+                waitUntilQuiet(pid: sourcePID)
+                return try await syncthingPull(source: a, receiver: b, folderID: folderID, folderPath: dir.file("receiver-\(run)-data")) { s in
                     (s["localFiles"] as? Int ?? 0) == expectedFiles && (s["needFiles"] as? Int ?? 1) == 0 && s["state"] as? String == "idle"
                 }
             }
@@ -161,6 +163,22 @@ func syncthingPull(
         done(try await b.get("/rest/db/status?folder=\(folderID)") as? [String: Any] ?? [:])
     }
     return (now() - start, ProcStat.cpuSeconds(pid: pid) - cpu0, ProcStat.peakRSS(pid: pid))
+}
+
+/// Waits (at most 30 s) until `pid` has used less than 1 % of a core over half a second: the
+/// source finishing what its scan started (2.x writes its database for a while after) took
+/// CPU from whichever receiver ran first, the same side every time: Kaiten's first pull of
+/// 5,000 files cost 2.0 CPU-s against 1.2–1.3 for the next two.
+func waitUntilQuiet(pid: Int32) {
+    let deadline = now() + 30
+    var before = ProcStat.cpuSeconds(pid: pid)
+    while now() < deadline {
+        Thread.sleep(forTimeInterval: 0.5)
+        let after = ProcStat.cpuSeconds(pid: pid)
+        if after - before < 0.005 { return }
+        before = after
+    }
+    log("the source (pid \(pid)) did not go quiet within 30 s")
 }
 
 /// Empties the page cache (as root; otherwise says once that it cannot), so that each receiver
