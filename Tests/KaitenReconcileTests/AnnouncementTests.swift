@@ -17,6 +17,15 @@ struct AnnouncementTests {
         return Dictionary(uniqueKeysWithValues: list.map { ($0.name, $0) })
     }
 
+    /// This device's announcement of a file it does not hold nor want: invalid at `version`.
+    static func notHeld(_ name: String, version: UInt64) -> FileEntry {
+        var info = BEPFileInfo()
+        info.name = name
+        info.invalid = true
+        info.version = Fixture.version(version)
+        return FileEntry(announced: info)
+    }
+
     @Test func heldLeftOutWantedAndDeleted() throws {
         var f = Fixture()
         f.announce("held.txt", "h", version: 3)
@@ -51,11 +60,7 @@ struct AnnouncementTests {
         var f = Fixture()
         f.announce("b.txt", "b", version: 2)
         f.selection = "b.txt\n"
-        var before = BEPFileInfo()
-        before.name = "b.txt"
-        before.invalid = true
-        before.version = Fixture.version(2)
-        let out = try desired(f, announced: ["b.txt": FileEntry(announced: before)])
+        let out = try desired(f, announced: ["b.txt": Self.notHeld("b.txt", version: 2)])
         let withdrawn = try #require(out["b.txt"])
         #expect(withdrawn.invalid && withdrawn.version.counters.isEmpty)
         // Once withdrawn, not again.
@@ -72,12 +77,8 @@ struct AnnouncementTests {
         f.announce("was-held.txt", "w", version: 3)
         f.announce("new.txt", "x", version: 1)
         f.selection = "not-held.txt\nwas-held.txt\nnew.txt\n"
-        var notHeld = BEPFileInfo()
-        notHeld.name = "not-held.txt"
-        notHeld.invalid = true
-        notHeld.version = Fixture.version(2)
         let announced = [
-            "not-held.txt": FileEntry(announced: notHeld), "was-held.txt": LocalChangeTests.announcedHeld("was-held.txt", version: 3, text: "w"),
+            "not-held.txt": Self.notHeld("not-held.txt", version: 2), "was-held.txt": LocalChangeTests.announcedHeld("was-held.txt", version: 3, text: "w"),
         ]
         let selection = Selection(try SelectionFile.parse(f.selection, file: "sel.txt"), global: f.global)
         func run(_ deferred: Announcement.DeferredNeeds?) -> [String: BEPFileInfo] {
