@@ -72,6 +72,8 @@ final class BEPConnectionHandler: ChannelInboundHandler {
     private var requests: RequestWindow<EventLoopPromise<BEPResponse>>
     private var keepalive: RepeatedTask?
     private var helloTimeout: Scheduled<Void>?
+    /// A flush of written requests is queued on the event loop (``flushRequestsSoon(_:)``).
+    private var requestFlushScheduled = false
 
     init(
         hello: BEPHello, settings: PeerSettings, logger: Logger, events: PeerEventSink,
@@ -393,7 +395,20 @@ final class BEPConnectionHandler: ChannelInboundHandler {
         }
         for request in numbered { context.write(wrapOutboundOut(.message(.request(request))), promise: nil) }
         state.wrote(at: context.eventLoop.now)
-        context.flush()
+        flushRequestsSoon(context)
+    }
+
+    /// Flushes once the event loop has run what was queued before: the requests that many pulls
+    /// submitted together go out in one TLS record and one write, which the peer also reads and
+    /// decrypts once (small files otherwise cost a record each way per file).
+    private func flushRequestsSoon(_ context: ChannelHandlerContext) {
+        guard !requestFlushScheduled else { return }
+        requestFlushScheduled = true
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            bound.value.requestFlushScheduled = false
+            bound.value.context?.flush()
+        }
     }
 
     private func checkKeepalive() {

@@ -33,7 +33,10 @@ struct BEPConnectionHandlerTests {
             try channel.writeInbound(BEPFrame.hello(BEPHello()))
         }
 
+        /// What was flushed, once the event loop has run what it had queued (requests are
+        /// flushed together after the loop's queue, as on a real one).
         func outbound() throws -> [BEPMessage] {
+            channel.embeddedEventLoop.run()
             var out: [BEPMessage] = []
             while let item = try channel.readOutbound(as: BEPOutbound.self) {
                 if case .message(let message) = item { out.append(message) }
@@ -176,6 +179,20 @@ struct BEPConnectionHandlerTests {
         try h.receive(Self.response(id: ids[0], data: [1]))
         try h.receive(Self.response(id: ids[1], data: [2, 2]))
         #expect(try futures.map { [UInt8](try $0.wait().data) } == [[1], [2, 2], [3, 3, 3]])
+    }
+
+    /// Requests made one after the other go out in one flush, after what the loop had queued.
+    @Test func requestsMadeTogetherGoOutInOneFlush() throws {
+        let h = try Harness()
+        let futures = (0..<3).map { i in h.handler.request(Self.request(size: Int32(i + 1))) }
+        #expect(try h.channel.readOutbound(as: BEPOutbound.self) == nil, "nothing flushed before the loop ran")
+        h.channel.embeddedEventLoop.run()
+        var requests = 0
+        while let item = try h.channel.readOutbound(as: BEPOutbound.self) {
+            if case .message(.request) = item { requests += 1 }
+        }
+        #expect(requests == 3)
+        _ = futures
     }
 
     @Test func outstandingRequestBytesStayWithin32MiB() throws {
