@@ -140,12 +140,14 @@ public struct FilePuller: Sendable {
             progress?.add(resumed.reduce(Int64(0)) { $0 + Int64(blocks[$1].size) })
         }
         let diskSize = entry.size + Int64(trailer?.count ?? 0)
-        // A fresh temp file of plain content is sized by its writes (or by the allocation below):
-        // two calls fewer for each small file, of the dozen a pull of one makes.
-        let sized = existing.st_size == 0 && trailer == nil
-        guard sized || ftruncate(fd, off_t(trailer == nil ? entry.size : 0)) == 0,
-            diskSize == (trailer == nil ? entry.size : 0) || ftruncate(fd, off_t(diskSize)) == 0
-        else {
+        // Ciphertext starts afresh, sized with its trailer. Plain content keeps what it resumed,
+        // cut to the file's size; a fresh temp file is sized by its writes (or by the allocation
+        // below): no call at all for a small file, of the dozen a pull of one makes.
+        let sized =
+            trailer == nil
+            ? existing.st_size == 0 || ftruncate(fd, off_t(entry.size)) == 0
+            : ftruncate(fd, 0) == 0 && ftruncate(fd, off_t(diskSize)) == 0
+        guard sized else {
             throw ApplyError(.io, path: name, "cannot size the temp file: \(String(cString: strerror(errno)))")
         }
         // The whole file's space up front: a full disk fails this file now, before any block is
