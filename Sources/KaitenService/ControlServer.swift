@@ -207,7 +207,24 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
                     try await send(.failure(1, "this \(role) serves no web page: its REST API is off (config.xml's <gui>)"))
                 }
             }
+            // The last frames may still wait in the channel for a client that reads slowly, and
+            // closing now would drop them (an apply of 5,000 files ended in "the service closed
+            // the connection mid-answer"): the client hangs up once it has read its answer.
+            await Self.untilEnded(reader, within: Self.hangUpWait)
         }
+    }
+
+    /// How long a client is given, after its answer was sent, to read it and hang up.
+    static let hangUpWait: Duration = .seconds(30)
+
+    /// Waits for `reader` (which ends when the client hangs up), cancelling it after `limit`.
+    static func untilEnded(_ reader: Task<Void, Never>, within limit: Duration) async {
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            reader.cancel()
+        }
+        await reader.value
+        timer.cancel()
     }
 
     private func checkFolders(_ requested: [String]) -> String? {

@@ -94,6 +94,26 @@ final class ControlServerLifecycleTests {
         #expect(ContinuousClock.now - started >= .seconds(4), "the silent client was not given its grace")
     }
 
+    /// An answer larger than the socket's buffer, to a client that starts reading only after
+    /// a while, arrives whole: the server closes only once the client hung up. (It closed right
+    /// after the last write, dropping what NIO still held: "the service closed the connection
+    /// mid-answer" after an apply of 5,000 files beside `kaiten run`.)
+    @Test func aSlowReaderGetsAnAnswerLargerThanTheSocketsBuffer() async throws {
+        let endpoints = try await start()
+        defer { Task { await endpoints.close() } }
+        #expect(await answers(within: .seconds(60)))
+        let connection = try #require(ControlClient.connect(ControlSocket.path(home.home)))
+        defer { connection.close() }
+        var request = ControlRequest(verb: .plan)
+        // Folders this service does not keep: the refusal names every one, about 4 MiB.
+        let names = (0..<40_000).map { "folder-\($0)-" + String(repeating: "x", count: 90) }
+        request.folders = names
+        try connection.send(request)
+        try await Task.sleep(for: .seconds(1))
+        let reply = try connection.reply()
+        #expect(reply.message?.contains(names.last!) == true, "the refusal does not name the last folder")
+    }
+
     func waitFor(clients: Int, on endpoints: LocalEndpoints) async throws {
         let deadline = ContinuousClock.now + .seconds(60)
         while endpoints.control.clientCount != clients, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
