@@ -1,5 +1,6 @@
 import Foundation
 import KaitenApply
+import KaitenHTTPAPI
 import KaitenReconcile
 import KaitenService
 
@@ -69,20 +70,9 @@ public enum ApplyEventJSON {
             var event = fields
             event["v"] = ServiceEvent.schemaVersion
             event["time"] = timestamp()
-            var line = "{"
-            for (i, key) in event.keys.sorted().enumerated() {
-                if i > 0 { line += "," }
-                line += ApplyEventJSON.quote(key) + ":"
-                switch event[key]! {
-                case let text as String: line += ApplyEventJSON.quote(text)
-                case let number as Int: line += String(number)
-                case let number as Int64: line += String(number)
-                case let number as Double: line += number.isFinite ? String(number) : "null"
-                case let flag as Bool: line += flag ? "true" : "false"
-                default: line += "null"
-                }
-            }
-            return line + "}\n"
+            if let line = FlatJSON.object(event) { return line + "\n" }
+            let data = (try? JSONSerialization.data(withJSONObject: event, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+            return String(decoding: data, as: UTF8.self) + "\n"
         }
 
         private func timestamp() -> String {
@@ -90,25 +80,5 @@ public enum ApplyEventJSON {
             if second != stamp.second { stamp = (second, timestamps.string(from: Date(timeIntervalSince1970: TimeInterval(second)))) }
             return stamp.text
         }
-    }
-
-    static func quote(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    out += String(format: "\\u%04x", scalar.value)
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
     }
 }

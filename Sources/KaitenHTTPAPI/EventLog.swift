@@ -39,7 +39,10 @@ public final class EventLog: Sendable {
 
     /// Records an event; `data` is any JSON value (a dictionary, mostly).
     public func append(_ type: String, _ data: Any, at time: Date = Date()) {
-        let encoded = (try? JSONSerialization.data(withJSONObject: data, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes])).map(Array.init) ?? Array("null".utf8)
+        let encoded =
+            ((data as? [String: Any]).flatMap(FlatJSON.object).map { Array($0.utf8) })
+            ?? (try? JSONSerialization.data(withJSONObject: data, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes])).map(Array.init)
+            ?? Array("null".utf8)
         let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.events.append(Event(id: state.nextID, time: time, type: type, data: encoded))
             state.made[type, default: 0] += 1

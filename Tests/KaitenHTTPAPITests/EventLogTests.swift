@@ -78,3 +78,20 @@ struct EventLogTests {
         #expect(try JSONSerialization.jsonObject(with: Data(EventLog.json([]))) as? [Any] != nil)
     }
 }
+
+/// The events' JSON, written directly for flat objects.
+@Suite struct FlatJSONTests {
+    @Test func aFlatObjectIsWrittenWithSortedKeysAndEscapedStrings() throws {
+        let object: [String: Any] = ["b": "a \"q\" \\ / é\n\u{1}", "a": 3, "c": true, "d": NSNull(), "e": 2.5, "f": 100.0, "g": Int64(7)]
+        let text = try #require(FlatJSON.object(object))
+        #expect(text == #"{"a":3,"b":"a \"q\" \\ / é\n\u0001","c":true,"d":null,"e":2.5,"f":100,"g":7}"#)
+        // What JSONSerialization reads back is what went in.
+        let back = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        #expect(back["b"] as? String == "a \"q\" \\ / é\n\u{1}")
+    }
+
+    @Test func anObjectThatIsNotFlatIsLeftToJSONSerialization() {
+        #expect(FlatJSON.object(["a": ["nested": 1]]) == nil)
+        #expect(FlatJSON.object(["a": [1, 2]]) == nil)
+    }
+}
