@@ -25,6 +25,7 @@ public struct ApplyVerb {
 
     public func run() async throws {
         let output = ApplyOutput(json: json)
+        defer { output.flush() }
         let stop = StopSignal()
         let outcome = try await app.apply(
             request,
