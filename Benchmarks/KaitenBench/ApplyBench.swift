@@ -44,16 +44,22 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
     let source = try SyncthingInstance.generate(in: dir.path, name: "source")
     let receivers = try (1...runs).map { try SyncthingInstance.generate(in: dir.path, name: "receiver-\($0)") }
     let kaitens = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-\($0)")) }
+    // The same apply asked of a running `kaiten run` (its connection to the source already
+    // open, as the syncthing receiver's is).
+    let services = try (1...runs).map { try BenchKaiten(home: dir.file("kaiten-run-\($0)")) }
     let folderID = "bench"
     /// `sourceCPU`: what the source spent serving meanwhile (it shares the two cores).
     struct Run { var seconds: Double; var cpu: Double; var rss: Double; var sourceCPU = 0.0 }
     var ours: [Run] = []
+    var beside: [Run] = []
     var theirs: [Run] = []
 
     try await withSyncthing(source) { a in
         for (run, receiver) in receivers.enumerated() { try await a.addDevice(receiver.deviceID, name: "receiver-\(run + 1)", addresses: [receiver.address]) }
         for (run, bench) in kaitens.enumerated() { try await a.addDevice(bench.me, name: "kaiten-\(run + 1)") }
-        try await a.shareScanned(folderID, path: data, devices: receivers.map(\.deviceID) + kaitens.map(\.me), files: expectedFiles)
+        for (run, bench) in services.enumerated() { try await a.addDevice(bench.me, name: "kaiten-run-\(run + 1)") }
+        try await a.shareScanned(
+            folderID, path: data, devices: receivers.map(\.deviceID) + kaitens.map(\.me) + services.map(\.me), files: expectedFiles)
         let top = try FileManager.default.contentsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }
         guard let sourcePID = pidOf(home: a.home) else { throw HarnessError("no source pid") }
         for run in 1...runs {
@@ -97,6 +103,11 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             guard kaitenFiles >= expectedFiles else { throw HarnessError("kaiten apply left \(kaitenFiles) entries, not \(expectedFiles)") }
             ours.append(kaitenRun)
 
+            let asked = try await applyBesideService(
+                services[run - 1], source: a, sourcePID: sourcePID, folderID: folderID, top: top, data: dir.file("kaiten-run-\(run)-data"),
+                expectedFiles: expectedFiles)
+            beside.append(Run(seconds: asked.seconds, cpu: asked.cpu, rss: asked.rss, sourceCPU: asked.sourceCPU))
+
             // A fresh syncthing receiving the same folder from the same peer.
             let sourceBeforeTheirs = ProcStat.cpuSeconds(pid: sourcePID)
             let pulled = try await withSyncthing(receivers[run - 1]) { b in
@@ -109,9 +120,11 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
                 Run(seconds: pulled.seconds, cpu: pulled.cpu, rss: pulled.rss, sourceCPU: ProcStat.cpuSeconds(pid: sourcePID) - sourceBeforeTheirs))
             log(
                 String(
-                    format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB (source %.2f CPU-s); syncthing %.2f s, %.2f CPU-s, %.1f MiB (source %.2f CPU-s): %.2f×",
-                    run, kaitenSeconds, ours.last!.cpu, ours.last!.rss, ours.last!.sourceCPU, pulled.seconds, pulled.cpu, pulled.rss,
-                    theirs.last!.sourceCPU, pulled.seconds / kaitenSeconds))
+                    format: "run %d: kaiten %.2f s, %.2f CPU-s, %.1f MiB (source %.2f CPU-s); beside kaiten run %.2f s, %.2f CPU-s (source %.2f CPU-s); "
+                        + "syncthing %.2f s, %.2f CPU-s, %.1f MiB (source %.2f CPU-s): %.2f×, beside kaiten run %.2f×",
+                    run, kaitenSeconds, ours.last!.cpu, ours.last!.rss, ours.last!.sourceCPU, beside.last!.seconds, beside.last!.cpu,
+                    beside.last!.sourceCPU, pulled.seconds, pulled.cpu, pulled.rss, theirs.last!.sourceCPU, pulled.seconds / kaitenSeconds,
+                    pulled.seconds / beside.last!.seconds))
         }
     }
     func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
@@ -127,6 +140,7 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
     print("")
     print("== pull of \(label) (\(String(format: "%.0f", totalBytes / 1_048_576)) MiB) from one syncthing peer, median of \(runs) ==")
     print(row("kaiten apply:", ours) + (expectedFiles == 4 ? " (goal for 1 GiB as 4 files: ≤ 64)" : ""))
+    print(row("beside kaiten run:", beside) + " (the service's CPU and peak RSS, with the apply command's CPU)")
     print(row("syncthing receiver:", theirs))
     // Issue 43: against syncthing 2.x the receiver's CPU ≤ 0.5× (issue 11's 0.7× against 1.19.2);
     // small files ≥ 3× syncthing's files/s.
@@ -136,7 +150,81 @@ func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String
             median(theirs.map(\.seconds)) / median(ours.map(\.seconds)), ratios.map { String(format: "%.2f", $0) }.joined(separator: ", "),
             median(ours.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001), expectedFiles == 4 ? "1.5×" : "3×",
             SyncthingInstance.majorVersion >= 2 ? "0.5× (syncthing 2.x)" : "0.7×"))
-    print("(kaiten: index exchange, verified pulls, each file flushed to disk before its rename (small files share a syncfs); syncthing: the same, from adding the folder)")
+    let besideRatios = zip(beside, theirs).map { $1.seconds / $0.seconds }
+    print(
+        String(
+            format: "ratio beside kaiten run/syncthing: throughput %.2f× (runs: %@), CPU %.2f×", median(theirs.map(\.seconds)) / median(beside.map(\.seconds)),
+            besideRatios.map { String(format: "%.2f", $0) }.joined(separator: ", "), median(beside.map(\.cpu)) / max(median(theirs.map(\.cpu)), 0.001)))
+    print("(kaiten apply: its own process, from connecting (syncthing 2.x sends its ClusterConfig a second after a connection opens) to the peer's hang-up after the last announcement; "
+        + "beside kaiten run: `kaiten apply` asking a running service, whose connection is open, until the last rename; syncthing: from adding the folder on an open connection until idle. "
+        + "Each verifies every block and flushes each file to disk before its rename (Kaiten's small files share a syncfs).)")
+}
+
+/// `kaiten apply --yes` asking a running `kaiten run --apply none` (connected to `source`,
+/// the selection written and its round over): time from the command's start to its end, the
+/// service's CPU plus the command's, the service's peak RSS.
+func applyBesideService(
+    _ bench: BenchKaiten, source a: SyncthingInstance, sourcePID: Int32, folderID: String, top: [String], data: String, expectedFiles: Int
+) async throws -> (seconds: Double, cpu: Double, rss: Double, sourceCPU: Double) {
+    try bench.run(["peer", "add", a.deviceID.description, "--name", "source", "--address", a.address])
+    try bench.run(["folder", "add", folderID, "--path", data, "--share", a.deviceID.description])
+    try bench.run(["index", "sync"])
+    let arguments = ["run", "--apply", "none", "--home", bench.home]
+    // KAITEN_BENCH_SERVICE_PERF="ARGS": the service runs as `perf ARGS kaiten run …` (perf
+    // attached with -p to this many-threaded process spun on after its end); its figures are
+    // then perf's.
+    let service: Process
+    if let perf = ProcessInfo.processInfo.environment["KAITEN_BENCH_SERVICE_PERF"] {
+        service = Process()
+        service.executableURL = URL(fileURLWithPath: "/usr/bin/perf")
+        service.arguments = perf.split(separator: " ").map(String.init) + ["--", KaitenCLI.executable] + arguments
+        service.standardError = FileHandle.nullDevice
+        service.standardOutput = FileHandle.nullDevice
+        try service.run()
+    } else {
+        service = try KaitenCLI.start(arguments, logPath: bench.home + "/run.log")
+    }
+    defer {
+        kill(service.processIdentifier, SIGINT)
+        service.waitUntilExit()
+    }
+    func record() -> [String: Any]? {
+        guard let bytes = FileManager.default.contents(atPath: bench.home + "/state/service.json") else { return nil }
+        return try? JSONSerialization.jsonObject(with: bytes) as? [String: Any]
+    }
+    func connected(_ record: [String: Any]) -> Bool {
+        ((record["peers"] as? [[String: Any]]) ?? []).contains { $0["connected"] as? Bool == true }
+    }
+    try await a.waitUntil("kaiten run connected", timeout: 600) {
+        guard let r = record(), r["last_round"] is [String: Any] else { return false }
+        return connected(r)
+    }
+    try bench.run(["select", folderID] + top)
+    // The round the selection starts plans the pulls and leaves them for review (--apply none).
+    try await a.waitUntil("kaiten run's round planned the selection", timeout: 600) {
+        guard let r = record(), let round = r["last_round"] as? [String: Any] else { return false }
+        return (round["pending"] as? Int ?? 0) >= expectedFiles && connected(r)
+    }
+    settleFileSystem()
+    waitUntilQuiet(pid: service.processIdentifier)
+    waitUntilQuiet(pid: sourcePID)
+    freePageCache()
+    let serviceBefore = ProcStat.cpuSeconds(pid: service.processIdentifier)
+    let sourceBefore = ProcStat.cpuSeconds(pid: sourcePID)
+    let before = childrenUsage()
+    let start = now()
+    let applied = try ProcessRunner.run(KaitenCLI.executable, ["apply", "--yes", "--json", "--home", bench.home])
+    let seconds = now() - start
+    guard applied.status == 0 else {
+        let said = (try? String(contentsOfFile: bench.home + "/run.log", encoding: .utf8)) ?? ""
+        throw HarnessError(
+            "kaiten apply beside kaiten run exited \(applied.status): \(applied.stderr)\n\(applied.stdout.suffix(2000))\nkaiten run said:\n\(said.suffix(3000))")
+    }
+    let cpu = childrenUsage().cpu - before.cpu + ProcStat.cpuSeconds(pid: service.processIdentifier) - serviceBefore
+    let sourceCPU = ProcStat.cpuSeconds(pid: sourcePID) - sourceBefore
+    let held = (try? FileManager.default.subpathsOfDirectory(atPath: data).filter { !$0.hasPrefix(".st") }.count) ?? 0
+    guard held >= expectedFiles else { throw HarnessError("kaiten apply beside kaiten run left \(held) entries, not \(expectedFiles)") }
+    return (seconds, cpu, ProcStat.peakRSS(pid: service.processIdentifier), sourceCPU)
 }
 
 /// A running syncthing `receiver` pulls `folderID` from `source` into `folderPath`, from adding
