@@ -185,7 +185,11 @@ func applyBesideService(
         service = try KaitenCLI.start(arguments, logPath: bench.home + "/run.log")
     }
     defer {
-        kill(service.processIdentifier, SIGINT)
+        // Under perf, the service is perf's child: it is the one to stop (perf then ends).
+        let pid = service.processIdentifier
+        let children = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        for child in children.split(separator: " ").compactMap({ Int32($0) }) { kill(child, SIGINT) }
+        kill(pid, SIGINT)
         service.waitUntilExit()
     }
     func record() -> [String: Any]? {
