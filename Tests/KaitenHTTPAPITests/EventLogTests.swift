@@ -93,5 +93,8 @@ struct EventLogTests {
     @Test func anObjectThatIsNotFlatIsLeftToJSONSerialization() {
         #expect(FlatJSON.object(["a": ["nested": 1]]) == nil)
         #expect(FlatJSON.object(["a": [1, 2]]) == nil)
+        // An NSNumber would pass for a Bool and an Int alike.
+        #expect(FlatJSON.object(["a": NSNumber(value: 1)]) == nil)
+        #expect(FlatJSON.object(["a": NSNumber(value: true)]) == nil)
     }
 }
