@@ -58,8 +58,7 @@ public enum ApplyEventJSON {
     /// Writes events as lines. One per stream: it keeps the last second's timestamp (formatting
     /// each of a large deselect's 100,000 events cost more than its checks).
     public final class Lines: @unchecked Sendable {
-        private let timestamps = ISO8601DateFormatter()
-        private var stamp: (second: Int, text: String) = (-1, "")
+        private var stamps = SecondStamps()
 
         public init() {}
 
@@ -69,16 +68,10 @@ public enum ApplyEventJSON {
         public func line(_ fields: [String: Any]) -> String {
             var event = fields
             event["v"] = ServiceEvent.schemaVersion
-            event["time"] = timestamp()
+            event["time"] = stamps.text(at: time(nil))
             if let line = FlatJSON.object(event) { return line + "\n" }
             let data = (try? JSONSerialization.data(withJSONObject: event, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
             return String(decoding: data, as: UTF8.self) + "\n"
-        }
-
-        private func timestamp() -> String {
-            let second = time(nil)
-            if second != stamp.second { stamp = (second, timestamps.string(from: Date(timeIntervalSince1970: TimeInterval(second)))) }
-            return stamp.text
         }
     }
 }
