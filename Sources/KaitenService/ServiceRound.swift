@@ -66,6 +66,7 @@ struct ServiceRound {
         let warn: (String) -> Void = { [emit] in emit(ServiceEvent("warning", $0)) }
         status.roundStarted(doing: "planning (after \(reason))")
         defer { status.roundEnded() }
+        await waitForApplyInProgress(reason: reason)
         if let scopes = scopes(of: woken) {
             // Only the echo of the service's own writes: nothing to look at.
             if scopes.isEmpty { return false }
@@ -115,6 +116,18 @@ struct ServiceRound {
             await sessions.announce(folders: folders, warn: { [emit] in emit(ServiceEvent("warning", $0)) })
         }
         return false
+    }
+
+    /// An apply holding the home's lock (a client's, through the control socket) is changing
+    /// the folders: a plan made now is of a moving target, its apply would be refused at the
+    /// lock, and its scan of what the pulls are writing takes the cores from them (5,000 small
+    /// files beside `kaiten run`: the round planned and announced in the middle of the pull).
+    /// The round plans once that apply is over.
+    func waitForApplyInProgress(reason: String) async {
+        guard let pid = Applier.runningApply(home.home) else { return }
+        status.roundDoing("waiting for the apply in progress (pid \(pid)) to end")
+        while Applier.runningApply(home.home) != nil, !stop.isSet { try? await Task.sleep(for: .milliseconds(100)) }
+        status.roundDoing("planning (after \(reason))")
     }
 
     /// The paths a round may limit itself to, per folder, or nil when it must look at every
