@@ -332,7 +332,7 @@ let package = Package(
         .testTarget(
             name: "KaitenServiceTests",
             dependencies: [
-                "KaitenService", "KaitenFiles", "KaitenProtocol", "KaitenConfig", "KaitenStream", "KaitenTransfer", "KaitenTestSupport",
+                "KaitenService", "KaitenApply", "KaitenFiles", "KaitenProtocol", "KaitenConfig", "KaitenStream", "KaitenTransfer", "KaitenTestSupport",
                 "KaitenTestThreads", .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -4,6 +4,7 @@ import KaitenReconcile
 import KaitenService
 import KaitenSync
 import KaitenTransfer
+import Synchronization
 
 /// What `kaiten apply` asks for (and `import`, `offload` and `view sync`, which end with one).
 public struct ApplyRequest: Sendable {
@@ -34,14 +35,19 @@ public struct ApplyFrontEnd {
     /// Whether SIGINT and SIGTERM raise `stop` (a command line's apply; not one asked through
     /// the REST API inside the service, whose signals are its own).
     public var installsSignals: Bool
+    /// Whether `confirm` may ask the user; when it does not (`--yes`), it only shows the plan
+    /// and takes it when it has changes, and the plan may be applied as soon as it is made.
+    public var asks: Bool
 
     public init(
-        confirm: @escaping (Plan) throws -> Bool, events: @escaping @Sendable (ApplyEvent) -> Void, stop: StopSignal, installsSignals: Bool = true
+        confirm: @escaping (Plan) throws -> Bool, events: @escaping @Sendable (ApplyEvent) -> Void, stop: StopSignal, installsSignals: Bool = true,
+        asks: Bool = true
     ) {
         self.confirm = confirm
         self.events = events
         self.stop = stop
         self.installsSignals = installsSignals
+        self.asks = asks
     }
 }
 
@@ -126,6 +132,9 @@ extension App {
         _ service: ControlClient, _ request: ApplyRequest, saved: Plan?, opened: KaitenHome, _ frontEnd: ApplyFrontEnd
     ) async throws -> ApplyOutcome {
         diagnostics.note("kaiten \(service.role) (pid \(service.pid)) holds the peers' connections: it applies, this shows")
+        if saved == nil, !frontEnd.asks, !request.followRenames, service.appliesFresh {
+            return try await applyFreshThroughService(service, request, frontEnd)
+        }
         var skipped = false
         let plan: Plan
         if let saved {
@@ -150,6 +159,29 @@ extension App {
                 sendTimeout: request.sendTimeout, stop: stop, note: note, events: events)
         }
         return ApplyOutcome(plan: plan, report: report, skipped: skipped)
+    }
+
+    /// With no question to ask, the service plans and applies at once: the plan is made once,
+    /// not once to show and again to check, and the pulls start without a round trip.
+    private func applyFreshThroughService(_ service: ControlClient, _ request: ApplyRequest, _ frontEnd: ApplyFrontEnd) async throws -> ApplyOutcome {
+        if frontEnd.installsSignals { frontEnd.stop.install() }
+        let (stop, note, events, diagnostics) = (frontEnd.stop, diagnostics.note, frontEnd.events, diagnostics)
+        // Called on the exchange's one thread while this task waits for it.
+        nonisolated(unsafe) let confirm = frontEnd.confirm
+        let answered = Mutex<ControlClient.PlanAnswer?>(nil)
+        let report = try await ControlClient.offThePool {
+            try service.applyFresh(
+                folders: request.folders, maxDelete: request.maxDelete.description, requirePeers: request.requirePeers,
+                sendTimeout: request.sendTimeout, stop: stop, note: note,
+                planned: { answer in
+                    answered.withLock { $0 = answer }
+                    for warning in answer.warnings { diagnostics.error(warning) }
+                    for (folder, reason) in answer.skipped { diagnostics.error("\(folder): skipped: \(reason)") }
+                    _ = try confirm(answer.plan)
+                }, events: events)
+        }
+        guard let answer = answered.withLock({ $0 }) else { throw VerbEnded(.failure, "the service sent no plan") }
+        return ApplyOutcome(plan: answer.plan, report: report, skipped: !answer.skipped.isEmpty)
     }
 
     /// A saved plan another home made, or one already applied: stale, before anything else.

@@ -17,12 +17,19 @@ public final class ControlClient: Sendable {
     /// The service's process, and what it is (`run` or `serve`).
     public let pid: Int32
     public let role: String
+    /// What the service's control socket takes beyond the first version (its hello).
+    let accepts: Set<ControlFeature>
 
-    init(path: String, pid: Int32, role: String) {
+    init(path: String, pid: Int32, role: String, accepts: Set<ControlFeature>) {
         self.path = path
         self.pid = pid
         self.role = role
+        self.accepts = accepts
     }
+
+    /// Whether the service plans and applies in one request (``applyFresh(folders:maxDelete:requirePeers:sendTimeout:stop:note:planned:events:)``);
+    /// one started from an older executable does not.
+    public var appliesFresh: Bool { accepts.contains(.freshApply) }
 
     /// The service answering on this home's control socket, or nil when none does (no socket,
     /// or one left by a process that died: nothing listens).
@@ -43,7 +50,7 @@ public final class ControlClient: Sendable {
     /// This process's own control socket, for the service's use cases (its REST API): known
     /// without asking, since asking blocks a thread the answer needs (two cores, two threads).
     public static func itself(_ home: Home) -> ControlClient {
-        ControlClient(path: ControlSocket.path(home), pid: getpid(), role: "run")
+        ControlClient(path: ControlSocket.path(home), pid: getpid(), role: "run", accepts: Set(ControlFeature.allCases))
     }
 
     static func answering(_ home: Home) -> ControlClient? {
@@ -53,7 +60,8 @@ public final class ControlClient: Sendable {
         guard (try? connection.send(ControlRequest(verb: .hello))) != nil, let reply = try? connection.reply(), reply.type == .hello else {
             return nil
         }
-        return ControlClient(path: path, pid: reply.pid ?? 0, role: reply.role ?? "run")
+        return ControlClient(
+            path: path, pid: reply.pid ?? 0, role: reply.role ?? "run", accepts: Set((reply.accepts ?? []).compactMap(ControlFeature.init(rawValue:))))
     }
 
     static func connect(_ path: String) -> Connection? {
@@ -137,14 +145,58 @@ public final class ControlClient: Sendable {
         _ plan: Plan, saved: Bool, maxDelete: String, requirePeers: Int, sendTimeout: Double, stop: StopSignal,
         note: (String) -> Void, events: (ApplyEvent) -> Void
     ) throws(ControlFailure) -> ApplyReport {
-        let connection = try open()
-        defer { connection.close() }
         var request = ControlRequest(verb: .apply)
         request.plan = plan
         request.saved = saved
         request.maxDelete = maxDelete
         request.requirePeers = requirePeers
         request.sendTimeout = sendTimeout
+        let report: ApplyReport?
+        do {
+            report = try exchange(
+                request, stop: stop, note: note, planned: { _ in throw ControlFailure(1, "the service answered out of turn") }, events: events)
+        } catch let failure as ControlFailure {
+            throw failure
+        } catch {
+            throw ControlFailure(1, "\(error)")
+        }
+        guard let report else { throw ControlFailure(1, "the service sent an empty report") }
+        return report
+    }
+
+    /// Has the service plan and apply that plan at once (``appliesFresh``), for a front-end that
+    /// would not ask: `planned` is handed the plan before its events. nil: the plan had nothing
+    /// to apply.
+    public func applyFresh(
+        folders: [String], maxDelete: String, requirePeers: Int, sendTimeout: Double, stop: StopSignal, note: (String) -> Void,
+        planned: (PlanAnswer) throws -> Void, events: (ApplyEvent) -> Void
+    ) throws -> ApplyReport? {
+        var request = ControlRequest(verb: .apply)
+        request.fresh = true
+        request.folders = folders
+        request.maxDelete = maxDelete
+        request.requirePeers = requirePeers
+        request.sendTimeout = sendTimeout
+        var answered = false
+        let report = try exchange(
+            request, stop: stop, note: note,
+            planned: { answer in
+                answered = true
+                try planned(answer)
+            }, events: events)
+        guard answered else { throw ControlFailure(1, "the service applied without sending its plan") }
+        return report
+    }
+
+    /// Sends an apply request and hands on what comes back until its report.
+    private func exchange(
+        _ request: ControlRequest, stop: StopSignal, note: (String) -> Void, planned: (PlanAnswer) throws -> Void,
+        events: (ApplyEvent) -> Void
+    ) throws -> ApplyReport? {
+        let connection = try open()
+        defer { connection.close() }
+        var request = request
+        request.batches = true
         try connection.send(request)
         stop.onRaise { signal in
             var stopping = ControlRequest(verb: .stop)
@@ -160,13 +212,16 @@ public final class ControlClient: Sendable {
                     5, "the service (pid \(pid)) went away during the apply: what it finished stays done; see its log, then plan again")
             }
             switch reply.type {
-            case .event: if let event = reply.event { events(event) }
+            case .event:
+                if let event = reply.event { events(event) }
+                for event in reply.events ?? [] { events(event) }
             case .note: note(reply.message ?? "")
-            case .report:
-                guard let report = reply.report else { throw ControlFailure(1, "the service sent an empty report") }
-                return report
+            case .plan:
+                guard let plan = reply.plan else { throw ControlFailure(1, "the service answered with no plan") }
+                try planned(PlanAnswer(plan: plan, warnings: reply.warnings ?? [], skipped: (reply.skipped ?? []).map { ($0.folder, $0.reason) }))
+            case .report: return reply.report
             case .failure: throw ControlFailure(reply.code ?? 1, reply.message ?? "the service refused")
-            case .hello, .plan: throw ControlFailure(1, "the service answered out of turn")
+            case .hello: throw ControlFailure(1, "the service answered out of turn")
             }
         }
     }

@@ -72,7 +72,8 @@ public struct ControlRequest: Codable, Sendable {
         case hello
         /// The plan the service would apply now, on its live connections.
         case plan
-        /// Apply this plan (from `plan`, or a saved one), re-checked like a saved plan.
+        /// Apply this plan (from `plan`, or a saved one), re-checked like a saved plan; or, with
+        /// `fresh`, plan here and apply that plan at once.
         case apply
         /// One verified block of the current global version of a file.
         case block
@@ -95,8 +96,24 @@ public struct ControlRequest: Codable, Sendable {
     public var size: Int32?
     public var hash: String?
     public var signal: Int32?
+    /// An apply with no plan: the service plans (`folders`, `requirePeers`), answers the plan
+    /// first, and applies it without waiting for a word, for a front-end that asks no question
+    /// (`--yes`): one plan, where plan-then-apply makes two.
+    public var fresh: Bool?
+    /// The client takes an apply's events several to a frame (`ControlReply.events`).
+    public var batches: Bool?
 
     public init(verb: Verb) { self.verb = verb }
+}
+
+/// What a service's control socket takes beyond the first version of the protocol, said in its
+/// hello (`ControlReply.accepts`): a newer client asks a service started from an older
+/// executable only what that one understands.
+public enum ControlFeature: String, CaseIterable, Sendable {
+    /// ``ControlRequest/fresh``.
+    case freshApply = "fresh-apply"
+    /// ``ControlRequest/batches``.
+    case eventBatches = "event-batches"
 }
 
 /// What the service answers: one or more of these, in order.
@@ -117,6 +134,11 @@ public struct ControlReply: Codable, Sendable {
     public var warnings: [String]?
     public var skipped: [Skipped]?
     public var event: ApplyEvent?
+    /// An apply's events in order, for a client that asked for ``ControlRequest/batches``.
+    public var events: [ApplyEvent]?
+    /// In a hello: the ``ControlFeature``s this service takes.
+    public var accepts: [String]?
+    /// An apply's last reply; absent from a fresh apply's when its plan had nothing to apply.
     public var report: ApplyReport?
     /// For a failure: the exit code the verb exits with (1 error, 3 stale plan, 4 a brake).
     public var code: Int32?

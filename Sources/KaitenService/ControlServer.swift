@@ -170,6 +170,7 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
                 var reply = ControlReply(.hello)
                 reply.pid = getpid()
                 reply.role = role
+                reply.accepts = ControlFeature.allCases.map(\.rawValue)
                 try await send(reply)
             case .plan:
                 try await send(plan(request))
@@ -256,45 +257,60 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
     }
 
     private func apply(_ request: ControlRequest, stop: StopSignal, send: @escaping @Sendable (ControlReply) async throws -> Void) async throws {
-        guard let plan = request.plan, let maxDelete = DeleteLimit(request.maxDelete ?? "50%") else {
-            try await send(.failure(64, "an apply request carries a plan and a --max-delete"))
+        let fresh = request.fresh == true
+        guard fresh || request.plan != nil, let maxDelete = DeleteLimit(request.maxDelete ?? "50%") else {
+            try await send(.failure(64, "an apply request carries a plan (or asks for a fresh one) and a --max-delete"))
             return
         }
-        let chosen = plan.folders.map(\.id)
-        if let outside = checkFolders(chosen) {
+        let requested = request.plan.map { $0.folders.map(\.id) } ?? request.folders ?? []
+        if let outside = checkFolders(requested) {
             try await send(.failure(1, outside))
             return
         }
-        log("applying plan \(plan.planID) for a client on the control socket")
-        // Events go out in order through one writer; progress at most a few times a second.
-        let (events, feed) = AsyncStream<ApplyEvent>.makeStream()
-        let writer = Task {
-            for await event in events {
-                var reply = ControlReply(.event)
-                reply.event = event
-                try? await send(reply)
-            }
-        }
+        let chosen = fresh && requested.isEmpty ? folders : requested
+        log(fresh ? "planning and applying for a client on the control socket" : "applying plan \(request.plan!.planID) for a client on the control socket")
+        // Replies go out in order through one writer; progress at most a few times a second.
+        let replies = ControlReplyQueue(batches: request.batches == true)
+        let writer = Task { await replies.run(send) }
         let lastProgress = Mutex(ContinuousClock.now - .seconds(1))
         let log = self.log
         let said = self.events
-        let requirePeers = max(request.requirePeers ?? 1, plan.requirePeers ?? 1)
+        let requirePeers = max(request.requirePeers ?? 1, request.plan?.requirePeers ?? 1)
         let pipeline = ApplyPipeline(
             home: home, maxDelete: maxDelete, brakes: .refuse, requirePeers: requirePeers, sendTimeout: request.sendTimeout ?? 300)
         let sessions = self.sessions
         let home = self.home
+        let warnings = Mutex<[String]>([])
+        let choice: ApplyPipeline.Choice
+        if let plan = request.plan {
+            choice = .given(plan, saved: request.saved == true)
+        } else {
+            // Shown by the client as it comes, applied without waiting for it: the client asks
+            // for this only when it would not ask the user.
+            choice = .fresh(decide: { prepared in
+                var plan = prepared.plan
+                Applier.noteBrakes(&plan, states: prepared.states, maxDelete: maxDelete)
+                var reply = ControlReply(.plan)
+                reply.plan = plan
+                reply.warnings = warnings.withLock { $0 }
+                reply.skipped = prepared.skipped.map { .init(folder: $0.folder, reason: $0.reason) }
+                replies.post(reply)
+                return plan.summary.hasChanges ? plan : nil
+            })
+        }
         let outcome = try await pipeline.run(
             // The service's own round may be applying: this one follows it, as one apply per home does.
             lock: .wait(notice: {
                 var note = ControlReply(.note)
                 note.message = "the service is applying a round of its own; this apply follows it"
-                try? await send(note)
+                replies.post(note)
             }),
             prepare: {
                 try Applier.prepare(
-                    on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers, warn: { _ in })
+                    on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers,
+                    warn: { warning in warnings.withLock { $0.append(warning) } })
             },
-            choice: .given(plan, saved: request.saved == true), stop: stop
+            choice: choice, stop: stop
         ) { event in
             switch event {
             case .progress(let done, let total, _, _, _):
@@ -319,22 +335,25 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
             default:
                 break
             }
-            feed.yield(event)
+            replies.post(event)
         }
-        feed.finish()
-        await writer.value
         switch outcome.ending {
         case .refused(.cannotPlan(let why)):
-            try await send(.failure(1, "cannot plan: \(why)"))
+            replies.post(.failure(1, "cannot plan: \(why)"))
         case .refused(let refusal):
-            try await send(.failure(refusal.exitCode, "\(refusal)"))
+            replies.post(.failure(refusal.exitCode, "\(refusal)"))
+        case .nothingToApply where fresh:
+            // The plan went first; its summary says there is nothing to do.
+            replies.post(ControlReply(.report))
         case .nothingToApply:
-            try await send(.failure(1, "nothing to apply"))
+            replies.post(.failure(1, "nothing to apply"))
         case .applied(_, let report, _):
             var reply = ControlReply(.report)
             reply.report = report
-            try await send(reply)
+            replies.post(reply)
         }
+        replies.finish()
+        await writer.value
     }
 
     private func block(_ request: ControlRequest) async throws -> Data {

@@ -37,7 +37,7 @@ public struct ApplyVerb {
                     if case .start = event { stop.install() }
                     output.handle(event)
                 },
-                stop: stop))
+                stop: stop, asks: !yes))
         if let report = outcome.report { output.summary(report, plan: outcome.plan) }
         let status = outcome.status(failOnConflict: failOnConflict)
         if status != .success { throw VerbEnded(status) }

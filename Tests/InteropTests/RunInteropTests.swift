@@ -436,10 +436,12 @@ extension RunInteropTests {
             #expect(stale.status == 3 && stale.stderr.contains("stale"), "\(stale.stdout)\(stale.stderr)")
             #expect(!FileManager.default.fileExists(atPath: world.local + "/later/d.txt"))
 
-            // A fresh apply: planned by the service, shown here, applied there.
+            // A fresh apply: planned by the service, shown here, applied there. With --yes there
+            // is no question, so the service plans once and applies that plan in one request.
             let fresh = try world.kaiten("apply", "--yes")
             #expect(fresh.status == 0 && fresh.stdout.contains("pulled later/d.txt"), "\(fresh.stdout)\(fresh.stderr)")
             #expect(Self.content(world.local + "/later/d.txt") == "d, changed on the peer\n")
+            #expect(run.log.contains("planning and applying for a client"), "one request, not plan then apply: \(run.log)")
             let json = try world.kaiten("apply", "--yes", "--json")
             #expect(json.status == 0 && json.stdout.contains("\"type\":\"summary\""), "\(json.stdout)\(json.stderr)")
 
@@ -507,6 +509,11 @@ extension RunInteropTests {
             let said = since.split(separator: "\n").first { $0.contains("deletions held back") } ?? ""
             #expect(!said.contains("nothing was changed"), "\(said)")
             #expect(said.contains("kaiten apply --max-delete 2"), "\(said)")
+            // Beside the service, --yes applies the plan the service makes in the same request:
+            // its brake refuses it whole (exit 4), as a one-shot apply's does.
+            let braked = try world.kaiten("apply", "--yes", "--max-delete", "1")
+            #expect(braked.status == 4 && braked.stderr.contains("max-delete"), "\(braked.stdout)\(braked.stderr)")
+            #expect(Self.content(local + "/docs/a.txt") == "a, first\n" && Self.content(local + "/docs/b.txt") == "b\n")
             let confirmed = try world.kaiten("apply", "--yes", "--max-delete", "2")
             #expect(confirmed.status == 0, "\(confirmed.stdout)\(confirmed.stderr)")
             #expect(!FileManager.default.fileExists(atPath: local + "/docs/a.txt"))
@@ -564,6 +571,46 @@ extension RunInteropTests {
             #expect(!status.stdout.contains("last index update: none yet"), "\(status.stdout)")
             kill(run.process.processIdentifier, SIGTERM)
             try run.process.waitForExit(timeout: 10, what: "kaiten run after SIGTERM")
+        }
+    }
+
+    /// A round that finds an apply in progress (the home's lock held: a client's apply through
+    /// the control socket) waits for it to end before planning, and says so in the status;
+    /// then it plans what changed meanwhile.
+    @Test func aRoundWaitsForAnApplyInProgressThenPlans() async throws {
+        try await Self.withDocsSelected("kaiten-run-lock") { world, st, dir in
+            let run = try Running.start(home: world.home, logPath: dir.file("run.log"), ["--apply", "none"])
+            defer { if run.process.isRunning { kill(run.process.processIdentifier, SIGKILL) } }
+            try await Self.waitFor("the first round planned the selection", log: run) { (Self.lastRound(world)?["pending"] as? Int ?? 0) >= 2 }
+            // The lock as an apply holds it: flock on state/apply.lock, its pid inside.
+            let fd = open(world.home + "/state/apply.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            try #require(fd >= 0 && flock(fd, LOCK_EX) == 0)
+            defer { close(fd) }
+            let pid = Array("\(getpid())\n".utf8)
+            ftruncate(fd, 0)
+            _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+            func busy() -> String {
+                guard let data = FileManager.default.contents(atPath: world.home + "/state/service.json"),
+                    let record = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+                else { return "" }
+                return (record["busy"] as? [String: Any])?["doing"] as? String ?? ""
+            }
+            // The next round (the rescan, every 2 s) waits: said once it has waited 5 s. A round
+            // that had begun before the lock is over by then.
+            try await Self.waitFor("the round says it waits", log: run) { busy().contains("waiting for the apply in progress (pid \(getpid()))") }
+            let roundBefore = Self.lastRound(world)?["number"] as? Int ?? 0
+            let pendingBefore = Self.lastRound(world)?["pending"] as? Int ?? 0
+            #expect(try world.kaiten("select", Self.folder, "other").status == 0)
+            // Nothing is planned while the lock is held: the absence is watched for a while.
+            try await Task.sleep(for: .seconds(3))
+            #expect((Self.lastRound(world)?["number"] as? Int ?? 0) == roundBefore, "a round ended under the apply: \(run.log)")
+            #expect((Self.lastRound(world)?["pending"] as? Int ?? 0) == pendingBefore, "the selection edit was planned under the apply: \(run.log)")
+            #expect(busy().contains("waiting for the apply in progress"))
+            flock(fd, LOCK_UN)
+            try await Self.waitFor("the selection edit planned once the apply ended", log: run) {
+                (Self.lastRound(world)?["pending"] as? Int ?? 0) > pendingBefore
+            }
+            run.stop()
         }
     }
 

@@ -114,6 +114,37 @@ final class ControlServerLifecycleTests {
         #expect(reply.message?.contains(names.last!) == true, "the refusal does not name the last folder")
     }
 
+    /// A client learns from the hello what the service takes (a service started from an older
+    /// executable says nothing, and is asked only the first version's requests); a fresh apply
+    /// is refused for a folder the service does not keep, and an apply with neither a plan nor
+    /// `fresh` is a malformed request.
+    @Test func theHelloSaysWhatTheServiceTakesAndAFreshApplyIsCheckedLikeAnother() async throws {
+        let endpoints = try await start()
+        defer { Task { await endpoints.close() } }
+        #expect(await answers(within: .seconds(60)))
+        let client = try #require(ControlClient.answering(home.home))
+        #expect(client.appliesFresh)
+        #expect(client.accepts == Set(ControlFeature.allCases))
+
+        let outside = try #require(ControlClient.connect(ControlSocket.path(home.home)))
+        defer { outside.close() }
+        var fresh = ControlRequest(verb: .apply)
+        fresh.fresh = true
+        fresh.folders = ["elsewhere"]
+        fresh.maxDelete = "50%"
+        try outside.send(fresh)
+        let refused = try outside.reply()
+        #expect(refused.type == .failure && refused.code == 1 && refused.message?.contains("not elsewhere") == true, "\(refused)")
+
+        let malformed = try #require(ControlClient.connect(ControlSocket.path(home.home)))
+        defer { malformed.close() }
+        var empty = ControlRequest(verb: .apply)
+        empty.maxDelete = "50%"
+        try malformed.send(empty)
+        let answer = try malformed.reply()
+        #expect(answer.type == .failure && answer.code == 64, "\(answer)")
+    }
+
     func waitFor(clients: Int, on endpoints: LocalEndpoints) async throws {
         let deadline = ContinuousClock.now + .seconds(60)
         while endpoints.control.clientCount != clients, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
