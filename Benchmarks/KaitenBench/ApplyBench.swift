@@ -34,8 +34,18 @@ func runApplyBench(mib: Int, files: Int, directories: Int, runs: Int) async thro
 func applyComparison(label: String, expectedFiles: Int, runs: Int, make: (String) throws -> Void) async throws {
     let dir = try TemporaryDirectory(prefix: "kaiten-applybench")
     // Every run's trees stay until the end: deleting one run's 20,000 files slows the next
-    // run's file creation on some file systems (see `settleFileSystem`), whichever side it is.
-    defer { dir.remove() }
+    // run's file creation on some file systems (see `settleFileSystem`), whichever side it is;
+    // and so does an earlier bench's clean-up.
+    // KAITEN_BENCH_KEEP_TREES=1 leaves them (say where) for benches run one after another.
+    waitOutEarlierCleanUp()
+    defer {
+        if ProcessInfo.processInfo.environment["KAITEN_BENCH_KEEP_TREES"] == "1" {
+            log("kept \(dir.path) (KAITEN_BENCH_KEEP_TREES): delete it when the benches are over")
+        } else {
+            dir.remove()
+            noteCleanUp()
+        }
+    }
     log("work dir \(dir.path): \(label), \(runs) runs")
     let data = dir.file("data")
     try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
