@@ -22,7 +22,12 @@ public final class EventLog: Sendable {
     public let maximumWaiting: Int
 
     private struct State {
-        var events: [Event] = []
+        /// The kept events are `stored[first...]`: the oldest are dropped by moving `first`,
+        /// and the array is compacted once as many are dropped as are kept (dropping each from
+        /// the front moved the other thousand: a pull of 5,000 files is 10,000 events).
+        var stored: [Event] = []
+        var first = 0
+        var events: ArraySlice<Event> { stored[first...] }
         var nextID = 1
         var waiting: [Int: CheckedContinuation<Void, Never>] = [:]
         var nextWaiter = 0
@@ -44,10 +49,14 @@ public final class EventLog: Sendable {
             ?? (try? JSONSerialization.data(withJSONObject: data, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes])).map(Array.init)
             ?? Array("null".utf8)
         let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.events.append(Event(id: state.nextID, time: time, type: type, data: encoded))
+            state.stored.append(Event(id: state.nextID, time: time, type: type, data: encoded))
             state.made[type, default: 0] += 1
             state.nextID += 1
-            if state.events.count > capacity { state.events.removeFirst(state.events.count - capacity) }
+            state.first = max(state.first, state.stored.count - capacity)
+            if state.first >= capacity {
+                state.stored.removeFirst(state.first)
+                state.first = 0
+            }
             let woken = Array(state.waiting.values)
             state.waiting.removeAll()
             return woken

@@ -43,6 +43,8 @@ public final class ChangeWatcher: @unchecked Sendable {
     /// The kernel's inotify watch limit left some directory unwatched.
     public var limitReached: Bool { limitHit.load(ordering: .relaxed) }
     private let warn: @Sendable (String) -> Void
+    /// Reads of the kernel's queue that found events (tests see bursts read together).
+    let readsWithEvents = Atomic<Int>(0)
 
     /// - Parameters:
     ///   - folders: folder ID and path of each folder to watch, recursively.
@@ -137,6 +139,7 @@ public final class ChangeWatcher: @unchecked Sendable {
             guard poll(&pollers, wakeFD >= 0 ? 2 : 1, wakeFD >= 0 ? -1 : 250) > 0, pollers[0].revents & Int16(POLLIN) != 0 else { continue }
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             guard n > 0 else { continue }
+            readsWithEvents.add(1, ordering: .relaxed)
             var changed: [Change] = []
             var offset = 0
             while offset + 16 <= n {
@@ -187,6 +190,14 @@ public final class ChangeWatcher: @unchecked Sendable {
                 }
                 if seen.insert(key).inserted { continuation.yield(change) }
             }
+            // The first event of a burst is passed on at once; the rest of it (an apply writing
+            // thousands of files, several events each) is read in batches, not a wake-up per
+            // event; a read that half filled the buffer is followed at once, so the kernel's
+            // queue does not overflow.
+            if !changed.isEmpty && n < buffer.count / 2 { usleep(Self.burstGather) }
         }
     }
+
+    /// How long the reading thread lets events gather after passing some on (microseconds).
+    static let burstGather: useconds_t = 50_000
 }

@@ -21,6 +21,19 @@ struct EventLogTests {
         #expect(await log.events(since: 5, types: nil, limit: nil, timeout: .milliseconds(50)).isEmpty)
     }
 
+    /// The latest `capacity` are kept, exactly, however many came before: at every count across
+    /// several compactions, `since: 0` answers the last `capacity`, in order.
+    @Test func theLatestCapacityAreKeptExactlyAcrossManyEvents() async {
+        let log = EventLog(capacity: 10)
+        for i in 1...57 {
+            log.append("ItemFinished", ["n": i])
+            let kept = await log.events(since: 0, types: nil, limit: nil, timeout: .zero).map(\.id)
+            #expect(kept == Array(max(1, i - 9)...i), "after \(i)")
+        }
+        #expect(await log.events(since: 50, types: nil, limit: nil, timeout: .zero).map(\.id) == Array(51...57))
+        #expect(await log.events(since: 0, types: nil, limit: 3, timeout: .zero).map(\.id) == [55, 56, 57])
+    }
+
     @Test func theDiskEventsGoOnlyWhereAskedFor() async {
         let log = EventLog()
         log.append("RemoteChangeDetected", ["path": "a"])

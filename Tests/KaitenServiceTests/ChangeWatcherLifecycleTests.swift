@@ -48,4 +48,43 @@ struct ChangeWatcherLifecycleTests {
         #expect(inotify() == before)
         #expect(open.isEmpty, "\(open.count) wake sockets still open")
     }
+
+    /// A burst of writes (an apply pulling many small files) is read in batches, every path
+    /// passed on; the first change of a burst is passed on at once.
+    @Test func aBurstIsReadInBatchesAndEveryPathPassedOn() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let folder = directory.file("folder")
+        let selections = directory.file("selections")
+        for path in [folder, selections] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        let watcher = ChangeWatcher(
+            folders: [("f", folder)], selectionDirectory: selections, configPath: directory.file("config.xml"), warn: { _ in })
+        defer { watcher.stop() }
+        var changes = watcher.changes.makeAsyncIterator()
+        try Data("first".utf8).write(to: URL(fileURLWithPath: folder + "/first.txt"))
+        let started = ContinuousClock.now
+        var first: Set<String> = []
+        while first.count < 1, let change = await changes.next() {
+            if case .folder(_, let path) = change { first.insert(path) }
+        }
+        #expect(first == ["first.txt"])
+        #expect(ContinuousClock.now - started < .seconds(5))
+        // As an apply writes: a temp file, written, closed, renamed into place.
+        let count = 2_000
+        for i in 0..<count {
+            let temp = folder + "/.syncthing.f\(i).txt.tmp"
+            try Data("\(i)".utf8).write(to: URL(fileURLWithPath: temp))
+            rename(temp, folder + "/f\(i).txt")
+        }
+        let readsBefore = watcher.readsWithEvents.load(ordering: .relaxed)
+        var seen: Set<String> = []
+        while seen.count < count, let change = await changes.next() {
+            if case .folder(_, let path) = change, path.hasPrefix("f") { seen.insert(path) }
+        }
+        #expect(seen.count == count)
+        #expect(!seen.contains { $0.contains(".tmp") })
+        // Five events a file: read one wake-up each, the reads would be in the thousands.
+        let reads = watcher.readsWithEvents.load(ordering: .relaxed)
+        #expect(reads < 100, "\(reads) reads (\(readsBefore) before the burst's paths were taken) for \(count) files")
+    }
 }
