@@ -63,6 +63,12 @@ public enum ControlSocket {
         // Every type sent is plain data; an encoding failure would be a programming error.
         (try? JSONEncoder().encode(value)) ?? Data("{}".utf8)
     }
+
+    /// A reply's JSON; a batch of events is written directly (``ControlEventJSON``).
+    static func encode(_ reply: ControlReply) -> Data {
+        if reply.type == .event, reply.event == nil, let events = reply.events { return ControlEventJSON.reply(events) }
+        return (try? JSONEncoder().encode(reply)) ?? Data("{}".utf8)
+    }
 }
 
 /// What a client asks of the service.
