@@ -48,6 +48,11 @@ public final class EventLog: Sendable {
             ((data as? [String: Any]).flatMap(FlatJSON.object).map { Array($0.utf8) })
             ?? (try? JSONSerialization.data(withJSONObject: data, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes])).map(Array.init)
             ?? Array("null".utf8)
+        append(type, json: encoded, at: time)
+    }
+
+    /// Records an event whose `data` is already JSON (the frequent ones, written directly).
+    public func append(_ type: String, json encoded: [UInt8], at time: Date = Date()) {
         let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.stored.append(Event(id: state.nextID, time: time, type: type, data: encoded))
             state.made[type, default: 0] += 1

@@ -223,10 +223,28 @@ final class APIEvents: Sendable {
                 activity.lastFile[folder] = (path, event.time, action == "delete")
             }
         }
-        let item: [String: Any] = ["folder": folder, "item": path, "type": type, "action": action]
         // The executor says an item when it ends; its start is said with it, in order.
-        log.append("ItemStarted", item, at: event.time)
-        log.append("ItemFinished", item.merging(["error": event.kind == "failed" ? event.message as Any : NSNull()]) { a, _ in a }, at: event.time)
+        let (started, finished) = Self.itemJSON(
+            action: action, folder: folder, item: path, type: type, error: event.kind == "failed" ? event.message : nil)
+        log.append("ItemStarted", json: started, at: event.time)
+        log.append("ItemFinished", json: finished, at: event.time)
+    }
+
+    /// ItemStarted's and ItemFinished's data, written directly as FlatJSON writes them (keys
+    /// sorted): two events per file of a pull, whose dictionaries cost more than the writing.
+    static func itemJSON(action: String, folder: String, item: String, type: String, error: String?) -> (started: [UInt8], finished: [UInt8]) {
+        var head = #"{"action":"#
+        FlatJSON.quote(action, into: &head)
+        var tail = #","folder":"#
+        FlatJSON.quote(folder, into: &tail)
+        tail += #","item":"#
+        FlatJSON.quote(item, into: &tail)
+        tail += #","type":"#
+        FlatJSON.quote(type, into: &tail)
+        tail += "}"
+        var finished = head + #","error":"#
+        if let error { FlatJSON.quote(error, into: &finished) } else { finished += "null" }
+        return (Array((head + tail).utf8), Array((finished + tail).utf8))
     }
 
     /// syncthing's item actions for Kaiten's: what a pull, a deletion, a mode change is.
