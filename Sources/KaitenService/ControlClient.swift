@@ -145,12 +145,9 @@ public final class ControlClient: Sendable {
         _ plan: Plan, saved: Bool, maxDelete: String, requirePeers: Int, sendTimeout: Double, stop: StopSignal,
         note: (String) -> Void, events: (ApplyEvent) -> Void
     ) throws(ControlFailure) -> ApplyReport {
-        var request = ControlRequest(verb: .apply)
+        var request = Self.applyRequest(maxDelete: maxDelete, requirePeers: requirePeers, sendTimeout: sendTimeout)
         request.plan = plan
         request.saved = saved
-        request.maxDelete = maxDelete
-        request.requirePeers = requirePeers
-        request.sendTimeout = sendTimeout
         let report: ApplyReport?
         do {
             report = try exchange(
@@ -171,12 +168,9 @@ public final class ControlClient: Sendable {
         folders: [String], maxDelete: String, requirePeers: Int, sendTimeout: Double, stop: StopSignal, note: (String) -> Void,
         planned: (PlanAnswer) throws -> Void, events: (ApplyEvent) -> Void
     ) throws -> ApplyReport? {
-        var request = ControlRequest(verb: .apply)
+        var request = Self.applyRequest(maxDelete: maxDelete, requirePeers: requirePeers, sendTimeout: sendTimeout)
         request.fresh = true
         request.folders = folders
-        request.maxDelete = maxDelete
-        request.requirePeers = requirePeers
-        request.sendTimeout = sendTimeout
         var answered = false
         let report = try exchange(
             request, stop: stop, note: note,
@@ -186,6 +180,15 @@ public final class ControlClient: Sendable {
             }, events: events)
         guard answered else { throw ControlFailure(1, "the service applied without sending its plan") }
         return report
+    }
+
+    /// An apply request with the options both kinds carry.
+    private static func applyRequest(maxDelete: String, requirePeers: Int, sendTimeout: Double) -> ControlRequest {
+        var request = ControlRequest(verb: .apply)
+        request.maxDelete = maxDelete
+        request.requirePeers = requirePeers
+        request.sendTimeout = sendTimeout
+        return request
     }
 
     /// Sends an apply request and hands on what comes back until its report.
