@@ -17,7 +17,8 @@ import Glibc
 
 /// Answers the verbs run beside a service on its live connections (``ControlSocket``): the
 /// plan it would apply, an apply of a plan the client confirmed (checked again like a saved
-/// plan, under the same apply lock as the service's own rounds), and single verified blocks
+/// plan, under the same apply lock as the service's own rounds) or of the plan it makes there
+/// for a client that asks no question (`fresh`), and single verified blocks
 /// for `cat` and `get`. It decides nothing itself: the planner, the stale check, the brakes and
 /// the applier do, as for a one-shot `apply`.
 public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-only after load
@@ -298,44 +299,52 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
                 return plan.summary.hasChanges ? plan : nil
             })
         }
-        let outcome = try await pipeline.run(
-            // The service's own round may be applying: this one follows it, as one apply per home does.
-            lock: .wait(notice: {
-                var note = ControlReply(.note)
-                note.message = "the service is applying a round of its own; this apply follows it"
-                replies.post(note)
-            }),
-            prepare: {
-                try Applier.prepare(
-                    on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers,
-                    warn: { warning in warnings.withLock { $0.append(warning) } })
-            },
-            choice: choice, stop: stop
-        ) { event in
-            switch event {
-            case .progress(let done, let total, _, _, _):
-                let due = lastProgress.withLock { last in
-                    guard done == total || ContinuousClock.now - last >= .milliseconds(250) else { return false }
-                    last = ContinuousClock.now
-                    return true
+        let outcome: ApplyPipeline.Outcome
+        do {
+            outcome = try await pipeline.run(
+                // The service's own round may be applying: this one follows it, as one apply per home does.
+                lock: .wait(notice: {
+                    var note = ControlReply(.note)
+                    note.message = "the service is applying a round of its own; this apply follows it"
+                    replies.post(note)
+                }),
+                prepare: {
+                    try Applier.prepare(
+                        on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: requirePeers,
+                        warn: { warning in warnings.withLock { $0.append(warning) } })
+                },
+                choice: choice, stop: stop
+            ) { event in
+                switch event {
+                case .progress(let done, let total, _, _, _):
+                    let due = lastProgress.withLock { last in
+                        guard done == total || ContinuousClock.now - last >= .milliseconds(250) else { return false }
+                        last = ContinuousClock.now
+                        return true
+                    }
+                    if !due { return }
+                case .done(let folder, let action, let note):
+                    if let said {
+                        said(ServiceEvent("done", folder: folder, path: action.path, action: action.action.rawValue, note ?? action.reason))
+                    } else {
+                        log("done \(action.action.rawValue) \(folder)/\(action.path): \(note ?? action.reason)")
+                    }
+                case .failed(let folder, let action, let reason):
+                    if let said {
+                        said(ServiceEvent("failed", folder: folder, path: action.path, action: action.action.rawValue, reason))
+                    } else {
+                        log("failed \(action.action.rawValue) \(folder)/\(action.path): \(reason)")
+                    }
+                default:
+                    break
                 }
-                if !due { return }
-            case .done(let folder, let action, let note):
-                if let said {
-                    said(ServiceEvent("done", folder: folder, path: action.path, action: action.action.rawValue, note ?? action.reason))
-                } else {
-                    log("done \(action.action.rawValue) \(folder)/\(action.path): \(note ?? action.reason)")
-                }
-            case .failed(let folder, let action, let reason):
-                if let said {
-                    said(ServiceEvent("failed", folder: folder, path: action.path, action: action.action.rawValue, reason))
-                } else {
-                    log("failed \(action.action.rawValue) \(folder)/\(action.path): \(reason)")
-                }
-            default:
-                break
+                replies.post(event)
             }
-            replies.post(event)
+        } catch {
+            // The writer ends with the request, whichever way it ends.
+            replies.finish()
+            await writer.value
+            throw error
         }
         switch outcome.ending {
         case .refused(.cannotPlan(let why)):
