@@ -245,16 +245,22 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
             let prepared = try Applier.prepare(
                 on: sessions.session(folders: chosen), home: home, folders: chosen, requirePeers: max(1, request.requirePeers ?? 1),
                 warn: { warnings.append($0) })
-            var plan = prepared.plan
-            Applier.noteBrakes(&plan, states: prepared.states, maxDelete: DeleteLimit(request.maxDelete ?? "50%") ?? .percent(50))
-            var reply = ControlReply(.plan)
-            reply.plan = plan
-            reply.warnings = warnings
-            reply.skipped = prepared.skipped.map { .init(folder: $0.folder, reason: $0.reason) }
-            return reply
+            return Self.planReply(prepared, warnings: warnings, maxDelete: DeleteLimit(request.maxDelete ?? "50%") ?? .percent(50))
         } catch {
             return .failure(1, "\(error)")
         }
+    }
+
+    /// A plan as the client shows it: the brakes it would meet noted, with the planning's
+    /// warnings and the folders left out.
+    static func planReply(_ prepared: Applier.Prepared, warnings: [String], maxDelete: DeleteLimit) -> ControlReply {
+        var plan = prepared.plan
+        Applier.noteBrakes(&plan, states: prepared.states, maxDelete: maxDelete)
+        var reply = ControlReply(.plan)
+        reply.plan = plan
+        reply.warnings = warnings
+        reply.skipped = prepared.skipped.map { .init(folder: $0.folder, reason: $0.reason) }
+        return reply
     }
 
     private func apply(_ request: ControlRequest, stop: StopSignal, send: @escaping @Sendable (ControlReply) async throws -> Void) async throws {
@@ -289,14 +295,10 @@ public final class ControlServer: @unchecked Sendable {  // KaitenHome is read-o
             // Shown by the client as it comes, applied without waiting for it: the client asks
             // for this only when it would not ask the user.
             choice = .fresh(decide: { prepared in
-                var plan = prepared.plan
-                Applier.noteBrakes(&plan, states: prepared.states, maxDelete: maxDelete)
-                var reply = ControlReply(.plan)
-                reply.plan = plan
-                reply.warnings = warnings.withLock { $0 }
-                reply.skipped = prepared.skipped.map { .init(folder: $0.folder, reason: $0.reason) }
+                let reply = Self.planReply(prepared, warnings: warnings.withLock { $0 }, maxDelete: maxDelete)
                 replies.post(reply)
-                return plan.summary.hasChanges ? plan : nil
+                guard let plan = reply.plan, plan.summary.hasChanges else { return nil }
+                return plan
             })
         }
         let outcome: ApplyPipeline.Outcome

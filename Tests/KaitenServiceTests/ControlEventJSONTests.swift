@@ -51,6 +51,13 @@ struct ControlEventJSONTests {
         #expect(try Self.canonical(decoded) == Self.canonical(reply))
     }
 
+    /// The direct writer names Action's fields one by one: a field added to Action must be
+    /// added there too (this list is the writer's).
+    @Test func theWriterKnowsEveryFieldOfAnAction() {
+        let fields = Mirror(reflecting: Action(action: .pull, path: "p", reason: "r")).children.compactMap(\.label)
+        #expect(Set(fields) == ["action", "path", "size", "reason", "type", "version", "peers", "cause", "mode"])
+    }
+
     @Test func repliesOtherThanAnEventBatchAreJSONEncodersOwn() throws {
         var note = ControlReply(.note)
         note.message = "the service is applying a round of its own"
