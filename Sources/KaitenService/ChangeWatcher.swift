@@ -191,10 +191,10 @@ public final class ChangeWatcher: @unchecked Sendable {
                 if seen.insert(key).inserted { continuation.yield(change) }
             }
             // The first event of a burst is passed on at once; the rest of it (an apply writing
-            // thousands of files, several events each) is read in batches, not a wake-up per
-            // event; a read that half filled the buffer is followed at once, so the kernel's
-            // queue does not overflow.
-            if !changed.isEmpty && n < buffer.count / 2 { usleep(Self.burstGather) }
+            // thousands of files, several events each, most of them on temp files) is read in
+            // batches, at most one read per gather unless a read half filled the buffer: that one
+            // is followed at once, so the kernel's queue does not overflow.
+            if n < buffer.count / 2 { usleep(Self.burstGather) }
         }
     }
 
