@@ -312,6 +312,9 @@ public enum Applier {
                     }
                     events(.progress(filesDone: filesDone, filesTotal: pulls.count, bytesDone: bytesMoved.value, bytesTotal: totalBytes, current: action.path))
                     while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
+                    // The last pull is done: the progress tick still asleep is all the group
+                    // holds, and waiting it out would add up to its whole interval to the apply.
+                    if running == 0 { group.cancelAll() }
                 }
                 phases.report.notDone += pullActions.count - next + deferred.count
             }
