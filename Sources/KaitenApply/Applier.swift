@@ -53,9 +53,11 @@ public enum Applier {
     ///   cut short keep their temp file (resumed by the next apply); nothing after the pulls runs.
     /// - Parameter sendTimeout: how long, after announcing what was sent, to wait for
     ///   `requirePeers` connected peers to hold each sent change (0: do not wait).
+    /// - Parameter progressInterval: how often, while files are pulled, progress is reported by
+    ///   bytes (a big file does not look stuck until it completes).
     public static func execute(
         _ plan: Plan, prepared: Prepared, home: KaitenHome, requirePeers: Int, sendTimeout: Double = 0, stop: StopSignal? = nil,
-        events: @escaping (ApplyEvent) -> Void
+        progressInterval: Duration = .milliseconds(250), events: @escaping (ApplyEvent) -> Void
     ) async -> ApplyReport {
         var report = ApplyReport()
         let pulls = plan.folders.flatMap { $0.actions.filter { $0.action == .pull } }
@@ -277,7 +279,7 @@ public enum Applier {
                 while running < 64 && stop?.isSet != true && launchNext() { running += 1 }
                 func tick() {
                     group.addTask {
-                        try? await Task.sleep(nanoseconds: 250_000_000)
+                        try? await Task.sleep(for: progressInterval)
                         return nil
                     }
                 }
