@@ -20,14 +20,7 @@ struct PullEndTests {
     @Test func anApplyEndsWithItsLastPullNotAtTheNextProgressTick() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let home = Home(path: directory.file("home"))
-        _ = try KaitenHome.initialize(home, name: "k", listenAddress: "tcp://127.0.0.1:0")
-        let config = try ConfigFile.load(path: home.configPath)
-        try config.addDevice(DeviceConfiguration(id: Self.peer, name: "a", addresses: ["tcp://127.0.0.1:22000"]))
-        try FileManager.default.createDirectory(atPath: directory.file("data/.stfolder"), withIntermediateDirectories: true)
-        try config.addFolder(FolderConfiguration(id: "f", path: directory.file("data"), type: .receiveonly, devices: [Self.peer]))
-        try config.write()
-        let opened = try KaitenHome.open(home)
+        let opened = try TestHomes.receiveOnly(in: directory, peer: Self.peer)
         let files = (0..<3).map { n -> BEPFileInfo in
             var file = BEPFileInfo()
             file.name = "f\(n).bin"

@@ -22,14 +22,7 @@ struct FolderFiguresMemoTests {
 
         init() throws {
             directory = try TemporaryDirectory()
-            let path = Home(path: directory.file("home"))
-            _ = try KaitenHome.initialize(path, name: "k", listenAddress: "tcp://127.0.0.1:0")
-            let config = try ConfigFile.load(path: path.configPath)
-            try config.addDevice(DeviceConfiguration(id: FolderFiguresMemoTests.peer, name: "a", addresses: ["tcp://127.0.0.1:22000"]))
-            try FileManager.default.createDirectory(atPath: directory.file("data/.stfolder"), withIntermediateDirectories: true)
-            try config.addFolder(FolderConfiguration(id: "f", path: directory.file("data"), type: .receiveonly, devices: [FolderFiguresMemoTests.peer]))
-            try config.write()
-            home = try KaitenHome.open(path)
+            home = try TestHomes.receiveOnly(in: directory, peer: FolderFiguresMemoTests.peer)
             try FileManager.default.createDirectory(atPath: home.home.selectionsDirectory, withIntermediateDirectories: true)
             try Data("a\n".utf8).write(to: URL(fileURLWithPath: home.home.selectionPath(folderID: "f")))
         }

@@ -17,14 +17,7 @@ struct LocalIndexSnapshotTests {
 
     /// A home under `directory` with a receive-only folder `f` shared with ``peer``.
     static func home(in directory: TemporaryDirectory, name: String = "home") throws -> KaitenHome {
-        let home = Home(path: directory.file(name))
-        _ = try KaitenHome.initialize(home, name: "k", listenAddress: "tcp://127.0.0.1:0")
-        let config = try ConfigFile.load(path: home.configPath)
-        try config.addDevice(DeviceConfiguration(id: Self.peer, name: "a", addresses: ["tcp://127.0.0.1:22000"]))
-        try FileManager.default.createDirectory(atPath: directory.file("\(name)-data/.stfolder"), withIntermediateDirectories: true)
-        try config.addFolder(FolderConfiguration(id: "f", path: directory.file("\(name)-data"), type: .receiveonly, devices: [Self.peer]))
-        try config.write()
-        return try KaitenHome.open(home)
+        try TestHomes.receiveOnly(in: directory, name: name, data: "\(name)-data", peer: Self.peer)
     }
 
     /// `count` files of 4 KiB in 30 directories, as ``peer`` announces them.
