@@ -4,7 +4,6 @@ import KaitenReconcile
 import KaitenService
 import KaitenSync
 import KaitenTransfer
-import Synchronization
 
 /// What `kaiten apply` asks for (and `import`, `offload` and `view sync`, which end with one).
 public struct ApplyRequest: Sendable {
@@ -168,19 +167,16 @@ extension App {
         let (stop, note, events, diagnostics) = (frontEnd.stop, diagnostics.note, frontEnd.events, diagnostics)
         // Called on the exchange's one thread while this task waits for it.
         nonisolated(unsafe) let confirm = frontEnd.confirm
-        let answered = Mutex<ControlClient.PlanAnswer?>(nil)
-        let report = try await ControlClient.offThePool {
+        let (answer, report) = try await ControlClient.offThePool {
             try service.applyFresh(
                 folders: request.folders, maxDelete: request.maxDelete.description, requirePeers: request.requirePeers,
                 sendTimeout: request.sendTimeout, stop: stop, note: note,
                 planned: { answer in
-                    answered.withLock { $0 = answer }
                     for warning in answer.warnings { diagnostics.error(warning) }
                     for (folder, reason) in answer.skipped { diagnostics.error("\(folder): skipped: \(reason)") }
                     _ = try confirm(answer.plan)
                 }, events: events)
         }
-        guard let answer = answered.withLock({ $0 }) else { throw VerbEnded(.failure, "the service sent no plan") }
         return ApplyOutcome(plan: answer.plan, report: report, skipped: !answer.skipped.isEmpty)
     }
 

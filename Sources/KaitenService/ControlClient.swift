@@ -162,24 +162,24 @@ public final class ControlClient: Sendable {
     }
 
     /// Has the service plan and apply that plan at once (``appliesFresh``), for a front-end that
-    /// would not ask: `planned` is handed the plan before its events. nil: the plan had nothing
-    /// to apply.
+    /// would not ask: `planned` is handed the plan as it comes, before its events. The report is
+    /// nil when the plan had nothing to apply.
     public func applyFresh(
         folders: [String], maxDelete: String, requirePeers: Int, sendTimeout: Double, stop: StopSignal, note: (String) -> Void,
         planned: (PlanAnswer) throws -> Void, events: (ApplyEvent) -> Void
-    ) throws -> ApplyReport? {
+    ) throws -> (answer: PlanAnswer, report: ApplyReport?) {
         var request = Self.applyRequest(maxDelete: maxDelete, requirePeers: requirePeers, sendTimeout: sendTimeout)
         request.fresh = true
         request.folders = folders
-        var answered = false
+        var answered: PlanAnswer?
         let report = try exchange(
             request, stop: stop, note: note,
             planned: { answer in
-                answered = true
+                answered = answer
                 try planned(answer)
             }, events: events)
-        guard answered else { throw ControlFailure(1, "the service applied without sending its plan") }
-        return report
+        guard let answered else { throw ControlFailure(1, "the service applied without sending its plan") }
+        return (answered, report)
     }
 
     /// An apply request with the options both kinds carry.

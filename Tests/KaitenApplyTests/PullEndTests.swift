@@ -21,29 +21,13 @@ struct PullEndTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let opened = try TestHomes.receiveOnly(in: directory, peer: Self.peer)
-        let files = (0..<3).map { n -> BEPFileInfo in
-            var file = BEPFileInfo()
-            file.name = "f\(n).bin"
-            file.size = 4096
-            file.sequence = Int64(n + 1)
-            file.modifiedS = 1_790_000_000
-            file.permissions = 0o644
-            file.blockSize = 128 * 1024
-            var block = BEPBlockInfo()
-            block.size = 4096
-            block.hash = Data(repeating: UInt8(n + 1), count: 32)
-            file.blocks = [block]
-            var counter = BEPCounter()
-            counter.id = Self.peer.shortID
-            counter.value = UInt64(n + 1)
-            file.version.counters = [counter]
-            return file
-        }
+        // Three files with one block each, and the directories above them.
+        let files = SyntheticIndex.photos(count: 3)
         let logs = try IndexSync.openLogs(home: opened, folders: ["f"], warn: { _ in })
         try logs["f"]!.apply(device: Self.peer, indexID: 7, files: files, isFullIndex: true)
         for log in logs.values { log.close() }
         try FileManager.default.createDirectory(atPath: opened.home.selectionsDirectory, withIntermediateDirectories: true)
-        try "*.bin\n".write(toFile: opened.home.selectionPath(folderID: "f"), atomically: true, encoding: .utf8)
+        try "photos\n".write(toFile: opened.home.selectionPath(folderID: "f"), atomically: true, encoding: .utf8)
 
         let session = PeerSession(connections: [:], refreshed: ["f": [Self.peer]])
         let prepared = try Applier.prepare(on: session, home: opened, folders: ["f"], requirePeers: 1, warn: { _ in })
@@ -53,6 +37,6 @@ struct PullEndTests {
         let report = await Applier.execute(
             prepared.plan, prepared: prepared, home: opened, requirePeers: 1, progressInterval: .seconds(3_600), events: { _ in })
         #expect(ContinuousClock.now - started < .seconds(60))
-        #expect(report.failed.map(\.path).sorted() == ["f0.bin", "f1.bin", "f2.bin"])
+        #expect(report.failed.map(\.path).sorted() == (0..<3).map(SyntheticIndex.path(of:)))
     }
 }

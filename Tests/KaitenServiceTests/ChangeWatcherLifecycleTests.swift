@@ -17,12 +17,18 @@ struct ChangeWatcherLifecycleTests {
 
     static func link(_ fd: Int32) -> String? { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)") }
 
-    @Test func aStoppedWatcherLeavesNoDescriptorOpen() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
+    /// A folder and a selection directory to watch, made under `directory`.
+    static func watched(in directory: TemporaryDirectory) throws -> (folder: String, selections: String) {
         let folder = directory.file("folder")
         let selections = directory.file("selections")
         for path in [folder, selections] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        return (folder, selections)
+    }
+
+    @Test func aStoppedWatcherLeavesNoDescriptorOpen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (folder, selections) = try Self.watched(in: directory)
         let config = directory.file("config.xml")
         // Other suites open sockets meanwhile (numbers are reused), but no other part of this
         // process watches with inotify: the watcher's wake sockets are known by their inodes.
@@ -54,9 +60,7 @@ struct ChangeWatcherLifecycleTests {
     @Test func aBurstIsReadInBatchesAndEveryPathPassedOn() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let folder = directory.file("folder")
-        let selections = directory.file("selections")
-        for path in [folder, selections] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        let (folder, selections) = try Self.watched(in: directory)
         let watcher = ChangeWatcher(
             folders: [("f", folder)], selectionDirectory: selections, configPath: directory.file("config.xml"), warn: { _ in })
         defer { watcher.stop() }
